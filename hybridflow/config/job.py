@@ -1,0 +1,58 @@
+"""The job config: one YAML file with a section per service, loaded strictly.
+
+Every process (each service and the coordinator) loads the whole file, so a typo anywhere
+is caught by whichever starts first. Imports no torch and no grpc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybridflow.config.loader import load_config
+from hybridflow.coordinator.config import CoordinatorConfig
+from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.reward.config import RewardConfig
+from hybridflow.services.rollout.config import RolloutConfig
+
+
+@dataclass
+class DeployConfig:
+    """How deploy/launch.sh runs the job."""
+
+    run_root: str = "runs"
+    """Each run writes runs/<timestamp>/ under this directory."""
+    health_timeout_s: float = 600.0
+    """Seconds to wait for every service's health check."""
+
+
+@dataclass
+class JobConfig:
+    """Everything one training job needs; sections per service."""
+
+    model: str = "builtin:tiny"
+    """Policy checkpoint: builtin:tiny or a local Hugging Face checkpoint directory."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout replicas."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward service."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Learner service."""
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    """Coordinator: data and schedule."""
+    deploy: DeployConfig = field(default_factory=DeployConfig)
+    """Launcher settings."""
+
+    def validate(self) -> None:
+        if not self.model:
+            raise ValueError("model: required (builtin:tiny or a checkpoint directory)")
+        if abs(self.learner.temperature - self.coordinator.sampling.temperature) > 1e-9:
+            raise ValueError(
+                "learner.temperature must equal coordinator.sampling.temperature "
+                "(log-probs must be taken under the sampling distribution)"
+            )
+
+
+def load_job_config(path: str | Path | None, overrides: Sequence[str] = ()) -> JobConfig:
+    return load_config(JobConfig, path, overrides)

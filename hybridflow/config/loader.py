@@ -1,0 +1,165 @@
+"""Strict YAML → dataclass loader shared by every service and the coordinator.
+
+Unknown keys are errors naming the key and the file; values are checked against the field
+types; ``--set a.b=c`` overrides are applied before validation (the value is parsed as YAML,
+so ``--set coordinator.num_steps=5`` gives an int). This module imports neither torch nor
+grpc, and knows nothing of which service it configures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit its dataclass."""
+
+
+def load_config(
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    section: str | None = None,
+) -> T:
+    """Builds ``cls`` from a YAML file (optionally one top-level section) plus overrides."""
+    source = str(path) if path is not None else "<defaults>"
+    raw: dict[str, Any] = {}
+    if path is not None:
+        file_path = Path(path)
+        if not file_path.is_file():
+            raise ConfigError(f"config file not found: {file_path}")
+        loaded = yaml.safe_load(file_path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: top level must be a mapping, got {type(loaded).__name__}")
+        raw = loaded
+    if section is not None:
+        sub = raw.get(section, {}) or {}
+        if not isinstance(sub, dict):
+            raise ConfigError(f"{source}: section '{section}' must be a mapping")
+        raw = sub
+    for override in overrides:
+        apply_override(raw, override)
+    return from_dict(cls, raw, source=source)
+
+
+def apply_override(raw: dict[str, Any], override: str) -> None:
+    """Applies one ``dotted.key=value`` override in place; the value is parsed as YAML."""
+    key, sep, text = override.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override must look like key.sub=value, got {override!r}")
+    parts = key.strip().split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: '{part}' is not a mapping")
+        node = child
+    node[parts[-1]] = yaml.safe_load(text) if text.strip() else ""
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], source: str = "<dict>", prefix: str = "") -> T:
+    """Builds dataclass ``cls`` from a mapping, strictly."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls} is not a dataclass")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: '{prefix.rstrip('.') or '<root>'}' must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        name = prefix + unknown[0]
+        raise ConfigError(
+            f"{source}: unknown key '{name}' (known keys here: {', '.join(sorted(fields))})"
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        kwargs[name] = _convert(hints[name], value, source, prefix + name)
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or cls.__name__}: {exc}") from exc
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    return obj
+
+
+def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, source, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{source}: '{key}' has an invalid value")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{source}: '{key}' must be one of {list(args)}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return from_dict(tp, value if value is not None else {}, source, key + ".")
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: '{key}' must be a list, got {value!r}")
+        item_tp = args[0] if args else Any
+        items = [_convert(item_tp, v, source, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple or tp is tuple else items
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{key}' must be a mapping, got {value!r}")
+        val_tp = args[1] if len(args) == 2 else Any
+        return {str(k): _convert(val_tp, v, source, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: '{key}' must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: '{key}' must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: '{key}' must be a string, got {value!r}")
+        return value
+    return value
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass config as plain YAML-able data (for the resolved config of a run)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def dump_yaml(obj: Any, path: str | Path) -> None:
+    """Writes a config (dataclass) as YAML."""
+    Path(path).write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))

@@ -1,0 +1,92 @@
+"""``hybridflow-coordinator``: run a job against running services, or steer a running job.
+
+    hybridflow-coordinator run --config job.yaml [--set k=v ...] [--run-dir DIR]
+    hybridflow-coordinator status|pause|resume|stop [--address HOST:PORT | --run-dir DIR]
+
+``run`` writes DIR/coordinator.addr so the other commands can find the job by its run dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hybridflow-coordinator", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a training job against running services")
+    run.add_argument("--config", help="job YAML")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="dotted override, e.g. --set coordinator.num_steps=10")
+    run.add_argument("--run-dir", help="output directory (default: <deploy.run_root>/<timestamp>)")
+    for name, text in (("status", "show the job's state and last metrics"),
+                       ("pause", "pause after the current step"),
+                       ("resume", "resume a paused job"),
+                       ("stop", "stop after the current step (checkpoint is saved)")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--address", help="coordinator control address host:port")
+        p.add_argument("--run-dir", help="find the address in RUN_DIR/coordinator.addr")
+        p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        from hybridflow.coordinator.run import run_job
+
+        return run_job(args.config, args.set, args.run_dir)
+    return control_command(args)
+
+
+def control_command(args: argparse.Namespace) -> int:
+    address = args.address
+    if not address:
+        if not args.run_dir:
+            print("error: give --address or --run-dir", file=sys.stderr)
+            return 2
+        addr_file = Path(args.run_dir) / "coordinator.addr"
+        if not addr_file.is_file():
+            print(f"error: {addr_file} not found (is the job running?)", file=sys.stderr)
+            return 2
+        address = addr_file.read_text().strip()
+
+    import grpc
+
+    from hybridflow.coordinator.servicer import status_from_proto
+    from hybridflow.rpc.channel import make_channel
+    from hybridflow.v1 import common_pb2, coordinator_pb2_grpc
+
+    channel = make_channel(address)
+    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+    method = {"status": stub.GetStatus, "pause": stub.Pause, "resume": stub.Resume, "stop": stub.Stop}
+    try:
+        status = status_from_proto(method[args.command](common_pb2.Empty(), timeout=10))
+    except grpc.RpcError as exc:
+        print(f"error: coordinator at {address}: {exc.code().name}: {exc.details()}", file=sys.stderr)  # type: ignore[attr-defined]
+        return 1
+    finally:
+        channel.close()
+    if args.json:
+        print(json.dumps(status.__dict__, indent=2))
+    else:
+        reward = status.last_metrics.get("critic/score/mean")
+        print(f"state {status.state}  step {status.step}/{status.total_steps}  "
+              f"policy v{status.policy_version}" + (f"  reward {reward:.3f}" if reward is not None else ""))
+        if status.error:
+            print(f"error: {status.error}")
+        print(f"run dir: {status.run_dir}")
+    return 0
+
+
+def default_run_dir(root: str) -> Path:
+    return Path(root) / time.strftime("%Y%m%d_%H%M%S")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Coordinator configuration (imports without torch or grpc)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hybridflow.rpc.config import ChannelConfig, ServerConfig
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling of rollouts during training."""
+
+    temperature: float = 1.0
+    """Softmax temperature (the learner must use the same for its log-probs)."""
+    top_p: float = 1.0
+    """Nucleus mass."""
+    max_new_tokens: int = 8
+    """Longest response."""
+
+    def validate(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError("coordinator.sampling.temperature must be > 0 for RL training")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("coordinator.sampling.top_p must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError("coordinator.sampling.max_new_tokens must be >= 1")
+
+
+@dataclass
+class CoordinatorConfig:
+    """The single controller: data, schedule, addresses of the services."""
+
+    data: str = "builtin:arith"
+    """Prompt dataset: builtin:arith, or a verl-format .jsonl / .parquet file."""
+    data_size: int = 2048
+    """Rows to generate for builtin datasets (files use all their rows)."""
+    max_prompt_tokens: int = 512
+    """Longer prompts are dropped (and counted)."""
+    seed: int = 0
+    """Seed of the prompt order (shuffled anew each epoch) and sampling."""
+    num_steps: int = 100
+    """Learner steps of the run."""
+    prompts_per_step: int = 32
+    """Distinct prompts per step; the batch is prompts_per_step * group_size samples."""
+    group_size: int = 8
+    """Completions per prompt (GRPO group)."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """How rollouts are sampled."""
+    sync_every: int = 1
+    """Learner steps between weight publishes to the rollout replicas."""
+    max_staleness: int = 0
+    """Versions a sample may lag the learner; 0 is synchronous on-policy PPO."""
+    rollout_addresses: list[str] = field(default_factory=list)
+    """host:port of each rollout replica (deploy/launch.sh fills these in)."""
+    reward_address: str = ""
+    """host:port of the reward service."""
+    learner_address: str = ""
+    """host:port of the learner (rank 0)."""
+    channel: ChannelConfig = field(default_factory=ChannelConfig)
+    """Client settings for every service call."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """Control API (status / pause / resume / stop)."""
+    save_checkpoint: bool = True
+    """Save the final policy as a Hugging Face checkpoint under the run dir."""
+    progress: bool = True
+    """Show a progress bar with live reward."""
+
+    def validate(self) -> None:
+        for name in ("data_size", "num_steps", "prompts_per_step", "group_size", "sync_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"coordinator.{name} must be >= 1")
+        if self.max_staleness != 0:
+            raise ValueError(
+                "coordinator.max_staleness > 0 (asynchronous PPO) is not available yet; use 0"
+            )

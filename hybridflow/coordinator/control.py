@@ -1,0 +1,96 @@
+"""Job lifecycle state machine driven by the control API (pause / resume / stop).
+
+States: starting → running ⇄ paused → stopping → done, or → failed from anywhere.
+Pause and stop take effect between steps: a step in flight always finishes, so nothing is
+half-trained. Thread-safe; knows nothing of gRPC.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+STATES = ("starting", "running", "paused", "stopping", "done", "failed")
+
+
+@dataclass
+class JobStatus:
+    state: str
+    step: int
+    total_steps: int
+    policy_version: int
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    run_dir: str = ""
+    error: str = ""
+
+
+class JobControl:
+    def __init__(self, total_steps: int, run_dir: str = "") -> None:
+        self._cond = threading.Condition()
+        self._status = JobStatus("starting", 0, total_steps, 0, run_dir=run_dir)
+        self._stop_requested = False
+        self._pause_requested = False
+
+    def status(self) -> JobStatus:
+        with self._cond:
+            s = self._status
+            return JobStatus(
+                s.state, s.step, s.total_steps, s.policy_version, dict(s.last_metrics), s.run_dir, s.error
+            )
+
+    def start(self) -> None:
+        with self._cond:
+            self._status.state = "running"
+            self._cond.notify_all()
+
+    def pause(self) -> JobStatus:
+        with self._cond:
+            if self._status.state in ("starting", "running"):
+                self._pause_requested = True
+        return self.status()
+
+    def resume(self) -> JobStatus:
+        with self._cond:
+            self._pause_requested = False
+            if self._status.state == "paused":
+                self._status.state = "running"
+            self._cond.notify_all()
+        return self.status()
+
+    def stop(self) -> JobStatus:
+        with self._cond:
+            self._stop_requested = True
+            if self._status.state not in ("done", "failed"):
+                self._status.state = "stopping"
+            self._cond.notify_all()
+        return self.status()
+
+    def step_done(self, step: int, policy_version: int, metrics: dict[str, float]) -> None:
+        with self._cond:
+            self._status.step = step
+            self._status.policy_version = policy_version
+            self._status.last_metrics = dict(metrics)
+
+    def wait_to_continue(self, timeout_s: float | None = None) -> bool:
+        """Called between steps: blocks while paused; False once a stop was requested."""
+        with self._cond:
+            if self._pause_requested and not self._stop_requested:
+                self._status.state = "paused"
+                self._cond.notify_all()
+                self._cond.wait_for(
+                    lambda: not self._pause_requested or self._stop_requested, timeout_s
+                )
+                if self._status.state == "paused":
+                    self._status.state = "running"
+            return not self._stop_requested
+
+    def wait_for_state(self, states: tuple[str, ...], timeout_s: float) -> bool:
+        """Blocks until the job is in one of ``states`` (tests and the CLI use it)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._status.state in states, timeout_s)
+
+    def finish(self, error: str = "") -> None:
+        with self._cond:
+            self._status.state = "failed" if error else "done"
+            self._status.error = error
+            self._cond.notify_all()

@@ -1,0 +1,116 @@
+"""Pure dataflow steps of one training step: split, score items, train samples, metrics.
+
+No clients, no threads, no I/O: the schedule calls these between service calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hybridflow.types import Completion, ScoreItem, ScoreResult, TrainSample
+
+
+class Prompt(Protocol):
+    """What the dataflow needs of a dataset row (hybridflow.data.datasets.PromptRecord)."""
+
+    prompt_text: str
+    prompt_ids: list[int]
+    data_source: str
+    ground_truth: str | None
+    extra_info: dict[str, Any]
+    index: int
+
+
+@dataclass
+class ScoredGroup:
+    """All completions of one prompt with their scores."""
+
+    prompt: Prompt
+    completions: list[Completion]
+    results: list[ScoreResult]
+
+
+def split_round_robin(num_items: int, num_workers: int) -> list[list[int]]:
+    """Item indices per worker, round-robin (worker w gets w, w+N, w+2N, ...)."""
+    if num_workers < 1:
+        raise ValueError("need at least one worker")
+    return [list(range(w, num_items, num_workers)) for w in range(num_workers)]
+
+
+def score_items(
+    prompts: Sequence[Prompt],
+    groups: Sequence[Sequence[Completion]],
+    decode: Callable[[list[int]], str],
+) -> list[ScoreItem]:
+    """One ScoreItem per completion, prompt-major (the response decoded once, for scoring)."""
+    return [
+        ScoreItem(
+            data_source=p.data_source,
+            response=decode(c.token_ids),
+            ground_truth=p.ground_truth,
+            prompt=p.prompt_text,
+            extra_info=p.extra_info,
+        )
+        for p, group in zip(prompts, groups)
+        for c in group
+    ]
+
+
+def attach_scores(
+    prompts: Sequence[Prompt],
+    groups: Sequence[Sequence[Completion]],
+    results: Sequence[ScoreResult],
+) -> list[ScoredGroup]:
+    if sum(len(g) for g in groups) != len(results):
+        raise ValueError(f"{len(results)} scores for {sum(len(g) for g in groups)} completions")
+    out = []
+    start = 0
+    for p, group in zip(prompts, groups):
+        out.append(ScoredGroup(p, list(group), list(results[start : start + len(group)])))
+        start += len(group)
+    return out
+
+
+def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> list[TrainSample]:
+    """Flattens scored groups into learner samples; each prompt's samples share a group id."""
+    samples = []
+    for offset, group in enumerate(scored):
+        for completion, result in zip(group.completions, group.results):
+            samples.append(
+                TrainSample(
+                    prompt_ids=list(group.prompt.prompt_ids),
+                    response_ids=list(completion.token_ids),
+                    rollout_logprobs=list(completion.logprobs),
+                    reward=float(result.score),
+                    group_id=first_group_id + offset,
+                    policy_version=completion.policy_version,
+                )
+            )
+    return samples
+
+
+def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
+    """verl-style data metrics of one batch: score, response length, errors, solve rates."""
+    scores = [r.score for g in scored for r in g.results]
+    lengths = [len(c.token_ids) for g in scored for c in g.completions]
+    clipped = [c.finish_reason == "length" for g in scored for c in g.completions]
+    errors = sum(r.error is not None for g in scored for r in g.results)
+    n = max(len(scores), 1)
+    mean = sum(scores) / n
+    var = sum((s - mean) ** 2 for s in scores) / n
+    return {
+        "critic/score/mean": mean,
+        "critic/score/std": math.sqrt(var),
+        "critic/score/max": max(scores, default=0.0),
+        "critic/score/min": min(scores, default=0.0),
+        "response_length/mean": sum(lengths) / n,
+        "response_length/max": float(max(lengths, default=0)),
+        "response_length/clip_ratio": sum(clipped) / n,
+        "reward/num_errors": float(errors),
+        "batch/num_samples": float(len(scores)),
+        "batch/solve_all": sum(all(r.score >= 1 for r in g.results) for g in scored) / max(len(scored), 1),
+        "batch/solve_none": sum(all(r.score <= 0 for r in g.results) for g in scored) / max(len(scored), 1),
+    }

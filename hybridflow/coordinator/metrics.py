@@ -1,0 +1,66 @@
+"""Run outputs: metrics.jsonl and the live progress line. No clients, no RL."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+
+class MetricsLog:
+    """Appends one JSON object per step to metrics.jsonl (flushed each line)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("a")
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, "time": time.time()}
+        record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Progress:
+    """A one-line progress bar with live reward on a TTY; periodic lines otherwise."""
+
+    def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self._tty = self.stream.isatty()
+        self._start = time.monotonic()
+        self._every = max(1, total // 20)
+
+    def update(self, step: int, reward: float, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self._start
+        eta = elapsed / step * (self.total - step) if step else 0.0
+        width = 30
+        filled = int(width * step / self.total)
+        bar = "#" * filled + "-" * (width - filled)
+        line = (
+            f"[{bar}] {step}/{self.total} reward {reward:.3f} "
+            f"{elapsed:5.0f}s elapsed, eta {eta:4.0f}s {extra}"
+        )
+        if self._tty:
+            self.stream.write("\r" + line)
+            if step == self.total:
+                self.stream.write("\n")
+        elif step % self._every == 0 or step == self.total or step == 1:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        if self._tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(text + "\n")
+        self.stream.flush()

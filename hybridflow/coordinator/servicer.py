@@ -1,0 +1,56 @@
+"""gRPC control API of a running job: status, pause, resume, stop."""
+
+from __future__ import annotations
+
+import grpc
+
+from hybridflow.coordinator.control import JobControl, JobStatus
+from hybridflow.rpc.errors import handle_errors
+from hybridflow.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+SERVICE_NAME = coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name
+
+
+def status_to_proto(status: JobStatus) -> coordinator_pb2.CoordinatorStatus:
+    return coordinator_pb2.CoordinatorStatus(
+        state=status.state,
+        step=status.step,
+        total_steps=status.total_steps,
+        policy_version=status.policy_version,
+        last_metrics=status.last_metrics,
+        run_dir=status.run_dir,
+        error=status.error,
+    )
+
+
+def status_from_proto(msg: coordinator_pb2.CoordinatorStatus) -> JobStatus:
+    return JobStatus(
+        state=msg.state,
+        step=msg.step,
+        total_steps=msg.total_steps,
+        policy_version=msg.policy_version,
+        last_metrics=dict(msg.last_metrics),
+        run_dir=msg.run_dir,
+        error=msg.error,
+    )
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
+    def __init__(self, control: JobControl) -> None:
+        self._control = control
+
+    @handle_errors
+    def GetStatus(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+        return status_to_proto(self._control.status())
+
+    @handle_errors
+    def Pause(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+        return status_to_proto(self._control.pause())
+
+    @handle_errors
+    def Resume(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+        return status_to_proto(self._control.resume())
+
+    @handle_errors
+    def Stop(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+        return status_to_proto(self._control.stop())

@@ -1,0 +1,149 @@
+"""Starts the reward, learner and rollout services as separate processes and stops them.
+
+Each service runs in its own session (process group), so stopping ends the service and the
+children it started (torchrun's ranks) and nothing else. Ports come from the OS: each service
+writes its bound address to a port file that the launcher waits on, then checks health.
+Knows the job config's deploy fields, not the services' internals.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybridflow.config.job import JobConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    popen: subprocess.Popen[Any]
+    port_file: Path
+    log_path: Path
+    address: str = ""
+
+
+@dataclass
+class ServiceGroup:
+    """The service processes of one job. Use as a context manager: exit stops them all."""
+
+    job: JobConfig
+    config_path: str | None
+    overrides: list[str]
+    run_dir: Path
+    python: str = sys.executable
+    processes: list[ServiceProcess] = field(default_factory=list)
+
+    def __enter__(self) -> ServiceGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _base_args(self) -> list[str]:
+        args = ["--config", self.config_path] if self.config_path else []
+        for override in self.overrides:
+            args += ["--set", override]
+        return args
+
+    def _spawn(self, name: str, cmd: list[str], devices: str = "") -> None:
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        port_file = self.run_dir / f"{name}.addr"
+        port_file.unlink(missing_ok=True)
+        log_path = logs / f"{name}.log"
+        env = dict(os.environ)
+        if devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices
+        env.setdefault("OMP_NUM_THREADS", "1")
+        full = [*cmd, *self._base_args(), "--port-file", str(port_file)]
+        with log_path.open("ab") as out:
+            popen = subprocess.Popen(
+                full, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.processes.append(ServiceProcess(name, popen, port_file, log_path))
+        log.info("started %s (pid %d): %s", name, popen.pid, " ".join(full))
+
+    def start(self) -> None:
+        py = self.python
+        self._spawn("reward", [py, "-m", "hybridflow.services.reward"])
+        world = self.job.learner.nproc_per_node
+        if world > 1:
+            learner_cmd = [py, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={world}", "-m", "hybridflow.services.learner"]
+        else:
+            learner_cmd = [py, "-m", "hybridflow.services.learner"]
+        self._spawn("learner", learner_cmd, getattr(self.job.learner, "devices", ""))
+        devices = self.job.rollout.devices
+        for i in range(self.job.rollout.replicas):
+            self._spawn(
+                f"rollout{i}",
+                [py, "-m", "hybridflow.services.rollout", "--replica-index", str(i)],
+                devices[i] if devices else "",
+            )
+
+    def wait_ready(self, timeout_s: float) -> dict[str, str]:
+        """Waits for every port file and health check; raises naming the failed service."""
+        from hybridflow.rpc.channel import wait_healthy
+
+        deadline = time.monotonic() + timeout_s
+        for proc in self.processes:
+            while not proc.port_file.exists():
+                if proc.popen.poll() is not None:
+                    raise RuntimeError(
+                        f"{proc.name} exited with code {proc.popen.returncode} before serving; "
+                        f"see {proc.log_path}:\n{tail(proc.log_path)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{proc.name} not serving after {timeout_s:.0f}s; see {proc.log_path}")
+                time.sleep(0.1)  # polling another process's file: nothing local to wait on
+            proc.address = proc.port_file.read_text().strip()
+            wait_healthy(proc.address, max(1.0, deadline - time.monotonic()))
+        return {p.name: p.address for p in self.processes}
+
+    def address_overrides(self) -> list[str]:
+        """--set overrides that point the coordinator at the running services."""
+        by_name = {p.name: p.address for p in self.processes}
+        rollouts = [by_name[f"rollout{i}"] for i in range(self.job.rollout.replicas)]
+        return [
+            f"coordinator.rollout_addresses=[{','.join(rollouts)}]",
+            f"coordinator.reward_address={by_name['reward']}",
+            f"coordinator.learner_address={by_name['learner']}",
+        ]
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM each service's process group, then SIGKILL what is left after grace_s."""
+        for proc in self.processes:
+            _signal_group(proc.popen, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in self.processes:
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0fs; killing", proc.name, grace_s)
+            _signal_group(proc.popen, signal.SIGKILL)  # stragglers in the group (torchrun ranks)
+            proc.popen.wait()
+        self.processes.clear()
+
+
+def _signal_group(popen: subprocess.Popen[Any], sig: int) -> None:
+    try:
+        os.killpg(popen.pid, sig)  # the service's own session: only what it started
+    except ProcessLookupError:
+        pass
+
+
+def tail(path: Path, num_lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
+    except OSError:
+        return ""

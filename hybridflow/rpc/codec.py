@@ -1,0 +1,194 @@
+"""Wire codec: token batches, tensors and chunked streams ↔ protobuf messages.
+
+Token sequences become one int32 little-endian buffer plus offsets; float lists become one
+float32 tensor; large payloads travel as ``Chunk`` streams that the receiver writes into a
+preallocated buffer. Torch is imported only by the tensor helpers that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+from google.protobuf.message import DecodeError, Message
+
+from hybridflow.v1 import common_pb2
+
+if TYPE_CHECKING:
+    import torch
+
+M = TypeVar("M", bound=Message)
+
+_NUMPY_DTYPES = {
+    "float32": np.dtype("<f4"),
+    "float64": np.dtype("<f8"),
+    "float16": np.dtype("<f2"),
+    "int32": np.dtype("<i4"),
+    "int64": np.dtype("<i8"),
+    "uint8": np.dtype("u1"),
+    "int8": np.dtype("i1"),
+    "bool": np.dtype("?"),
+}
+_ITEMSIZE = {**{k: v.itemsize for k, v in _NUMPY_DTYPES.items()}, "bfloat16": 2}
+
+
+# --- token batches ---------------------------------------------------------------------
+
+
+def pack_tokens(sequences: Sequence[Sequence[int]]) -> common_pb2.TokenBatch:
+    """Packs sequences of token ids into one int32 buffer plus offsets."""
+    lengths = [len(s) for s in sequences]
+    offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter(
+        (t for s in sequences for t in s), dtype=np.int64, count=int(offsets[-1])
+    )
+    if flat.size and (flat.min() < -(2**31) or flat.max() >= 2**31):
+        raise ValueError("token ids must fit in int32")
+    return common_pb2.TokenBatch(
+        token_ids=flat.astype("<i4").tobytes(), offsets=offsets.tolist()
+    )
+
+
+def unpack_tokens(batch: common_pb2.TokenBatch, field: str = "tokens") -> list[list[int]]:
+    """Unpacks a TokenBatch; ValueError names ``field`` when the buffer and offsets disagree."""
+    if len(batch.token_ids) % 4:
+        raise ValueError(f"{field}.token_ids must be int32 (length divisible by 4)")
+    flat = np.frombuffer(batch.token_ids, dtype="<i4")
+    offsets = list(batch.offsets)
+    if not offsets:
+        if flat.size:
+            raise ValueError(f"{field}.offsets is empty but token_ids is not")
+        return []
+    if offsets[0] != 0 or offsets[-1] != flat.size:
+        raise ValueError(
+            f"{field}.offsets must start at 0 and end at {flat.size} (got {offsets[0]}..{offsets[-1]})"
+        )
+    if any(b < a for a, b in zip(offsets, offsets[1:])):
+        raise ValueError(f"{field}.offsets must be non-decreasing")
+    as_list = flat.tolist()
+    return [as_list[a:b] for a, b in zip(offsets, offsets[1:])]
+
+
+# --- float vectors (numpy) -------------------------------------------------------------
+
+
+def pack_floats(values: Iterable[float], shape: Sequence[int] | None = None) -> common_pb2.Tensor:
+    """A flat float32 tensor message."""
+    arr = np.asarray(list(values), dtype="<f4")
+    return common_pb2.Tensor(
+        dtype="float32", shape=list(shape) if shape is not None else [arr.size], data=arr.tobytes()
+    )
+
+
+def unpack_floats(tensor: common_pb2.Tensor, field: str, expected_size: int | None = None) -> list[float]:
+    """A float32 tensor message as a flat list; ValueError names ``field`` on mismatch."""
+    if tensor.dtype != "float32":
+        raise ValueError(f"{field}: dtype must be float32, got {tensor.dtype!r}")
+    arr = np.frombuffer(tensor.data, dtype="<f4")
+    numel = int(np.prod(tensor.shape)) if tensor.shape else 1
+    if arr.size != numel:
+        raise ValueError(f"{field}: shape {list(tensor.shape)} needs {numel} values, data has {arr.size}")
+    if expected_size is not None and arr.size != expected_size:
+        raise ValueError(f"{field}: expected {expected_size} values, got {arr.size}")
+    return arr.tolist()
+
+
+# --- torch tensors ---------------------------------------------------------------------
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def tensor_nbytes(dtype: str, shape: Sequence[int]) -> int:
+    if dtype not in _ITEMSIZE:
+        raise ValueError(f"unsupported dtype {dtype!r}")
+    return int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[dtype] if shape else _ITEMSIZE[dtype]
+
+
+def tensor_to_bytes(t: torch.Tensor) -> bytes:
+    """Raw contiguous little-endian bytes of a CPU tensor (bf16 as its 2 bytes)."""
+    import torch
+
+    t = t.detach().to("cpu").contiguous()
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def tensor_from_buffer(buf: memoryview | bytes | bytearray, dtype: str, shape: Sequence[int]) -> torch.Tensor:
+    """A tensor over a copy of ``buf`` with the given dtype and shape."""
+    import torch
+
+    expected = tensor_nbytes(dtype, shape)
+    if len(buf) != expected:
+        raise ValueError(f"tensor of {dtype}{list(shape)} needs {expected} bytes, got {len(buf)}")
+    torch_dtype = getattr(torch, dtype)
+    raw = torch.frombuffer(bytearray(buf), dtype=torch.uint8) if expected else torch.empty(0, dtype=torch.uint8)
+    return raw.view(torch_dtype).reshape(list(shape))
+
+
+def tensor_to_proto(t: torch.Tensor) -> common_pb2.Tensor:
+    return common_pb2.Tensor(dtype=dtype_name(t.dtype), shape=list(t.shape), data=tensor_to_bytes(t))
+
+
+def tensor_from_proto(msg: common_pb2.Tensor, field: str = "tensor") -> torch.Tensor:
+    try:
+        return tensor_from_buffer(msg.data, msg.dtype, list(msg.shape))
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(f"{field}: {exc}") from exc
+
+
+# --- chunked streams -------------------------------------------------------------------
+
+
+def iter_chunks(payload: bytes, chunk_bytes: int) -> Iterator[common_pb2.Chunk]:
+    """Splits a serialized payload into Chunk messages (at least one, even when empty)."""
+    total = len(payload)
+    view = memoryview(payload)
+    offset = 0
+    while True:
+        piece = view[offset : offset + chunk_bytes]
+        yield common_pb2.Chunk(total_bytes=total, offset=offset, data=bytes(piece))
+        offset += len(piece)
+        if offset >= total:
+            return
+
+
+def assemble_chunks(chunks: Iterable[common_pb2.Chunk], max_bytes: int) -> bytes:
+    """Writes a Chunk stream into one preallocated buffer; ValueError on a malformed stream."""
+    buffer: bytearray | None = None
+    received = 0
+    for chunk in chunks:
+        if buffer is None:
+            if chunk.total_bytes < 0 or chunk.total_bytes > max_bytes:
+                raise ValueError(
+                    f"payload of {chunk.total_bytes} bytes exceeds the limit of {max_bytes} bytes"
+                )
+            buffer = bytearray(chunk.total_bytes)
+        if chunk.total_bytes != len(buffer):
+            raise ValueError("chunk.total_bytes changed within one stream")
+        end = chunk.offset + len(chunk.data)
+        if chunk.offset != received or end > len(buffer):
+            raise ValueError(f"chunk at offset {chunk.offset} out of order or past the end")
+        buffer[chunk.offset : end] = chunk.data
+        received = end
+    if buffer is None:
+        raise ValueError("empty stream: no chunks received")
+    if received != len(buffer):
+        raise ValueError(f"stream ended after {received} of {len(buffer)} bytes")
+    return bytes(buffer)
+
+
+def stream_message(msg: Message, chunk_bytes: int) -> Iterator[common_pb2.Chunk]:
+    return iter_chunks(msg.SerializeToString(), chunk_bytes)
+
+
+def receive_message(chunks: Iterable[common_pb2.Chunk], msg_type: type[M], max_bytes: int) -> M:
+    payload = assemble_chunks(chunks, max_bytes)
+    msg = msg_type()
+    try:
+        msg.ParseFromString(payload)
+    except DecodeError as exc:
+        raise ValueError(f"payload is not a valid {msg_type.__name__}: {exc}") from exc
+    return msg

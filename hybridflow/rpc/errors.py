@@ -1,0 +1,50 @@
+"""Maps domain exceptions to gRPC status codes, in one place for every servicer.
+
+ValueError (bad input) → INVALID_ARGUMENT with the message; anything else → INTERNAL and a
+logged traceback. The service keeps serving either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> Any:
+    if isinstance(exc, ValueError):
+        log.warning("%s: invalid argument: %s", method, exc)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    log.exception("%s failed", method)
+    context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+def handle_errors(fn: F) -> F:
+    """Decorates a unary or stream-returning servicer method."""
+    import inspect
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen_wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                yield from fn(self, request, context)
+            except Exception as exc:  # noqa: BLE001 — mapped to a status, service stays up
+                _abort(context, exc, fn.__qualname__)
+
+        return gen_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return fn(self, request, context)
+        except Exception as exc:  # noqa: BLE001 — mapped to a status, service stays up
+            return _abort(context, exc, fn.__qualname__)
+
+    return wrapper  # type: ignore[return-value]

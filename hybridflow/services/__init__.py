@@ -1,0 +1,1 @@
+"""The services: rollout (generate), reward (score), learner (train)."""

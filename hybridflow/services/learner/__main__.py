@@ -1,0 +1,78 @@
+"""Learner process: ``python -m hybridflow.services.learner --config job.yaml``, or under
+``torchrun --nproc-per-node N -m hybridflow.services.learner`` for FSDP2 over N ranks.
+Rank 0 serves gRPC and relays every command to the other ranks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hybridflow.services.bootstrap import service_arg_parser, set_torch_threads, setup_logging
+
+    parser = service_arg_parser("hybridflow-learner", "Serve the learner (rank 0) over gRPC.")
+    args = parser.parse_args(argv)
+
+    from hybridflow.config.job import load_job_config
+
+    job = load_job_config(args.config, args.set)
+    cfg = job.learner
+    set_torch_threads(cfg.num_threads)
+
+    from hybridflow.services.learner.distributed import CommandRelay, control_group, init_from_env
+
+    dist_info = init_from_env(cfg.device)
+    log = setup_logging(f"learner{dist_info.rank}")
+
+    from transformers import AutoConfig
+
+    from hybridflow.models import resolve_model_path
+    from hybridflow.rpc.config import ChannelConfig
+    from hybridflow.services.learner.core import LearnerCore
+    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.weights.grpc_stream import GrpcWeightSender
+
+    path = resolve_model_path(job.model)
+    worker = LearnerWorker(cfg, path)
+    channel = ChannelConfig(max_message_bytes=cfg.server.max_message_bytes)
+    core = LearnerCore(worker, dist_info.rank, lambda address: GrpcWeightSender(address, channel))
+    relay = CommandRelay(core.dispatch, group=control_group() if dist_info.is_distributed else None)
+    if dist_info.rank != 0:
+        log.info("rank %d serving relayed commands", dist_info.rank)
+        relay.serve()
+        return 0
+
+    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
+    from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
+    from hybridflow.v1 import learner_pb2, learner_pb2_grpc
+
+    def info() -> learner_pb2.LearnerInfo:
+        return learner_pb2.LearnerInfo(
+            model=job.model,
+            algorithm=cfg.algorithm,
+            policy_version=worker.policy_version,
+            world_size=dist_info.world_size,
+        )
+
+    servicer = LearnerServicer(
+        dispatch=relay.call,
+        info=info,
+        vocab_size=AutoConfig.from_pretrained(str(path)).vocab_size,
+        max_bytes=cfg.server.max_message_bytes,
+        chunk_bytes=channel.chunk_bytes,
+    )
+    running = start_server(
+        cfg.server,
+        lambda s: learner_pb2_grpc.add_LearnerServiceServicer_to_server(servicer, s),
+        [SERVICE_NAME],
+    )
+    if args.port_file:
+        write_port_file(args.port_file, running.address)
+    log.info("learner ready on %s (world %d, %s)", running.address, dist_info.world_size, cfg.algorithm)
+    serve_until_signal(running, cfg.server.grace_s, on_stop=relay.shutdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Learner client interface and its gRPC implementation; ``LearnerCore`` is the in-process twin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from hybridflow.rpc.channel import make_channel
+from hybridflow.rpc.codec import pack_tokens, stream_message, unpack_floats
+from hybridflow.rpc.config import ChannelConfig
+from hybridflow.services.learner import convert
+from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
+from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
+
+
+class LearnerClient(Protocol):
+    """What the coordinator and RLTrainer need from the learner."""
+
+    def train_step(self, samples: list[TrainSample]) -> TrainStepResult: ...
+
+    def compute_logprobs(
+        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
+    ) -> list[list[float]]: ...
+
+    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport: ...
+
+    def save_checkpoint(self, path: str) -> str: ...
+
+
+class GrpcLearnerClient:
+    def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
+        self.address = address
+        self._config = config or ChannelConfig()
+        self._channel = make_channel(address, self._config)
+        self._stub = learner_pb2_grpc.LearnerServiceStub(self._channel)
+
+    def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
+        chunks = stream_message(convert.batch_to_proto(samples), self._config.chunk_bytes)
+        reply = self._stub.TrainStep(chunks, timeout=self._config.timeout_s)
+        return convert.result_from_proto(reply)
+
+    def compute_logprobs(
+        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
+    ) -> list[list[float]]:
+        reply = self._stub.ComputeLogProbs(
+            learner_pb2.ComputeLogProbsRequest(
+                prompts=pack_tokens(prompts),
+                responses=pack_tokens(responses),
+                temperature=temperature,
+            ),
+            timeout=self._config.timeout_s,
+        )
+        flat = unpack_floats(reply.logprobs, "logprobs", sum(len(r) for r in responses))
+        out, start = [], 0
+        for r in responses:
+            out.append(flat[start : start + len(r)])
+            start += len(r)
+        return out
+
+    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+        reply = self._stub.PublishWeights(
+            learner_pb2.PublishWeightsRequest(targets=list(targets)),
+            timeout=self._config.timeout_s,
+        )
+        return WeightUpdateReport(reply.policy_version, reply.num_bytes, reply.duration_s)
+
+    def save_checkpoint(self, path: str) -> str:
+        reply = self._stub.SaveCheckpoint(
+            learner_pb2.SaveCheckpointRequest(path=path), timeout=self._config.timeout_s
+        )
+        return str(reply.path)
+
+    def info(self) -> learner_pb2.LearnerInfo:
+        return self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)
+
+    def close(self) -> None:
+        self._channel.close()

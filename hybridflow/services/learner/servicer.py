@@ -1,0 +1,114 @@
+"""gRPC face of the learner (rank 0 only): proto → domain → relayed command → proto.
+
+``dispatch(command, args)`` runs the command on every rank (via the relay when the world is
+larger than one); a lock keeps relayed commands in one order on all ranks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from hybridflow.rpc.codec import pack_floats, receive_message, unpack_tokens
+from hybridflow.rpc.errors import handle_errors
+from hybridflow.services.learner import convert
+from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
+from hybridflow.weights.grpc_stream import iter_weight_chunks
+
+SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
+
+Dispatch = Callable[[str, tuple[Any, ...]], Any]
+
+
+class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        info: Callable[[], learner_pb2.LearnerInfo],
+        vocab_size: int,
+        max_bytes: int,
+        chunk_bytes: int,
+    ) -> None:
+        self._dispatch = dispatch
+        self._info = info
+        self._vocab_size = vocab_size
+        self._max_bytes = max_bytes
+        self._chunk_bytes = chunk_bytes
+        self._lock = threading.Lock()
+
+    def _run(self, command: str, *args: Any) -> Any:
+        with self._lock:
+            return self._dispatch(command, args)
+
+    def _check_ids(self, seqs: list[list[int]], field: str) -> None:
+        for i, seq in enumerate(seqs):
+            for t in seq:
+                if not 0 <= t < self._vocab_size:
+                    raise ValueError(f"{field}[{i}]: token id {t} outside vocab [0, {self._vocab_size})")
+
+    @handle_errors
+    def TrainStep(
+        self, request_iterator: Iterator[common_pb2.Chunk], context: grpc.ServicerContext
+    ) -> learner_pb2.TrainStepResponse:
+        batch = receive_message(request_iterator, learner_pb2.TrainBatch, self._max_bytes)
+        samples = convert.batch_from_proto(batch)
+        self._check_ids([s.prompt_ids for s in samples], "batch.prompts")
+        self._check_ids([s.response_ids for s in samples], "batch.responses")
+        return convert.result_to_proto(self._run("train_step", samples))
+
+    @handle_errors
+    def ComputeLogProbs(
+        self, request: learner_pb2.ComputeLogProbsRequest, context: grpc.ServicerContext
+    ) -> learner_pb2.ComputeLogProbsResponse:
+        prompts = unpack_tokens(request.prompts, "prompts")
+        responses = unpack_tokens(request.responses, "responses")
+        if len(prompts) != len(responses) or not prompts:
+            raise ValueError("prompts and responses must be non-empty and of equal count")
+        self._check_ids(prompts, "prompts")
+        self._check_ids(responses, "responses")
+        temperature = request.temperature or 1.0
+        logprobs = self._run("compute_logprobs", prompts, responses, temperature)
+        return learner_pb2.ComputeLogProbsResponse(
+            logprobs=pack_floats([lp for row in logprobs for lp in row]),
+            policy_version=self._info().policy_version,
+        )
+
+    @handle_errors
+    def PublishWeights(
+        self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
+    ) -> learner_pb2.PublishWeightsResponse:
+        report = self._run("publish_weights", list(request.targets))
+        return learner_pb2.PublishWeightsResponse(
+            policy_version=report.policy_version,
+            num_bytes=report.num_bytes,
+            duration_s=report.duration_s,
+        )
+
+    @handle_errors
+    def GetWeights(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> Iterator[common_pb2.WeightChunk]:
+        with self._lock:
+            items = self._dispatch("full_weights", ())
+            version = self._info().policy_version
+        yield from iter_weight_chunks(items, version, self._chunk_bytes)
+
+    @handle_errors
+    def SaveCheckpoint(
+        self, request: learner_pb2.SaveCheckpointRequest, context: grpc.ServicerContext
+    ) -> learner_pb2.SaveCheckpointResponse:
+        if not request.path:
+            raise ValueError("path: required")
+        path = self._run("save_checkpoint", request.path)
+        return learner_pb2.SaveCheckpointResponse(
+            path=path, policy_version=self._info().policy_version
+        )
+
+    @handle_errors
+    def GetInfo(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> learner_pb2.LearnerInfo:
+        return self._info()

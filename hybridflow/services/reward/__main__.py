@@ -1,0 +1,38 @@
+"""Reward service process: ``python -m hybridflow.services.reward --config job.yaml``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hybridflow.services.bootstrap import service_arg_parser, setup_logging
+
+    parser = service_arg_parser("hybridflow-reward", "Serve the reward scorers over gRPC.")
+    args = parser.parse_args(argv)
+    log = setup_logging("reward")
+
+    from hybridflow.config.job import load_job_config
+    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
+    from hybridflow.services.reward.scorers import RewardScorer
+    from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer
+    from hybridflow.v1 import reward_pb2_grpc
+
+    job = load_job_config(args.config, args.set)
+    cfg = job.reward
+    scorer = RewardScorer(cfg)
+    servicer = RewardServicer(scorer)
+    running = start_server(
+        cfg.server,
+        lambda s: reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, s),
+        [SERVICE_NAME],
+    )
+    if args.port_file:
+        write_port_file(args.port_file, running.address)
+    log.info("reward service ready on %s (scorers: %s)", running.address, scorer.registry.names())
+    serve_until_signal(running, cfg.server.grace_s, on_stop=scorer.close)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

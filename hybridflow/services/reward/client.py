@@ -1,0 +1,36 @@
+"""Reward client interface and its gRPC implementation; ``RewardScorer`` is the in-process twin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from hybridflow.rpc.channel import make_channel
+from hybridflow.rpc.config import ChannelConfig
+from hybridflow.services.reward import convert
+from hybridflow.types import ScoreItem, ScoreResult
+from hybridflow.v1 import reward_pb2_grpc
+
+
+class RewardClient(Protocol):
+    """Scores a batch; one result per item, in order."""
+
+    def score_batch(self, items: list[ScoreItem]) -> list[ScoreResult]: ...
+
+
+class GrpcRewardClient:
+    def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
+        self.address = address
+        self._config = config or ChannelConfig()
+        self._channel = make_channel(address, self._config)
+        self._stub = reward_pb2_grpc.RewardServiceStub(self._channel)
+
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+        reply = self._stub.Score(convert.items_to_proto(items), timeout=self._config.timeout_s)
+        results = convert.results_from_proto(reply)
+        if len(results) != len(items):
+            raise RuntimeError(f"{self.address}: {len(results)} scores for {len(items)} items")
+        return results
+
+    def close(self) -> None:
+        self._channel.close()

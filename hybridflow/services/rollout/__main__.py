@@ -1,0 +1,49 @@
+"""Rollout replica process: ``python -m hybridflow.services.rollout --config job.yaml``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hybridflow.services.bootstrap import service_arg_parser, set_torch_threads, setup_logging
+
+    parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")
+    parser.add_argument("--replica-index", type=int, default=0, help="index among replicas")
+    args = parser.parse_args(argv)
+    log = setup_logging(f"rollout{args.replica_index}")
+
+    from hybridflow.config.job import load_job_config
+
+    job = load_job_config(args.config, args.set)
+    cfg = job.rollout
+    set_torch_threads(cfg.num_threads)
+
+    from hybridflow.models import resolve_model_path
+    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
+    from hybridflow.services.rollout.engine import HFEngine
+    from hybridflow.services.rollout.local import LocalRollout
+    from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
+    from hybridflow.v1 import rollout_pb2_grpc
+
+    if cfg.engine != "hf":
+        log.error("engine %r is not available in this build (install the vllm extra on a GPU)", cfg.engine)
+        return 2
+    path = resolve_model_path(job.model)
+    engine = HFEngine(path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed + args.replica_index)
+    rollout = LocalRollout(engine, job.model, "hf")
+    servicer = RolloutServicer(rollout, cfg.prompts_per_message, cfg.server.max_message_bytes)
+    running = start_server(
+        cfg.server,
+        lambda s: rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, s),
+        [SERVICE_NAME],
+    )
+    if args.port_file:
+        write_port_file(args.port_file, running.address)
+    log.info("rollout replica %d ready on %s (model %s)", args.replica_index, running.address, path)
+    serve_until_signal(running, cfg.server.grace_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Proto ↔ domain conversions of the rollout service (the only non-servicer proto user)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hybridflow.rpc.codec import pack_floats, pack_tokens, unpack_floats, unpack_tokens
+from hybridflow.types import Completion, RolloutStatus, SamplingParams
+from hybridflow.v1 import common_pb2, rollout_pb2
+
+_FINISH_TO_PROTO = {
+    "stop": common_pb2.FINISH_REASON_STOP,
+    "length": common_pb2.FINISH_REASON_LENGTH,
+}
+_FINISH_FROM_PROTO = {v: k for k, v in _FINISH_TO_PROTO.items()}
+
+
+def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_new_tokens=params.max_new_tokens,
+        n=params.n,
+        has_seed=params.seed is not None,
+        seed=params.seed or 0,
+        stop_token_ids=list(params.stop_token_ids),
+    )
+
+
+def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
+    params = SamplingParams(
+        temperature=msg.temperature,
+        top_p=msg.top_p,
+        max_new_tokens=msg.max_new_tokens,
+        n=msg.n,
+        seed=msg.seed if msg.has_seed else None,
+        stop_token_ids=tuple(msg.stop_token_ids),
+    )
+    params.validate()
+    return params
+
+
+def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Completions:
+    return common_pb2.Completions(
+        tokens=pack_tokens([c.token_ids for c in completions]),
+        logprobs=pack_floats([lp for c in completions for lp in c.logprobs]),
+        finish_reasons=[_FINISH_TO_PROTO[c.finish_reason] for c in completions],
+        policy_versions=[c.policy_version for c in completions],
+    )
+
+
+def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
+    tokens = unpack_tokens(msg.tokens, "completions.tokens")
+    total = sum(len(t) for t in tokens)
+    logprobs = unpack_floats(msg.logprobs, "completions.logprobs", expected_size=total)
+    if len(msg.finish_reasons) != len(tokens) or len(msg.policy_versions) != len(tokens):
+        raise ValueError("completions: finish_reasons / policy_versions must have one per completion")
+    out = []
+    start = 0
+    for ids, reason, version in zip(tokens, msg.finish_reasons, msg.policy_versions):
+        if reason not in _FINISH_FROM_PROTO:
+            raise ValueError(f"completions.finish_reasons: unknown value {reason}")
+        out.append(
+            Completion(
+                token_ids=ids,
+                logprobs=logprobs[start : start + len(ids)],
+                finish_reason=_FINISH_FROM_PROTO[reason],  # type: ignore[arg-type]
+                policy_version=int(version),
+            )
+        )
+        start += len(ids)
+    return out
+
+
+def generate_request(
+    prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str
+) -> rollout_pb2.GenerateRequest:
+    return rollout_pb2.GenerateRequest(
+        request_id=request_id, prompts=pack_tokens(prompts), sampling=sampling_to_proto(params)
+    )
+
+
+def parse_generate_request(
+    msg: rollout_pb2.GenerateRequest,
+) -> tuple[list[list[int]], SamplingParams]:
+    prompts = unpack_tokens(msg.prompts, "prompts")
+    if not prompts:
+        raise ValueError("prompts: at least one prompt is required")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts: every prompt needs at least one token")
+    if not msg.HasField("sampling"):
+        raise ValueError("sampling: required")
+    return prompts, sampling_from_proto(msg.sampling)
+
+
+def status_to_proto(status: RolloutStatus) -> rollout_pb2.RolloutInfo:
+    return rollout_pb2.RolloutInfo(
+        model=status.model,
+        engine=status.engine,
+        policy_version=status.policy_version,
+        eos_token_id=status.eos_token_id,
+        vocab_size=status.vocab_size,
+        num_requests=status.num_requests,
+        num_generated_tokens=status.num_generated_tokens,
+    )
+
+
+def status_from_proto(msg: rollout_pb2.RolloutInfo) -> RolloutStatus:
+    return RolloutStatus(
+        model=msg.model,
+        engine=msg.engine,
+        policy_version=msg.policy_version,
+        eos_token_id=msg.eos_token_id,
+        vocab_size=msg.vocab_size,
+        num_requests=msg.num_requests,
+        num_generated_tokens=msg.num_generated_tokens,
+    )

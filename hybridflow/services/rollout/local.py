@@ -1,0 +1,76 @@
+"""In-process rollout replica: the engine plus bookkeeping. The servicer wraps exactly this,
+so the in-process twin and the gRPC service behave the same.
+
+Knows nothing of sockets or protos.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Engine(Protocol):
+    """What a generation engine offers (HFEngine; later vLLM)."""
+
+    policy_version: int
+    eos_token_id: int
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]: ...
+
+    def load_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
+    ) -> None: ...
+
+
+class LocalRollout:
+    """One replica in this process: serialises generation, swaps weights between requests."""
+
+    def __init__(self, engine: Engine, model: str, engine_name: str = "hf") -> None:
+        self.engine = engine
+        self.model = model
+        self.engine_name = engine_name
+        self._lock = threading.Lock()
+        self._num_requests = 0
+        self._num_tokens = 0
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
+    ) -> list[list[Completion]]:
+        params.validate()
+        with self._lock:
+            groups = self.engine.generate([list(p) for p in prompts], params)
+            self._num_requests += 1
+            self._num_tokens += sum(len(c.token_ids) for g in groups for c in g)
+        return groups
+
+    def load_weights(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
+    ) -> WeightUpdateReport:
+        start = time.perf_counter()
+        with self._lock:
+            self.engine.load_weights(named_tensors, policy_version)
+        num_bytes = sum(t.numel() * t.element_size() for _, t in named_tensors)
+        return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
+
+    def status(self) -> RolloutStatus:
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        vocab = len(tokenizer) if tokenizer is not None else 0
+        return RolloutStatus(
+            model=self.model,
+            engine=self.engine_name,
+            policy_version=self.engine.policy_version,
+            eos_token_id=self.engine.eos_token_id,
+            vocab_size=vocab,
+            num_requests=self._num_requests,
+            num_generated_tokens=self._num_tokens,
+        )

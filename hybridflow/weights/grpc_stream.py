@@ -1,0 +1,117 @@
+"""gRPC streaming weight transport: a header, then the flat buffer in chunks.
+
+The sender never concatenates the model: it streams each tensor's bytes in order. The
+receiver preallocates one flat buffer of ``total_bytes`` and views each tensor out of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from hybridflow.rpc.codec import dtype_name, tensor_nbytes, tensor_to_bytes
+from hybridflow.rpc.config import ChannelConfig
+from hybridflow.types import WeightUpdateReport
+from hybridflow.v1 import common_pb2
+
+if TYPE_CHECKING:
+    import torch
+
+
+def iter_weight_chunks(
+    named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int, chunk_bytes: int
+) -> Iterator[common_pb2.WeightChunk]:
+    metas = []
+    offset = 0
+    for name, t in named_tensors:
+        num_bytes = t.numel() * t.element_size()
+        metas.append(
+            common_pb2.TensorMeta(
+                name=name,
+                dtype=dtype_name(t.dtype),
+                shape=list(t.shape),
+                offset_bytes=offset,
+                num_bytes=num_bytes,
+            )
+        )
+        offset += num_bytes
+    header = common_pb2.WeightHeader(policy_version=policy_version, tensors=metas, total_bytes=offset)
+    yield common_pb2.WeightChunk(header=header)
+    pending = bytearray()
+    for _, t in named_tensors:
+        pending += tensor_to_bytes(t)
+        while len(pending) >= chunk_bytes:
+            yield common_pb2.WeightChunk(data=bytes(pending[:chunk_bytes]))
+            del pending[:chunk_bytes]
+    if pending:
+        yield common_pb2.WeightChunk(data=bytes(pending))
+
+
+def receive_weights(
+    chunks: Iterable[common_pb2.WeightChunk], max_bytes: int
+) -> tuple[int, list[tuple[str, torch.Tensor]], int]:
+    """Reads a weight stream → (policy_version, named tensors, bytes received)."""
+    import torch
+
+    it = iter(chunks)
+    first = next(it, None)
+    if first is None or first.WhichOneof("payload") != "header":
+        raise ValueError("weight stream must start with a header")
+    header = first.header
+    if not 0 <= header.total_bytes <= max_bytes:
+        raise ValueError(f"weights of {header.total_bytes} bytes exceed the limit of {max_bytes}")
+    expected = 0
+    for meta in header.tensors:
+        size = tensor_nbytes(meta.dtype, list(meta.shape))
+        if meta.offset_bytes != expected or meta.num_bytes != size:
+            raise ValueError(f"tensor {meta.name!r}: offset/size disagree with dtype and shape")
+        expected += size
+    if expected != header.total_bytes:
+        raise ValueError("header.total_bytes does not match the tensors it lists")
+    flat = torch.empty(header.total_bytes, dtype=torch.uint8)
+    view = flat.numpy()
+    received = 0
+    for chunk in it:
+        if chunk.WhichOneof("payload") != "data":
+            raise ValueError("a second header inside one weight stream")
+        end = received + len(chunk.data)
+        if end > header.total_bytes:
+            raise ValueError("weight stream is longer than its header says")
+        view[received:end] = memoryview(chunk.data)
+        received = end
+    if received != header.total_bytes:
+        raise ValueError(f"weight stream ended after {received} of {header.total_bytes} bytes")
+    tensors = []
+    for meta in header.tensors:
+        raw = flat[meta.offset_bytes : meta.offset_bytes + meta.num_bytes]
+        tensors.append((meta.name, raw.view(getattr(torch, meta.dtype)).reshape(list(meta.shape))))
+    return header.policy_version, tensors, received
+
+
+class GrpcWeightSender:
+    """Streams weights to a rollout replica's UpdateWeights RPC."""
+
+    def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
+        from hybridflow.rpc.channel import make_channel
+        from hybridflow.v1 import rollout_pb2_grpc
+
+        self.address = address
+        self._config = config or ChannelConfig()
+        self._channel = make_channel(address, self._config)
+        self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
+
+    def send(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
+    ) -> WeightUpdateReport:
+        start = time.perf_counter()
+        reply = self._stub.UpdateWeights(
+            iter_weight_chunks(named_tensors, policy_version, self._config.chunk_bytes),
+            timeout=self._config.timeout_s,
+        )
+        return WeightUpdateReport(
+            reply.policy_version, reply.num_bytes, time.perf_counter() - start
+        )
+
+    def close(self) -> None:
+        self._channel.close()
