@@ -124,7 +124,7 @@ def run_step(
         if stale:
             log.error("step %d: %d samples exceed max_staleness=%d", step_index, stale, max_staleness)
     items = score_items(prompts, groups, services.decode)
-    results = services.reward.score(items)
+    results = services.reward.score_batch(items)
     scored = attach_scores(prompts, groups, results)
     t_reward = time.perf_counter()
     samples = train_samples(scored, first_group_id=step_index * len(prompts))

@@ -1,0 +1,89 @@
+"""Deterministic fake services for schedule tests (the real ones run in integration/e2e)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from hybridflow.types import (
+    Completion,
+    RolloutStatus,
+    SamplingParams,
+    ScoreItem,
+    ScoreResult,
+    TrainSample,
+    TrainStepResult,
+    WeightUpdateReport,
+)
+
+
+@dataclass
+class Record:
+    prompt_text: str
+    prompt_ids: list[int]
+    data_source: str = "arith"
+    ground_truth: str | None = "1"
+    extra_info: dict = field(default_factory=dict)
+    index: int = 0
+
+
+def records(num: int) -> list[Record]:
+    return [Record(f"p{i}", [i + 1], index=i) for i in range(num)]
+
+
+class Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+
+class FakeRollout:
+    """Answers each prompt [x] with n completions [x, k]; version set by the learner."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.version = 0
+        self.fail = fail
+        self.prompts_seen: list[list[int]] = []
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""):
+        if self.fail:
+            raise Unavailable()
+        self.prompts_seen.extend(list(p) for p in prompts)
+        return [
+            [Completion([p[0], k], [-0.5, -0.5], "stop", self.version) for k in range(params.n)]
+            for p in prompts
+        ]
+
+    def status(self) -> RolloutStatus:
+        return RolloutStatus("fake", "fake", self.version, 0, 10)
+
+
+class FakeReward:
+    def score_batch(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        return [ScoreResult(1.0 if it.response.endswith("0") else 0.0) for it in items]
+
+
+class FakeLearner:
+    def __init__(self, rollouts: list[FakeRollout]) -> None:
+        self.version = 0
+        self.batches: list[list[TrainSample]] = []
+        self.rollouts = rollouts
+        self.checkpoints: list[str] = []
+
+    def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
+        self.batches.append(samples)
+        self.version += 1
+        return TrainStepResult(self.version, {"actor/pg_loss": 0.1})
+
+    def compute_logprobs(self, prompts, responses, temperature):
+        return [[-0.5] * len(r) for r in responses]
+
+    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+        for r in self.rollouts:
+            r.version = self.version
+        return WeightUpdateReport(self.version, 8, 0.0)
+
+    def save_checkpoint(self, path: str) -> str:
+        self.checkpoints.append(path)
+        return path

@@ -1,0 +1,56 @@
+"""Fixtures of the learner unit tests: a random tiny Llama checkpoint in a temp directory."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hybridflow.models.tokenizer import build_char_tokenizer
+from hybridflow.types import TrainSample
+
+
+def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> Path:
+    """A 2-layer, width-32 random Llama with the character tokenizer, saved HF-style."""
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_llama"))
+
+
+def make_samples(rewards: list[float], group_size: int = 2) -> list[TrainSample]:
+    """Samples with varied prompt/response lengths; ids are printable characters (>= 4)."""
+    samples = []
+    for i, reward in enumerate(rewards):
+        prompt = [10 + (3 * i + k) % 50 for k in range(3 + i % 3)]
+        response = [20 + (5 * i + k) % 40 for k in range(2 + (i * 2) % 5)]
+        samples.append(
+            TrainSample(
+                prompt_ids=prompt,
+                response_ids=response,
+                rollout_logprobs=[-1.0] * len(response),
+                reward=reward,
+                group_id=i // group_size,
+                policy_version=0,
+            )
+        )
+    return samples
