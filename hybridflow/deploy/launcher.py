@@ -82,7 +82,7 @@ class ServiceGroup:
                            f"--nproc-per-node={world}", "-m", "hybridflow.services.learner"]
         else:
             learner_cmd = [py, "-m", "hybridflow.services.learner"]
-        self._spawn("learner", learner_cmd, getattr(self.job.learner, "devices", ""))
+        self._spawn("learner", learner_cmd, self.job.learner.devices)
         devices = self.job.rollout.devices
         for i in range(self.job.rollout.replicas):
             self._spawn(
@@ -121,9 +121,11 @@ class ServiceGroup:
         ]
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM each service's process group, then SIGKILL what is left after grace_s."""
+        """SIGTERM each service (torchrun forwards it to its ranks), then SIGKILL whatever is
+        left in its process group after grace_s."""
         for proc in self.processes:
-            _signal_group(proc.popen, signal.SIGTERM)
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for proc in self.processes:
             try:

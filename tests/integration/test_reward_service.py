@@ -20,6 +20,7 @@ from hybridflow.services.reward.scorers import RewardScorer
 from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer
 from hybridflow.types import ScoreItem
 from hybridflow.v1 import reward_pb2, reward_pb2_grpc
+from tests.helpers import wait_for_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MIB = 1024 * 1024
@@ -133,13 +134,3 @@ def test_service_process_lifecycle(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert proc.poll() is None, proc.stdout.read().decode()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)

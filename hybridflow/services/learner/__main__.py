@@ -25,20 +25,27 @@ def main(argv: list[str] | None = None) -> int:
     dist_info = init_from_env(cfg.device)
     log = setup_logging(f"learner{dist_info.rank}")
 
-    from transformers import AutoConfig
-
     from hybridflow.models import resolve_model_path
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.weights.grpc_stream import GrpcWeightSender
 
-    path = resolve_model_path(job.model)
-    worker = LearnerWorker(cfg, path)
+    try:
+        path = resolve_model_path(job.model)
+        worker = LearnerWorker(cfg, path)
+    except ValueError as exc:
+        log.error("cannot load the model: %s", exc)
+        return 2
     channel = ChannelConfig(max_message_bytes=cfg.server.max_message_bytes)
     core = LearnerCore(worker, dist_info.rank, lambda address: GrpcWeightSender(address, channel))
     relay = CommandRelay(core.dispatch, group=control_group() if dist_info.is_distributed else None)
     if dist_info.rank != 0:
+        import signal
+
+        # torchrun forwards SIGTERM to every rank at once; the others must outlive rank 0's
+        # drain and leave on its relayed "shutdown", or rank 0's last broadcast fails.
+        signal.signal(signal.SIGTERM, lambda *_: log.info("SIGTERM: waiting for rank 0"))
         log.info("rank %d serving relayed commands", dist_info.rank)
         relay.serve()
         return 0
@@ -58,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     servicer = LearnerServicer(
         dispatch=relay.call,
         info=info,
-        vocab_size=AutoConfig.from_pretrained(str(path)).vocab_size,
+        vocab_size=worker.vocab_size,
         max_bytes=cfg.server.max_message_bytes,
         chunk_bytes=channel.chunk_bytes,
     )

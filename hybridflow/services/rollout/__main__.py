@@ -29,8 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.engine != "hf":
         log.error("engine %r is not available in this build (install the vllm extra on a GPU)", cfg.engine)
         return 2
-    path = resolve_model_path(job.model)
-    engine = HFEngine(path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed + args.replica_index)
+    if cfg.server.port:
+        cfg.server.port += args.replica_index  # a fixed base port: one port per replica
+    try:
+        path = resolve_model_path(job.model)
+        engine = HFEngine(path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed + args.replica_index)
+    except ValueError as exc:
+        log.error("cannot load the model: %s", exc)
+        return 2
     rollout = LocalRollout(engine, job.model, "hf")
     servicer = RolloutServicer(rollout, cfg.prompts_per_message, cfg.server.max_message_bytes)
     running = start_server(

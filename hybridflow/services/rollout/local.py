@@ -22,6 +22,7 @@ class Engine(Protocol):
 
     policy_version: int
     eos_token_id: int
+    vocab_size: int
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams
@@ -63,14 +64,12 @@ class LocalRollout:
         return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
 
     def status(self) -> RolloutStatus:
-        tokenizer = getattr(self.engine, "tokenizer", None)
-        vocab = len(tokenizer) if tokenizer is not None else 0
         return RolloutStatus(
             model=self.model,
             engine=self.engine_name,
             policy_version=self.engine.policy_version,
             eos_token_id=self.engine.eos_token_id,
-            vocab_size=vocab,
+            vocab_size=self.engine.vocab_size,
             num_requests=self._num_requests,
             num_generated_tokens=self._num_tokens,
         )

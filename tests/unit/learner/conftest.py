@@ -37,7 +37,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_llama"))
 
 
-def make_samples(rewards: list[float], group_size: int = 2) -> list[TrainSample]:
+def _make_samples(rewards: list[float], group_size: int = 2) -> list[TrainSample]:
     """Samples with varied prompt/response lengths; ids are printable characters (>= 4)."""
     samples = []
     for i, reward in enumerate(rewards):
@@ -54,3 +54,9 @@ def make_samples(rewards: list[float], group_size: int = 2) -> list[TrainSample]
             )
         )
     return samples
+
+
+@pytest.fixture
+def make_samples():  # type: ignore[no-untyped-def]
+    """Builder of train samples: ``make_samples(rewards, group_size=2)``."""
+    return _make_samples

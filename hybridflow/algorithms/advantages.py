@@ -1,0 +1,104 @@
+"""Advantage estimators: GRPO (group-normalised outcome scores) and GAE (with a critic).
+
+Inputs are tensors: per-sample scores with group ids, or per-token rewards and values over a
+``[batch, tokens]`` response layout with a 0/1 response mask. Nothing here knows where the
+scores came from, which model produced the values, or how the batch is split across ranks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hybridflow.algorithms.masked import masked_whiten
+
+
+def grpo_outcome_advantages(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> torch.Tensor:
+    """Per-sample GRPO advantage: ``(score - group mean) / (group std + eps)``.
+
+    ``scores [B]`` float, ``group_ids [B]`` int (samples of one prompt share an id). The std is
+    the unbiased (Bessel-corrected) one, as ``torch.std``. With ``norm_by_std=False`` the
+    advantage is ``score - group mean`` (Dr. GRPO). A group of one sample has mean 0 and std 1,
+    so its advantage is its score (verl's convention).
+    """
+    if scores.dim() != 1 or group_ids.shape != scores.shape:
+        raise ValueError(
+            f"scores and group_ids must be 1-D of equal length, got {tuple(scores.shape)} "
+            f"and {tuple(group_ids.shape)}"
+        )
+    scores = scores.float()
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    num_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    counts = torch.zeros(num_groups, dtype=scores.dtype).index_add_(
+        0, inverse, torch.ones_like(scores)
+    )
+    sums = torch.zeros(num_groups, dtype=scores.dtype).index_add_(0, inverse, scores)
+    means = sums / counts
+    sq_dev = torch.zeros(num_groups, dtype=scores.dtype).index_add_(
+        0, inverse, (scores - means[inverse]) ** 2
+    )
+    stds = torch.sqrt(sq_dev / (counts - 1).clamp(min=1.0))
+    singleton = counts == 1
+    means = torch.where(singleton, torch.zeros_like(means), means)
+    stds = torch.where(singleton, torch.ones_like(stds), stds)
+    centred = scores - means[inverse]
+    if not norm_by_std:
+        return centred
+    return centred / (stds[inverse] + eps)
+
+
+def last_token_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Token-level rewards ``[B, T]``: each sample's score at its last valid response token."""
+    lengths = response_mask.long().sum(dim=-1)
+    if bool((lengths == 0).any()):
+        raise ValueError("response_mask: every sample needs at least one response token")
+    out = torch.zeros(response_mask.shape, dtype=scores.dtype, device=scores.device)
+    rows = torch.arange(response_mask.shape[0], device=scores.device)
+    # Right-padded responses: the last valid token of row i sits at index lengths[i] - 1.
+    out[rows, lengths - 1] = scores
+    return out
+
+
+def gae_advantages(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    whiten: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over response tokens; returns ``(advantages, returns)``.
+
+    ``delta_t = r_t + gamma * V_{t+1} - V_t`` and ``A_t = delta_t + gamma * lam * A_{t+1}``,
+    with ``V`` and ``A`` past the last valid token taken as 0. Masked positions are skipped (the
+    recursion carries over them), so holes in the mask behave like absent tokens.
+    ``returns = A + V`` before whitening; ``whiten`` normalises the advantages to zero mean and
+    unit variance over valid tokens (local statistics: a data-parallel caller passes
+    ``whiten=False`` and whitens with global statistics via ``masked_whiten``).
+    """
+    if token_rewards.shape != values.shape or values.shape != response_mask.shape:
+        raise ValueError(
+            "token_rewards, values and response_mask must share a shape, got "
+            f"{tuple(token_rewards.shape)}, {tuple(values.shape)}, {tuple(response_mask.shape)}"
+        )
+    mask = response_mask.to(values.dtype)
+    num_tokens = values.shape[-1]
+    next_value = torch.zeros_like(values[:, 0])
+    last_gae = torch.zeros_like(values[:, 0])
+    advantages_reversed: list[torch.Tensor] = []
+    for t in reversed(range(num_tokens)):
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        gae = delta + gamma * lam * last_gae
+        m = mask[:, t]
+        next_value = values[:, t] * m + next_value * (1 - m)
+        last_gae = gae * m + last_gae * (1 - m)
+        advantages_reversed.append(last_gae)
+    advantages = torch.stack(advantages_reversed[::-1], dim=-1) * mask
+    returns = (advantages + values) * mask
+    if whiten:
+        advantages = masked_whiten(advantages, mask)
+    return advantages, returns

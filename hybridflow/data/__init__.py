@@ -1,0 +1,1 @@
+"""Datasets: the built-in arithmetic task (``arith``) and verl-format file loaders."""

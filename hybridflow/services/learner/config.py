@@ -1,0 +1,144 @@
+"""Learner service configuration (imports without torch or grpc).
+
+One dataclass: model, algorithm (GRPO or PPO), optimizer, PPO clipping, KL, critic, and the
+process settings. ``validate`` raises ``ValueError`` naming the field. This module knows
+nothing about models, tensors or the wire.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hybridflow.rpc.config import ServerConfig
+
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+"""Loss aggregation modes (verl's names); mirrors ``hybridflow.algorithms.LOSS_AGG_MODES``."""
+
+KL_ESTIMATOR_NAMES: tuple[str, ...] = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs")
+"""KL estimator names; verl's aliases kl=k1, mse=k2, low_var_kl=k3 are accepted."""
+
+
+@dataclass
+class LearnerConfig:
+    """The learner: actor (plus critic and reference when needed), optimizer and RL loss."""
+
+    algorithm: Literal["grpo", "ppo"] = "grpo"
+    """Advantage estimator: "grpo" (group-normalised outcome) or "ppo" (GAE with a critic)."""
+    lr: float = 1e-5
+    """Actor AdamW learning rate (constant)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay (actor and critic)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas (actor and critic)."""
+    grad_clip: float = 1.0
+    """Max global gradient L2 norm (actor and critic); 0 disables clipping."""
+    micro_batch_size: int = 8
+    """Samples per forward/backward on one rank; gradients accumulate over micro-batches."""
+    ppo_epochs: int = 1
+    """Passes over each train batch."""
+    num_mini_batches: int = 1
+    """Optimizer steps per epoch: the batch is split into this many contiguous mini-batches."""
+    clip_ratio_low: float = 0.2
+    """PPO lower clip: the ratio is clipped at 1 - clip_ratio_low."""
+    clip_ratio_high: float = 0.2
+    """PPO upper clip: 1 + clip_ratio_high (raise it for clip-higher / DAPO, e.g. 0.28)."""
+    clip_ratio_c: float | None = 3.0
+    """Dual-clip bound for negative advantages (> 1); null disables dual-clip."""
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    """How token losses become one scalar."""
+    norm_adv_by_std: bool = True
+    """GRPO: divide by the group std (False: Dr. GRPO, mean-centred only)."""
+    kl_coef: float = 0.0
+    """Weight of the KL to the reference model (needs use_reference when > 0)."""
+    kl_estimator: str = "k3"
+    """KL estimator: k1, k2 (mse), k3 (low_var_kl) or abs."""
+    kl_mode: Literal["loss", "reward"] = "loss"
+    """Where KL enters: "loss" (a loss term) or "reward" (a per-token reward penalty; PPO)."""
+    use_reference: bool = False
+    """Load a frozen copy of the initial actor as the KL reference."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (loss -= entropy_coef * entropy)."""
+    temperature: float = 1.0
+    """Log-prob temperature; must equal the rollout sampling temperature (0 counts as 1)."""
+    critic_lr: float = 1e-5
+    """Critic AdamW learning rate (PPO)."""
+    gamma: float = 1.0
+    """GAE discount (PPO)."""
+    lam: float = 1.0
+    """GAE lambda (PPO)."""
+    value_clip: float | None = 0.5
+    """Critic value clip range around the rollout-time values; null disables it (PPO)."""
+    seed: int = 0
+    """Seed of torch's generator (critic head init)."""
+    num_threads: int = 1
+    """Torch intra-op threads of this process."""
+    device: str = "cpu"
+    """Torch device: "cpu", or "cuda" (each rank uses cuda:LOCAL_RANK)."""
+    nproc_per_node: int = 1
+    """Learner ranks torchrun starts (FSDP2 data-parallel shards)."""
+    devices: str = ""
+    """CUDA_VISIBLE_DEVICES of the learner processes, e.g. "0,1" (empty: inherit)."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """Listening socket and transport limits (rank 0 serves)."""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        if self.algorithm not in ("grpo", "ppo"):
+            raise ValueError(f"learner.algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
+        _positive("lr", self.lr)
+        _positive("critic_lr", self.critic_lr)
+        _non_negative("weight_decay", self.weight_decay)
+        _non_negative("grad_clip", self.grad_clip)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"learner.betas must be two numbers in [0, 1), got {self.betas!r}")
+        for name in ("micro_batch_size", "ppo_epochs", "num_mini_batches", "num_threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"learner.{name} must be >= 1, got {getattr(self, name)}")
+        if self.nproc_per_node < 1:
+            raise ValueError(f"learner.nproc_per_node must be >= 1, got {self.nproc_per_node}")
+        if not 0.0 < self.clip_ratio_low < 1.0:
+            raise ValueError(f"learner.clip_ratio_low must be in (0, 1), got {self.clip_ratio_low}")
+        _positive("clip_ratio_high", self.clip_ratio_high)
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1.0:
+            raise ValueError(f"learner.clip_ratio_c must be > 1 or null, got {self.clip_ratio_c}")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(
+                f"learner.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}"
+            )
+        _non_negative("kl_coef", self.kl_coef)
+        if self.kl_estimator not in KL_ESTIMATOR_NAMES:
+            raise ValueError(
+                f"learner.kl_estimator must be one of {KL_ESTIMATOR_NAMES}, "
+                f"got {self.kl_estimator!r}"
+            )
+        if self.kl_mode not in ("loss", "reward"):
+            raise ValueError(f"learner.kl_mode must be 'loss' or 'reward', got {self.kl_mode!r}")
+        if self.kl_coef > 0 and not self.use_reference:
+            raise ValueError("learner.kl_coef > 0 needs learner.use_reference: true")
+        if self.kl_mode == "reward" and self.kl_coef > 0 and self.algorithm != "ppo":
+            raise ValueError(
+                "learner.kl_mode 'reward' applies to algorithm 'ppo' only "
+                "(GRPO advantages come from sequence scores; use kl_mode 'loss')"
+            )
+        _non_negative("entropy_coef", self.entropy_coef)
+        _non_negative("temperature", self.temperature)
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"learner.gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"learner.lam must be in [0, 1], got {self.lam}")
+        if self.value_clip is not None:
+            _positive("value_clip", self.value_clip)
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"learner.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+def _positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"learner.{name} must be a finite number > 0, got {value}")
+
+
+def _non_negative(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"learner.{name} must be a finite number >= 0, got {value}")

@@ -1,0 +1,283 @@
+"""The phases of one learner train step on this rank: precompute, PPO advantages, updates.
+
+Every loss term is normalised by the *global* token / sequence count of its mini-batch (known
+to every rank, since every rank receives the whole batch) and scaled by the world size before
+``backward``: FSDP2 averages gradients over ranks, so summing over micro-batches and ranks
+gives exactly the single-process gradient. Metrics are partial sums reduced at the end.
+This module knows nothing about gRPC, checkpoints or how the models were loaded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from hybridflow.algorithms.advantages import gae_advantages, last_token_scores
+from hybridflow.algorithms.aggregation import agg_loss
+from hybridflow.algorithms.kl import kl_penalty
+from hybridflow.algorithms.masked import masked_whiten
+from hybridflow.algorithms.policy_loss import compute_policy_loss
+from hybridflow.algorithms.value_loss import compute_value_loss
+from hybridflow.services.learner.batching import (
+    MicroBatch,
+    PaddedBatch,
+    StepPlan,
+    build_padded_batch,
+    plan_micro_batches,
+)
+from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.distributed import all_reduce_sum
+from hybridflow.services.learner.forward import policy_forward, value_forward
+from hybridflow.services.learner.fsdp import clip_grad_norm
+from hybridflow.services.learner.metrics import StepMetrics, masked_extrema
+from hybridflow.types import TrainSample
+
+Cache = dict[str, dict[int, torch.Tensor]]
+"""Per-sample tensors by kind ("old_logp", "ref_logp", "values") and global sample index."""
+
+
+@dataclass
+class UpdateContext:
+    """What the phases share: config, batch, plan, device and the metric accumulator."""
+
+    config: LearnerConfig
+    samples: list[TrainSample]
+    plan: StepPlan
+    device: torch.device
+    pad_id: int
+    world_size: int
+    metrics: StepMetrics
+    _grad_norms: dict[str, list[float]] = field(default_factory=dict)
+
+    def batch(self, micro: MicroBatch) -> PaddedBatch:
+        rows = [self.samples[i] for i in micro.indices]
+        return build_padded_batch(
+            [s.prompt_ids for s in rows],
+            [s.response_ids for s in rows],
+            self.pad_id,
+            self.device,
+            micro.weights,
+        )
+
+    def stack(
+        self, per_sample: dict[int, torch.Tensor], micro: MicroBatch, width: int
+    ) -> torch.Tensor:
+        """``[rows, width]`` of per-sample 1-D tensors, zero-padded (zeros for filler rows)."""
+        out = torch.zeros((len(micro.indices), width), dtype=torch.float32, device=self.device)
+        for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
+            if w > 0:
+                out[row, : per_sample[i].shape[0]] = per_sample[i]
+        return out
+
+    def counts(self, mb: int) -> tuple[float, float]:
+        """Global (tokens, sequences) of mini-batch ``mb``."""
+        indices = self.plan.mini_batches[mb]
+        return float(sum(len(self.samples[i].response_ids) for i in indices)), float(len(indices))
+
+    def micro_batches(self, mb: int) -> list[MicroBatch]:
+        return plan_micro_batches(
+            self.plan.rank_slices[mb],
+            self.plan.rank,
+            self.config.micro_batch_size,
+            self.plan.mini_batches[mb].start,
+        )
+
+    def actor_update(
+        self,
+        actor: nn.Module,
+        optim: torch.optim.Optimizer,
+        mb: int,
+        cache: Cache,
+        advantages: dict[int, torch.Tensor],
+        scale: float,
+        first_epoch: bool,
+    ) -> None:
+        """One actor optimizer step on mini-batch ``mb``."""
+        cfg, m = self.config, self.metrics
+        num_tokens, num_seqs = self.counts(mb)
+        batch_tokens = float(sum(len(s.response_ids) for s in self.samples))
+        optim.zero_grad(set_to_none=True)
+        for micro in self.micro_batches(mb):
+            batch = self.batch(micro)
+            width, mask = batch.response_mask.shape[1], batch.response_mask
+            logp, entropy = policy_forward(actor, batch, cfg.temperature, with_entropy=True)
+            assert entropy is not None
+            old = (
+                self.stack(cache["old_logp"], micro, width)
+                if "old_logp" in cache
+                else logp.detach()
+            )
+            out = compute_policy_loss(
+                old,
+                logp,
+                self.stack(advantages, micro, width),
+                mask,
+                cfg.clip_ratio_low,
+                cfg.clip_ratio_high,
+                cfg.clip_ratio_c,
+                cfg.loss_agg_mode,
+                num_tokens,
+                num_seqs,
+            )
+            ent = agg_loss(entropy, mask, cfg.loss_agg_mode, num_tokens, num_seqs)
+            loss = out.loss - cfg.entropy_coef * ent
+            for name, value in (
+                ("pg_loss", out.loss),
+                ("entropy", ent),
+                ("pg_clipfrac", out.pg_clipfrac),
+                ("ppo_kl", out.ppo_kl),
+                ("pg_clipfrac_lower", out.pg_clipfrac_lower),
+            ):
+                m.add(f"actor/{name}", value, scale)
+            if "ref_logp" in cache and cfg.kl_mode == "loss":
+                kl = kl_penalty(logp, self.stack(cache["ref_logp"], micro, width), cfg.kl_estimator)
+                kl_loss = agg_loss(kl, mask, cfg.loss_agg_mode, num_tokens, num_seqs)
+                loss = loss + cfg.kl_coef * kl_loss
+                m.add("actor/kl_loss", kl_loss, scale)
+                m.set_global("actor/kl_coef", cfg.kl_coef)
+            if first_epoch:
+                rows = [self.samples[i] for i in micro.indices]
+                rollout = torch.zeros_like(old)
+                for r, s in enumerate(rows):
+                    rollout[r, : len(s.rollout_logprobs)] = torch.tensor(s.rollout_logprobs)
+                diff = (torch.exp(rollout) - torch.exp(old)).abs()
+                m.add(
+                    "training/rollout_probs_diff_mean",
+                    agg_loss(diff, mask, "token-mean", num_tokens=batch_tokens),
+                )
+                m.max("training/rollout_probs_diff_max", masked_extrema(diff, mask)[0])
+            (loss * self.world_size).backward()
+        self._step(actor, optim, "actor", scale)
+
+    def critic_update(
+        self,
+        critic: nn.Module,
+        optim: torch.optim.Optimizer,
+        mb: int,
+        cache: Cache,
+        returns: dict[int, torch.Tensor],
+        scale: float,
+    ) -> None:
+        """One critic optimizer step on mini-batch ``mb``."""
+        cfg, m = self.config, self.metrics
+        num_tokens, num_seqs = self.counts(mb)
+        optim.zero_grad(set_to_none=True)
+        for micro in self.micro_batches(mb):
+            batch = self.batch(micro)
+            width, mask = batch.response_mask.shape[1], batch.response_mask
+            vpreds = value_forward(critic, batch)
+            out = compute_value_loss(
+                vpreds,
+                self.stack(cache["values"], micro, width),
+                self.stack(returns, micro, width),
+                mask,
+                cfg.value_clip,
+                cfg.loss_agg_mode,
+                num_tokens,
+                num_seqs,
+            )
+            m.add("critic/vf_loss", out.loss, scale)
+            m.add("critic/vf_clipfrac", out.vf_clipfrac, scale)
+            m.add(
+                "critic/vpred_mean",
+                agg_loss(vpreds.detach(), mask, "token-mean", num_tokens),
+                scale,
+            )
+            (out.loss * self.world_size).backward()
+        self._step(critic, optim, "critic", scale)
+
+    def _step(
+        self, module: nn.Module, optim: torch.optim.Optimizer, role: str, scale: float
+    ) -> None:
+        """Clip, then step unless the gradient norm is not finite (counted, weights kept)."""
+        grad_norm = float(clip_grad_norm(module.parameters(), self.config.grad_clip))
+        self.metrics.add_global(f"{role}/grad_norm", grad_norm, scale)
+        if math.isfinite(grad_norm):
+            optim.step()
+            self.metrics.add_global(f"{role}/num_skipped_steps", 0.0)
+        else:
+            self.metrics.add_global(f"{role}/num_skipped_steps", 1.0)
+        optim.zero_grad(set_to_none=True)
+
+
+@torch.no_grad()
+def precompute(
+    ctx: UpdateContext, actor: nn.Module, reference: nn.Module | None, critic: nn.Module | None
+) -> Cache:
+    """Per-sample old log-probs, reference log-probs and values (whichever are needed)."""
+    cfg = ctx.config
+    need_old = cfg.ppo_epochs * cfg.num_mini_batches > 1 or (
+        reference is not None and cfg.kl_mode == "reward"
+    )
+    cache: Cache = {}
+    if not (need_old or reference is not None or critic is not None):
+        return cache
+    for micro in plan_micro_batches(
+        ctx.plan.owned_by_rank(), ctx.plan.rank, cfg.micro_batch_size, 0
+    ):
+        batch = ctx.batch(micro)
+        results: dict[str, torch.Tensor] = {}
+        if need_old:
+            results["old_logp"] = policy_forward(actor, batch, cfg.temperature, False)[0]
+        if reference is not None:
+            results["ref_logp"] = policy_forward(reference, batch, cfg.temperature, False)[0]
+        if critic is not None:
+            results["values"] = value_forward(critic, batch)
+        for key, tensor in results.items():
+            per_sample = cache.setdefault(key, {})
+            for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
+                if w > 0:
+                    per_sample[i] = tensor[row, : len(ctx.samples[i].response_ids)].clone()
+    return cache
+
+
+def ppo_advantages(
+    ctx: UpdateContext, cache: Cache
+) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """GAE advantages (whitened over the whole batch) and returns of this rank's samples."""
+    cfg, m, owned = ctx.config, ctx.metrics, ctx.plan.owned
+    num_tokens = float(sum(len(s.response_ids) for s in ctx.samples))
+    micro = MicroBatch(indices=owned, weights=[1.0] * len(owned))
+    width = max((len(ctx.samples[i].response_ids) for i in owned), default=1)
+    mask = torch.zeros((len(owned), width), device=ctx.device)
+    for row, i in enumerate(owned):
+        mask[row, : len(ctx.samples[i].response_ids)] = 1.0
+    rewards = torch.tensor(
+        [ctx.samples[i].reward for i in owned], dtype=torch.float32, device=ctx.device
+    )
+    token_rewards = last_token_scores(rewards, mask) if owned else mask.clone()
+    if "ref_logp" in cache and cfg.kl_mode == "reward":
+        kl = (
+            kl_penalty(
+                ctx.stack(cache["old_logp"], micro, width),
+                ctx.stack(cache["ref_logp"], micro, width),
+                cfg.kl_estimator,
+            )
+            * mask
+        )
+        token_rewards = token_rewards - cfg.kl_coef * kl
+        m.add("actor/reward_kl_penalty", agg_loss(kl, mask, "token-mean", num_tokens))
+        m.set_global("actor/reward_kl_penalty_coeff", cfg.kl_coef)
+    values = ctx.stack(cache["values"], micro, width)
+    if owned:
+        adv, returns = gae_advantages(token_rewards, values, mask, cfg.gamma, cfg.lam, whiten=False)
+    else:
+        adv, returns = torch.zeros_like(mask), torch.zeros_like(mask)
+    totals = all_reduce_sum(torch.stack([(adv * mask).sum(), mask.sum()]).double())
+    mean = totals[0] / totals[1]
+    sq_dev = all_reduce_sum(((adv.double() - mean) ** 2 * mask).sum())
+    var = sq_dev / (totals[1] - 1)
+    adv = masked_whiten(adv, mask, mean.float(), var.float())
+    num_seqs = float(len(ctx.samples))
+    m.add("critic/rewards/mean", (token_rewards * mask).sum() / num_seqs)
+    for name, tensor in (("advantages", adv), ("returns", returns), ("values", values)):
+        m.add(f"critic/{name}/mean", agg_loss(tensor, mask, "token-mean", num_tokens))
+        hi, lo = masked_extrema(tensor, mask)
+        m.max(f"critic/{name}/max", hi)
+        m.min(f"critic/{name}/min", lo)
+    adv_out = {i: adv[row, : len(ctx.samples[i].response_ids)] for row, i in enumerate(owned)}
+    ret_out = {i: returns[row, : len(ctx.samples[i].response_ids)] for row, i in enumerate(owned)}
+    return adv_out, ret_out

@@ -1,0 +1,239 @@
+"""The learner worker: owns the actor (critic, reference), the optimizers and one train step.
+
+``train_step`` on a batch of scored samples, the same on every rank of the SPMD group:
+1. validate; split the batch into mini-batches, each mini-batch into contiguous rank slices;
+2. per sample (no grad): old log-probs (only when several updates reuse the batch, else the
+   detached current ones), reference log-probs (KL), critic values (PPO);
+3. advantages: GRPO from rewards and group ids over the whole batch; PPO from the final reward
+   at the last response token (minus the KL penalty in ``kl_mode="reward"``) with GAE, whitened
+   with global statistics;
+4. per mini-batch: critic update (PPO), then actor update; micro-batches accumulate gradients,
+   losses are normalised by the global token/sequence counts and scaled by the world size
+   (FSDP2 averages gradients over ranks), so the gradient equals the single-process one.
+``policy_version`` rises by one per actor optimizer step.
+
+Knows nothing about gRPC, the coordinator or weight transports; single process and FSDP2 run
+the same code (a single rank is a world of one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from hybridflow.algorithms.advantages import grpo_outcome_advantages
+from hybridflow.services.learner.batching import (
+    StepPlan,
+    build_padded_batch,
+    plan_micro_batches,
+    split_contiguous,
+    validate_samples,
+    validate_sequences,
+)
+from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.distributed import all_gather_objects, current_dist_info
+from hybridflow.services.learner.forward import policy_forward
+from hybridflow.services.learner.fsdp import iter_full_state_dict, shard_module
+from hybridflow.services.learner.metrics import StepMetrics
+from hybridflow.services.learner.models import (
+    decoder_layer_classes,
+    load_actor,
+    load_critic,
+    load_reference,
+    load_tokenizer,
+    resolve_checkpoint,
+)
+from hybridflow.services.learner.updates import UpdateContext, ppo_advantages, precompute
+from hybridflow.types import TrainSample, TrainStepResult
+
+
+class LearnerWorker:
+    """Actor (+ critic, reference) and their optimizers on this rank; see the module doc."""
+
+    def __init__(self, config: LearnerConfig, model_path: str | Path) -> None:
+        """``model_path``: builtin:tiny or a local checkpoint dir (the job's top-level model)."""
+        config.validate()
+        self.config = config
+        torch.set_num_threads(config.num_threads)
+        self.dist = current_dist_info()
+        if config.device.startswith("cuda") and self.dist.is_distributed:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        else:
+            self.device = torch.device(config.device)
+        self.model_path = resolve_checkpoint(model_path)
+        torch.manual_seed(config.seed)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.actor = load_actor(self.model_path, self.device)
+        embeddings = self.actor.get_input_embeddings()
+        assert isinstance(embeddings, torch.nn.Embedding), "actor input embeddings"
+        self.vocab_size = int(embeddings.num_embeddings)
+        pad = self.tokenizer.pad_token_id
+        # Right padding is masked out everywhere, so any in-vocab id may fill it.
+        self.pad_id = int(pad) if pad is not None else 0
+        self.reference = (
+            load_reference(self.model_path, self.device) if config.use_reference else None
+        )
+        self.critic = (
+            load_critic(self.model_path, self.device, config.seed)
+            if config.algorithm == "ppo"
+            else None
+        )
+        if self.dist.is_distributed:
+            for module in (self.actor, self.reference, self.critic):
+                if module is not None:
+                    shard_module(
+                        module,
+                        decoder_layer_classes(module),
+                        self.device.type,
+                        self.dist.world_size,
+                    )
+        self.actor_optim = torch.optim.AdamW(
+            self.actor.parameters(),
+            lr=config.lr,
+            betas=config.betas,
+            weight_decay=config.weight_decay,
+        )
+        self.critic_optim = (
+            None
+            if self.critic is None
+            else torch.optim.AdamW(
+                self.critic.parameters(),
+                lr=config.critic_lr,
+                betas=config.betas,
+                weight_decay=config.weight_decay,
+            )
+        )
+        self.policy_version = 0
+        """Actor optimizer steps taken so far (the version of the current weights)."""
+
+    # ------------------------------------------------------------------ train
+    def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
+        """One train batch: advantages, then ``ppo_epochs * num_mini_batches`` optimizer steps."""
+        cfg = self.config
+        validate_samples(samples, self.vocab_size)
+        if len(samples) < cfg.num_mini_batches:
+            raise ValueError(
+                f"samples: {len(samples)} samples cannot fill "
+                f"learner.num_mini_batches={cfg.num_mini_batches}"
+            )
+        if self.critic is not None and sum(len(s.response_ids) for s in samples) < 2:
+            raise ValueError("samples: PPO advantage whitening needs >= 2 response tokens")
+        plan = StepPlan.build(
+            len(samples), cfg.num_mini_batches, self.dist.world_size, self.dist.rank
+        )
+        ctx = UpdateContext(
+            config=cfg,
+            samples=samples,
+            plan=plan,
+            device=self.device,
+            pad_id=self.pad_id,
+            world_size=self.dist.world_size,
+            metrics=StepMetrics(self.device),
+        )
+        self._batch_metrics(ctx)
+        cache = precompute(ctx, self.actor, self.reference, self.critic)
+        if self.critic is not None:
+            advantages, returns = ppo_advantages(ctx, cache)
+        else:
+            scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+            groups = torch.tensor([s.group_id for s in samples], dtype=torch.long)
+            seq_adv = grpo_outcome_advantages(scores, groups, norm_by_std=cfg.norm_adv_by_std)
+            advantages = {
+                i: seq_adv[i].expand(len(samples[i].response_ids)).to(self.device)
+                for i in plan.owned
+            }
+            returns = {}
+            _grpo_advantage_metrics(ctx.metrics, samples, seq_adv)
+        num_updates = cfg.ppo_epochs * cfg.num_mini_batches
+        for epoch in range(cfg.ppo_epochs):
+            for mb in range(cfg.num_mini_batches):
+                if self.critic is not None and self.critic_optim is not None:
+                    ctx.critic_update(
+                        self.critic, self.critic_optim, mb, cache, returns, 1.0 / num_updates
+                    )
+                ctx.actor_update(
+                    self.actor,
+                    self.actor_optim,
+                    mb,
+                    cache,
+                    advantages,
+                    1.0 / num_updates,
+                    first_epoch=epoch == 0,
+                )
+                self.policy_version += 1
+        metrics = ctx.metrics.reduce()
+        metrics["actor/lr"] = cfg.lr
+        metrics["training/policy_version"] = float(self.policy_version)
+        return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
+
+    def _batch_metrics(self, ctx: UpdateContext) -> None:
+        """Statistics of the whole batch (every rank holds it: no reduction needed)."""
+        m, samples = ctx.metrics, ctx.samples
+        for key, values in (
+            ("critic/score", [s.reward for s in samples]),
+            ("response_length", [float(len(s.response_ids)) for s in samples]),
+            ("prompt_length", [float(len(s.prompt_ids)) for s in samples]),
+            (
+                "training/staleness",
+                [float(self.policy_version - s.policy_version) for s in samples],
+            ),
+        ):
+            m.set_global(f"{key}/mean", sum(values) / len(values))
+            m.set_global(f"{key}/max", max(values))
+            m.set_global(f"{key}/min", min(values))
+
+    # ------------------------------------------------------------------ inference
+    @torch.no_grad()
+    def compute_logprobs(
+        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
+    ) -> list[list[float]]:
+        """Per-token log-probs of each response under the current policy (all ranks call)."""
+        validate_sequences(prompts, responses, self.vocab_size)
+        if temperature < 0 or not math.isfinite(temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        slices = [list(r) for r in split_contiguous(len(prompts), self.dist.world_size)]
+        mine: list[list[float]] = []
+        for micro in plan_micro_batches(slices, self.dist.rank, self.config.micro_batch_size, 0):
+            batch = build_padded_batch(
+                [prompts[i] for i in micro.indices],
+                [responses[i] for i in micro.indices],
+                self.pad_id,
+                self.device,
+                micro.weights,
+            )
+            logprobs, _ = policy_forward(self.actor, batch, temperature, with_entropy=False)
+            for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
+                if w > 0:
+                    mine.append(logprobs[row, : len(responses[i])].cpu().tolist())
+        return [row for part in all_gather_objects(mine) for row in part]
+
+    # ------------------------------------------------------------------ weights
+    def full_state_dict_items(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full actor tensors under HF names; every rank must exhaust it, rank 0 gets them."""
+        return iter_full_state_dict(self.actor, emit=self.dist.rank == 0)
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """HF checkpoint of the actor (save_pretrained + tokenizer) at ``path``; rank 0 writes."""
+        out = Path(path)
+        state = dict(self.full_state_dict_items()) if self.dist.is_distributed else None
+        if self.dist.rank != 0:
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        self.actor.save_pretrained(out, state_dict=state)
+        self.tokenizer.save_pretrained(out)
+
+
+def _grpo_advantage_metrics(
+    metrics: StepMetrics, samples: list[TrainSample], seq_adv: torch.Tensor
+) -> None:
+    """Token-level advantage statistics of GRPO (each token carries its sample's advantage)."""
+    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
+    metrics.set_global("critic/advantages/mean", float((seq_adv * lengths).sum() / lengths.sum()))
+    metrics.set_global("critic/advantages/max", float(seq_adv.max()))
+    metrics.set_global("critic/advantages/min", float(seq_adv.min()))
+    metrics.set_global(
+        "critic/rewards/mean", float(torch.tensor([s.reward for s in samples]).mean())
+    )

@@ -1,0 +1,1 @@
+"""Rollout service: engines that sample completions (token ids, log-probs) for prompts."""

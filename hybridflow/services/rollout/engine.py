@@ -1,0 +1,248 @@
+"""The ``hf`` rollout engine: batched sampling with a KV cache over a transformers causal LM.
+
+``HFEngine.generate`` expands every prompt ``n`` times, left-pads the batch, runs one prefill
+forward and then one token per step through the model's ``DynamicCache``, drawing each token
+with ``sampler.sample_tokens``. It returns token ids, the per-token log-prob
+``log_softmax(logits / temperature)`` of each sampled token, a finish reason and the policy
+version of the weights that produced them. Position ids count real tokens only
+(``cumsum(attention_mask) - 1``), so padding never changes a real token's output and the
+learner's full forward over prompt+response reproduces the same log-probs.
+
+A lock makes ``generate`` and ``load_weights`` mutually exclusive: a weight swap waits for the
+request in flight and every completion of one request comes from one policy version.
+
+This module sees token ids only: it never tokenizes text, knows no task, reward or transport.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import cast
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from hybridflow.services.rollout.sampler import sample_tokens
+from hybridflow.types import Completion, SamplingParams
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+class HFEngine:
+    """One model copy on one device, sampling batches of completions for token-id prompts."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        device: str = "cpu",
+        dtype: str = "float32",
+        seed: int = 0,
+    ) -> None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        path = Path(model_path)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"model_path {str(path)!r} is not a checkpoint dir with config.json")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        self._setup(model, tokenizer, device, seed)
+
+    @classmethod
+    def from_loaded(
+        cls,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> HFEngine:
+        """An engine around an already-built model (tests use a fake one; no files are read)."""
+        engine = cls.__new__(cls)
+        engine._setup(model, tokenizer, device, seed)
+        return engine
+
+    def _setup(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        device: str,
+        seed: int,
+    ) -> None:
+        self.device = torch.device(device)
+        self.tokenizer = tokenizer
+        # Typed as a PreTrainedModel for its call signature; a test fake only mimics that.
+        self.model = cast(PreTrainedModel, model.to(self.device))
+        self.model.eval()
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            eos = self.model.config.eos_token_id
+        if isinstance(eos, list):
+            eos = eos[0]
+        if eos is None:
+            raise ValueError("model: neither the tokenizer nor the config has an EOS token id")
+        self.eos_token_id: int = int(eos)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id: int = int(pad) if pad is not None else self.eos_token_id
+        embeddings = cast(torch.nn.Embedding, self.model.get_input_embeddings())
+        self.vocab_size: int = int(embeddings.num_embeddings)
+        self.policy_version: int = 0
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ generation
+
+    def _check_prompts(self, prompts: list[list[int]]) -> None:
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompts[{i}] is empty")
+            bad = [t for t in prompt if not 0 <= int(t) < self.vocab_size]
+            if bad:
+                raise ValueError(
+                    f"prompts[{i}] has token id {bad[0]} outside [0, {self.vocab_size})"
+                )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions for each prompt (outer list: prompts, in order)."""
+        params.validate()
+        self._check_prompts(prompts)
+        for i, stop in enumerate(params.stop_token_ids):
+            if not 0 <= stop < self.vocab_size:
+                raise ValueError(
+                    f"sampling.stop_token_ids[{i}]={stop} outside [0, {self.vocab_size})"
+                )
+        if not prompts:
+            return []
+        with self._lock:
+            version = self.policy_version
+            generator = self._generator
+            if params.seed is not None:
+                generator = torch.Generator(device=self.device).manual_seed(params.seed)
+            tokens, logprobs, stopped = self._generate_locked(prompts, params, generator)
+        results: list[list[Completion]] = []
+        for p in range(len(prompts)):
+            group = []
+            for j in range(params.n):
+                row = p * params.n + j
+                group.append(
+                    Completion(
+                        token_ids=tokens[row],
+                        logprobs=logprobs[row],
+                        finish_reason="stop" if stopped[row] else "length",
+                        policy_version=version,
+                    )
+                )
+            results.append(group)
+        return results
+
+    @torch.no_grad()
+    def _generate_locked(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        generator: torch.Generator,
+    ) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+        rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
+        num_rows = len(rows)
+        max_len = max(len(r) for r in rows)
+        input_ids = torch.full((num_rows, max_len), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((num_rows, max_len), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, max_len - len(r) :] = torch.tensor(r, dtype=torch.long)
+            attention_mask[i, max_len - len(r) :] = 1
+        input_ids = input_ids.to(self.device)
+        attention_mask = attention_mask.to(self.device)
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        next_position = attention_mask.sum(dim=1, keepdim=True)
+        stop_ids = torch.tensor(
+            sorted({self.eos_token_id, *params.stop_token_ids}), device=self.device
+        )
+
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        finished = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
+        stopped = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
+        step_tokens: list[torch.Tensor] = []
+        step_logprobs: list[torch.Tensor] = []
+        step_active: list[torch.Tensor] = []
+        for step in range(params.max_new_tokens):
+            token, logprob = sample_tokens(
+                out.logits[:, -1, :], params.temperature, params.top_p, generator
+            )
+            active = ~finished
+            step_tokens.append(token)
+            step_logprobs.append(logprob)
+            step_active.append(active)
+            hit_stop = torch.isin(token, stop_ids) & active
+            stopped |= hit_stop
+            finished |= hit_stop
+            if bool(finished.all()) or step == params.max_new_tokens - 1:
+                break
+            # Finished rows keep being fed (their outputs are discarded) so the batch stays
+            # rectangular; their tokens never reach a completion.
+            feed = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(num_rows, 1)], 1)
+            out = self.model(
+                input_ids=feed.unsqueeze(1),
+                attention_mask=attention_mask,
+                position_ids=next_position,
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
+            next_position = next_position + 1
+
+        all_tokens: list[list[int]] = torch.stack(step_tokens, dim=1).cpu().tolist()
+        all_logprobs: list[list[float]] = torch.stack(step_logprobs, dim=1).cpu().tolist()
+        lengths: list[int] = torch.stack(step_active, dim=1).sum(dim=1).cpu().tolist()
+        tokens_out = [all_tokens[r][: lengths[r]] for r in range(num_rows)]
+        logprobs_out = [all_logprobs[r][: lengths[r]] for r in range(num_rows)]
+        return tokens_out, logprobs_out, stopped.cpu().tolist()
+
+    # ------------------------------------------------------------------ weights
+
+    def load_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
+    ) -> None:
+        """Copy the given tensors into the model (any subset of its state dict), atomically.
+
+        Every name and shape is checked before anything is copied; a bad one raises
+        ``ValueError`` naming the tensor and leaves the model and its version unchanged. The
+        swap waits for an in-flight ``generate`` to finish.
+        """
+        state = self.model.state_dict()
+        staged: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for name, tensor in named_tensors:
+            if name not in state:
+                raise ValueError(f"load_weights: unknown tensor {name!r} for this model")
+            target = state[name]
+            if tuple(tensor.shape) != tuple(target.shape):
+                raise ValueError(
+                    f"load_weights: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                    f"model expects {tuple(target.shape)}"
+                )
+            if not tensor.is_floating_point() and target.is_floating_point():
+                raise ValueError(
+                    f"load_weights: tensor {name!r} has non-float dtype {tensor.dtype}"
+                )
+            staged.append((target, tensor))
+        with self._lock, torch.no_grad():
+            for target, tensor in staged:
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+            self.policy_version = int(policy_version)

@@ -1,0 +1,33 @@
+"""Session-wide test setup: one torch thread per process and the built-in tiny checkpoint.
+
+``tiny_model_path`` builds ``builtin:tiny`` once per session into the session's temp dir, or
+uses the persistent cache under ``$HYBRIDFLOW_HOME`` when that is set (fast repeated runs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+try:
+    import torch
+except ImportError:  # config-only environments run the torch-free tests
+    torch = None  # type: ignore[assignment]
+
+if torch is not None:
+    # The services and the tests share the machine's cores; oversubscribed OpenMP is 10-60x slower.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of the built-in ``tiny`` checkpoint (warm-started Llama + char tokenizer)."""
+    from hybridflow.models.builtin import ensure_builtin_model
+
+    if os.environ.get("HYBRIDFLOW_HOME"):
+        return ensure_builtin_model("tiny")
+    # Laid out like a HYBRIDFLOW_HOME (<home>/models/tiny-<hash>) so tests can point the env at it.
+    home = tmp_path_factory.mktemp("hybridflow_home")
+    return ensure_builtin_model("tiny", root=home / "models")

@@ -1,0 +1,67 @@
+"""Builders shared by integration and e2e tests: in-process servers on OS-chosen ports."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from hybridflow.rpc.config import ServerConfig
+from hybridflow.rpc.server import RunningServer, start_server
+
+MIB = 1024 * 1024
+
+
+def start_rollout_server(model_path: Path, seed: int = 0, max_bytes: int = 64 * MIB) -> tuple[RunningServer, object]:
+    from hybridflow.services.rollout.engine import HFEngine
+    from hybridflow.services.rollout.local import LocalRollout
+    from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
+    from hybridflow.v1 import rollout_pb2_grpc
+
+    rollout = LocalRollout(HFEngine(model_path, seed=seed), str(model_path))
+    servicer = RolloutServicer(rollout, prompts_per_message=4, max_bytes=max_bytes)
+    server = start_server(
+        ServerConfig(max_message_bytes=max_bytes),
+        lambda s: rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, s),
+        [SERVICE_NAME],
+    )
+    return server, rollout
+
+
+def start_learner_server(model_path: Path, max_bytes: int = 64 * MIB, **config: object) -> tuple[RunningServer, object]:
+    from hybridflow.rpc.config import ChannelConfig
+    from hybridflow.services.learner.config import LearnerConfig
+    from hybridflow.services.learner.core import LearnerCore
+    from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
+    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.v1 import learner_pb2, learner_pb2_grpc
+    from hybridflow.weights.grpc_stream import GrpcWeightSender
+
+    cfg = LearnerConfig(**config)  # type: ignore[arg-type]
+    worker = LearnerWorker(cfg, model_path)
+    core = LearnerCore(worker, 0, lambda a: GrpcWeightSender(a, ChannelConfig(max_message_bytes=max_bytes)))
+    servicer = LearnerServicer(
+        dispatch=core.dispatch,
+        info=lambda: learner_pb2.LearnerInfo(model=str(model_path), algorithm=cfg.algorithm,
+                                             policy_version=worker.policy_version, world_size=1),
+        vocab_size=worker.vocab_size,
+        max_bytes=max_bytes,
+        chunk_bytes=MIB,
+    )
+    server = start_server(
+        ServerConfig(max_message_bytes=max_bytes),
+        lambda s: learner_pb2_grpc.add_LearnerServiceServicer_to_server(servicer, s),
+        [SERVICE_NAME],
+    )
+    return server, core
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Waits until a service process has written its port file (or fails with its output)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            raise AssertionError(f"process exited with {proc.returncode}:\n{out}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)

@@ -1,0 +1,218 @@
+"""LearnerWorker on a tiny random Llama, single process: GRPO, PPO, log-probs, bad input."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.worker import LearnerWorker
+from hybridflow.types import TrainSample
+
+
+def _worker(path: Path, **overrides: object) -> LearnerWorker:
+    fields: dict[str, object] = {"lr": 1e-3, "micro_batch_size": 4, "weight_decay": 0.0}
+    fields.update(overrides)
+    return LearnerWorker(LearnerConfig(**fields), path)  # type: ignore[arg-type]
+
+
+def _params(worker: LearnerWorker) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in worker.full_state_dict_items()}
+
+
+def test_grpo_step_updates_weights_and_version(tiny_checkpoint: Path, make_samples) -> None:
+    worker = _worker(tiny_checkpoint)
+    before = _params(worker)
+    result = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0, 0.5, 0.0]))
+    assert result.policy_version == 1 == worker.policy_version
+    after = _params(worker)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    m = result.metrics
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac",
+        "actor/grad_norm",
+        "critic/score/mean",
+        "critic/advantages/mean",
+        "response_length/mean",
+    ):
+        assert math.isfinite(m[key]), key
+    assert m["actor/grad_norm"] > 0
+    # On-policy single update: ratio 1, nothing clipped, no KL to the old policy.
+    assert m["actor/pg_clipfrac"] == 0.0
+    assert abs(m["actor/ppo_kl"]) < 1e-6
+    assert m["critic/score/mean"] == pytest.approx(2.5 / 6)
+
+
+def test_grpo_pg_loss_is_minus_token_weighted_advantage(
+    tiny_checkpoint: Path, make_samples
+) -> None:
+    # Groups of 2: rewards (1, 0) -> advantages (+.7071, -.7071) per group (std of {0,1} is
+    # .7071). With ratio 1 the token-mean loss is -sum_i(adv_i * len_i) / sum_i(len_i).
+    samples = make_samples([1.0, 0.0, 0.0, 1.0])
+    lengths = [len(s.response_ids) for s in samples]
+    a = 0.5 / math.sqrt(0.5)
+    adv = [a, -a, -a, a]
+    expected = -sum(x * n for x, n in zip(adv, lengths, strict=True)) / sum(lengths)
+    result = _worker(tiny_checkpoint).train_step(samples)
+    assert result.metrics["actor/pg_loss"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_equal_rewards_give_zero_advantage_and_zero_loss(
+    tiny_checkpoint: Path, make_samples
+) -> None:
+    worker = _worker(tiny_checkpoint)
+    result = worker.train_step(make_samples([1.0, 1.0, 0.0, 0.0]))
+    assert result.metrics["actor/pg_loss"] == 0.0
+    assert result.metrics["critic/advantages/max"] == 0.0
+    assert result.metrics["actor/grad_norm"] == 0.0
+    assert result.policy_version == 1
+
+
+def test_micro_batching_matches_one_big_batch(tiny_checkpoint: Path, make_samples) -> None:
+    samples = make_samples([1.0, 0.0, 0.3, 0.9, 0.5, 0.0, 0.2])
+    whole = _worker(tiny_checkpoint, micro_batch_size=16)
+    split = _worker(tiny_checkpoint, micro_batch_size=2)
+    m_whole = whole.train_step(samples).metrics
+    m_split = split.train_step(samples).metrics
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+        assert m_split[key] == pytest.approx(m_whole[key], abs=1e-5), key
+    p_whole, p_split = _params(whole), _params(split)
+    for k in p_whole:
+        torch.testing.assert_close(p_split[k], p_whole[k], atol=1e-5, rtol=0)
+
+
+def test_mini_batches_and_epochs_step_once_each(tiny_checkpoint: Path, make_samples) -> None:
+    worker = _worker(tiny_checkpoint, num_mini_batches=2, ppo_epochs=2)
+    result = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0]))
+    assert result.policy_version == 4
+    # Later updates see a moved policy: the ratio leaves 1.
+    assert result.metrics["actor/ppo_kl"] != 0.0
+
+
+def test_ppo_step_trains_critic(tiny_checkpoint: Path, make_samples) -> None:
+    worker = _worker(tiny_checkpoint, algorithm="ppo", gamma=1.0, lam=0.95)
+    result = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0, 0.5]))
+    m = result.metrics
+    assert result.policy_version == 1
+    for key in (
+        "critic/vf_loss",
+        "critic/vpred_mean",
+        "critic/grad_norm",
+        "critic/returns/mean",
+        "critic/values/mean",
+    ):
+        assert math.isfinite(m[key]), key
+    assert m["critic/vf_loss"] > 0
+    # Whitened advantages: mean 0 over the batch's response tokens.
+    assert abs(m["critic/advantages/mean"]) < 1e-5
+    # One update from the rollout-time critic: predictions equal the stored values.
+    assert m["critic/vpred_mean"] == pytest.approx(m["critic/values/mean"], abs=1e-5)
+    assert m["critic/vf_clipfrac"] == 0.0
+
+
+def test_kl_loss_to_reference_starts_at_zero(tiny_checkpoint: Path, make_samples) -> None:
+    worker = _worker(tiny_checkpoint, use_reference=True, kl_coef=0.1, ppo_epochs=2)
+    m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
+    # Epoch 1 has kl 0 (policy == reference), epoch 2 > 0 (k3 >= 0): mean in (0, inf).
+    assert m["actor/kl_loss"] > 0
+    assert m["actor/kl_coef"] == 0.1
+
+
+def test_ppo_kl_in_reward(tiny_checkpoint: Path, make_samples) -> None:
+    worker = _worker(
+        tiny_checkpoint,
+        algorithm="ppo",
+        use_reference=True,
+        kl_coef=0.1,
+        kl_mode="reward",
+        kl_estimator="k1",
+    )
+    m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
+    # Before any update the policy equals the reference: zero penalty.
+    assert m["actor/reward_kl_penalty"] == 0.0
+    assert m["critic/rewards/mean"] == pytest.approx(0.5)
+
+
+def test_compute_logprobs_matches_manual_log_softmax(tiny_checkpoint: Path) -> None:
+    worker = _worker(tiny_checkpoint)
+    prompts = [[10, 11, 12], [30, 31, 32, 33, 34], [40]]
+    responses = [[20, 21], [22], [23, 24, 25, 26]]
+    temperature = 0.7
+    got = worker.compute_logprobs(prompts, responses, temperature)
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
+    for p, r, lp in zip(prompts, responses, got, strict=True):
+        ids = torch.tensor([p + r])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0]
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        manual = [logp[len(p) - 1 + j, tok].item() for j, tok in enumerate(r)]
+        assert len(lp) == len(r)
+        assert lp == pytest.approx(manual, abs=1e-5)
+
+
+def test_save_checkpoint_round_trips(tiny_checkpoint: Path, tmp_path: Path, make_samples) -> None:
+    worker = _worker(tiny_checkpoint)
+    worker.train_step(make_samples([1.0, 0.0]))
+    worker.save_checkpoint(tmp_path / "ckpt")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32)
+    state = loaded.state_dict()
+    items = dict(worker.full_state_dict_items())
+    assert set(items) == set(state)
+    for name, tensor in items.items():
+        torch.testing.assert_close(state[name], tensor, atol=0, rtol=0)
+    assert (tmp_path / "ckpt" / "tokenizer.json").is_file()
+
+
+def _bad(samples: list[TrainSample], index: int, **change: object) -> list[TrainSample]:
+    for key, value in change.items():
+        setattr(samples[index], key, value)
+    return samples
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"response_ids": [], "rollout_logprobs": []}, r"samples\[1\]\.response_ids: empty"),
+        ({"prompt_ids": []}, r"samples\[1\]\.prompt_ids: empty"),
+        (
+            {"response_ids": [5, 101], "rollout_logprobs": [0.0, 0.0]},
+            r"samples\[1\]\.response_ids: token id 101 outside vocab",
+        ),
+        ({"prompt_ids": [-1]}, r"samples\[1\]\.prompt_ids: token id -1"),
+        ({"reward": float("nan")}, r"samples\[1\]\.reward: not finite"),
+        ({"rollout_logprobs": [0.0]}, r"samples\[1\]\.rollout_logprobs"),
+    ],
+)
+def test_bad_input_raises_value_error(
+    tiny_checkpoint: Path, make_samples, change: dict[str, object], message: str
+) -> None:
+    worker = _worker(tiny_checkpoint)
+    with pytest.raises(ValueError, match=message):
+        worker.train_step(_bad(make_samples([1.0, 0.0, 1.0]), 1, **change))
+    assert worker.policy_version == 0
+
+
+def test_empty_batch_raises(tiny_checkpoint: Path) -> None:
+    worker = _worker(tiny_checkpoint)
+    with pytest.raises(ValueError, match="batch: no samples"):
+        worker.train_step([])
+    with pytest.raises(ValueError, match="batch: no samples"):
+        worker.compute_logprobs([], [], 1.0)
+
+
+def test_grpo_raises_likelihood_of_rewarded_response(tiny_checkpoint: Path, make_samples) -> None:
+    samples = make_samples([1.0, 0.0])  # one group: sample 0 good, sample 1 bad
+    worker = _worker(tiny_checkpoint, lr=1e-2)
+    prompts = [s.prompt_ids for s in samples]
+    responses = [s.response_ids for s in samples]
+    before = [sum(lp) for lp in worker.compute_logprobs(prompts, responses, 1.0)]
+    for _ in range(3):
+        worker.train_step(samples)
+    after = [sum(lp) for lp in worker.compute_logprobs(prompts, responses, 1.0)]
+    assert after[0] > before[0]
+    assert after[1] < before[1]
