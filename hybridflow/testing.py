@@ -1,9 +1,9 @@
 """Small stand-ins for quick checks and tests: a tiny random actor and simple rewards.
 
-    from hybridflow import RLTrainer
-    from hybridflow.testing import mock_actor, mock_reward
-    trainer = RLTrainer(actor=mock_actor(), reward_fn=mock_reward, algo="ppo")
-    print(trainer.step(prompts=["1+2=", "3+4="]).metrics)
+from hybridflow import RLTrainer
+from hybridflow.testing import mock_actor, mock_reward
+trainer = RLTrainer(actor=mock_actor(), reward_fn=mock_reward, algo="ppo")
+print(trainer.step(prompts=["1+2=", "3+4="]).metrics)
 """
 
 from __future__ import annotations

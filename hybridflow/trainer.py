@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hybridflow.types import SamplingParams
 
@@ -38,7 +38,7 @@ class RLTrainer:
         self,
         actor: str | Path,
         reward_fn: RewardFn,
-        algo: str = "grpo",
+        algo: Literal["grpo", "ppo"] = "grpo",
         group_size: int = 4,
         sampling: SamplingParams | None = None,
         seed: int = 0,
@@ -61,8 +61,9 @@ class RLTrainer:
         path = resolve_model_path(str(actor))
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.params = replace(sampling or SamplingParams(max_new_tokens=8), n=group_size)
-        learner_cfg = LearnerConfig(algorithm=algo, seed=seed, temperature=self.params.temperature,
-                                    **learner_overrides)
+        learner_cfg = LearnerConfig(
+            algorithm=algo, seed=seed, temperature=self.params.temperature, **learner_overrides
+        )
         learner_cfg.validate()
         self.rollout = LocalRollout(HFEngine(path, seed=seed), str(actor))
         self.learner = LearnerCore(LearnerWorker(learner_cfg, path))
@@ -76,7 +77,7 @@ class RLTrainer:
             reward=self.reward,
             learner=self.learner,
             weight_targets=["local"],
-            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            decode=lambda ids: str(self.tokenizer.decode(ids, skip_special_tokens=True)),
         )
         self._step = 0
 

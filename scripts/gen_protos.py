@@ -16,9 +16,8 @@ PROTO_ROOT = REPO / "protos"
 
 def generate(out_dir: Path) -> list[Path]:
     """Runs protoc on every .proto; returns the generated files."""
-    from grpc_tools import protoc  # dev dependency, imported only here
-
     import grpc_tools
+    from grpc_tools import protoc  # dev dependency, imported only here
 
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     include = str(Path(grpc_tools.__file__).parent / "_proto")

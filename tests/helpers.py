@@ -12,7 +12,9 @@ from hybridflow.rpc.server import RunningServer, start_server
 MIB = 1024 * 1024
 
 
-def start_rollout_server(model_path: Path, seed: int = 0, max_bytes: int = 64 * MIB) -> tuple[RunningServer, object]:
+def start_rollout_server(
+    model_path: Path, seed: int = 0, max_bytes: int = 64 * MIB
+) -> tuple[RunningServer, object]:
     from hybridflow.services.rollout.engine import HFEngine
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
@@ -28,7 +30,9 @@ def start_rollout_server(model_path: Path, seed: int = 0, max_bytes: int = 64 * 
     return server, rollout
 
 
-def start_learner_server(model_path: Path, max_bytes: int = 64 * MIB, **config: object) -> tuple[RunningServer, object]:
+def start_learner_server(
+    model_path: Path, max_bytes: int = 64 * MIB, **config: object
+) -> tuple[RunningServer, object]:
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.services.learner.core import LearnerCore
@@ -39,11 +43,17 @@ def start_learner_server(model_path: Path, max_bytes: int = 64 * MIB, **config: 
 
     cfg = LearnerConfig(**config)  # type: ignore[arg-type]
     worker = LearnerWorker(cfg, model_path)
-    core = LearnerCore(worker, 0, lambda a: GrpcWeightSender(a, ChannelConfig(max_message_bytes=max_bytes)))
+    core = LearnerCore(
+        worker, 0, lambda a: GrpcWeightSender(a, ChannelConfig(max_message_bytes=max_bytes))
+    )
     servicer = LearnerServicer(
         dispatch=core.dispatch,
-        info=lambda: learner_pb2.LearnerInfo(model=str(model_path), algorithm=cfg.algorithm,
-                                             policy_version=worker.policy_version, world_size=1),
+        info=lambda: learner_pb2.LearnerInfo(
+            model=str(model_path),
+            algorithm=cfg.algorithm,
+            policy_version=worker.policy_version,
+            world_size=1,
+        ),
         vocab_size=worker.vocab_size,
         max_bytes=max_bytes,
         chunk_bytes=MIB,

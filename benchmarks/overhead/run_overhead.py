@@ -30,8 +30,14 @@ def run_in_process(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from hybridflow.testing import mock_reward
     from hybridflow.types import SamplingParams
 
-    trainer = RLTrainer("builtin:tiny", mock_reward, algo="grpo", group_size=group,
-                        sampling=SamplingParams(max_new_tokens=max_new), lr=lr)
+    trainer = RLTrainer(
+        "builtin:tiny",
+        mock_reward,
+        algo="grpo",
+        group_size=group,
+        sampling=SamplingParams(max_new_tokens=max_new),
+        lr=lr,
+    )
     prompts = [[row["prompt"] for row in batch] for batch in batches]
     trainer.step(prompts[0])  # warm-up
     start = time.perf_counter()
@@ -59,7 +65,10 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     job = load_job_config(None, overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
     params = SamplingParams(max_new_tokens=max_new, n=group)
-    with tempfile.TemporaryDirectory() as tmp, ServiceGroup(job, None, overrides, Path(tmp)) as services:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ServiceGroup(job, None, overrides, Path(tmp)) as services,
+    ):
         services.start()
         addr = services.wait_ready(600)
         svc = Services(
@@ -72,8 +81,14 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
 
         def records(batch: list[dict]) -> list[PromptRecord]:
             return [
-                PromptRecord(row["prompt"], tokenizer.encode(row["prompt"], add_special_tokens=False),
-                             row["data_source"], row["reward_model"]["ground_truth"], {}, i)
+                PromptRecord(
+                    row["prompt"],
+                    tokenizer.encode(row["prompt"], add_special_tokens=False),
+                    row["data_source"],
+                    row["reward_model"]["ground_truth"],
+                    {},
+                    i,
+                )
                 for i, row in enumerate(batch)
             ]
 
@@ -87,7 +102,9 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed steps (plus one warm-up)")
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
@@ -102,7 +119,7 @@ def main() -> int:
     from hybridflow.data.arith import make_arith_rows
 
     rows = make_arith_rows(args.prompts * (args.steps + 1), seed=1234)
-    batches = [rows[i * args.prompts:(i + 1) * args.prompts] for i in range(args.steps + 1)]
+    batches = [rows[i * args.prompts : (i + 1) * args.prompts] for i in range(args.steps + 1)]
     in_process = run_in_process(batches, args.group, args.max_new_tokens, args.lr)
     over_grpc = run_services(batches, args.group, args.max_new_tokens, args.lr)
     result = {
@@ -110,7 +127,9 @@ def main() -> int:
         "in_process_samples_per_s": round(in_process, 2),
         "services_samples_per_s": round(over_grpc, 2),
         "services_over_in_process": round(over_grpc / in_process, 3),
-        "steps": args.steps, "prompts_per_step": args.prompts, "group_size": args.group,
+        "steps": args.steps,
+        "prompts_per_step": args.prompts,
+        "group_size": args.group,
         "max_new_tokens": args.max_new_tokens,
         "hardware": {"machine": platform.machine(), "cpus": __import__("os").cpu_count()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__},

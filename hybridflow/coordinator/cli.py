@@ -16,18 +16,28 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hybridflow-coordinator", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="hybridflow-coordinator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a training job against running services")
     run.add_argument("--config", help="job YAML")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="dotted override, e.g. --set coordinator.num_steps=10")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted override, e.g. --set coordinator.num_steps=10",
+    )
     run.add_argument("--run-dir", help="output directory (default: <deploy.run_root>/<timestamp>)")
-    for name, text in (("status", "show the job's state and last metrics"),
-                       ("pause", "pause after the current step"),
-                       ("resume", "resume a paused job"),
-                       ("stop", "stop after the current step (checkpoint is saved)")):
+    for name, text in (
+        ("status", "show the job's state and last metrics"),
+        ("pause", "pause after the current step"),
+        ("resume", "resume a paused job"),
+        ("stop", "stop after the current step (checkpoint is saved)"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--address", help="coordinator control address host:port")
         p.add_argument("--run-dir", help="find the address in RUN_DIR/coordinator.addr")
@@ -64,11 +74,18 @@ def control_command(args: argparse.Namespace) -> int:
 
     channel = make_channel(address)
     stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-    method = {"status": stub.GetStatus, "pause": stub.Pause, "resume": stub.Resume, "stop": stub.Stop}
+    method = {
+        "status": stub.GetStatus,
+        "pause": stub.Pause,
+        "resume": stub.Resume,
+        "stop": stub.Stop,
+    }
     try:
         status = status_from_proto(method[args.command](common_pb2.Empty(), timeout=10))
     except grpc.RpcError as exc:
-        print(f"error: coordinator at {address}: {exc.code().name}: {exc.details()}", file=sys.stderr)  # type: ignore[attr-defined]
+        print(
+            f"error: coordinator at {address}: {exc.code().name}: {exc.details()}", file=sys.stderr
+        )  # type: ignore[attr-defined]
         return 1
     finally:
         channel.close()
@@ -76,8 +93,11 @@ def control_command(args: argparse.Namespace) -> int:
         print(json.dumps(status.__dict__, indent=2))
     else:
         reward = status.last_metrics.get("critic/score/mean")
-        print(f"state {status.state}  step {status.step}/{status.total_steps}  "
-              f"policy v{status.policy_version}" + (f"  reward {reward:.3f}" if reward is not None else ""))
+        print(
+            f"state {status.state}  step {status.step}/{status.total_steps}  "
+            f"policy v{status.policy_version}"
+            + (f"  reward {reward:.3f}" if reward is not None else "")
+        )
         if status.error:
             print(f"error: {status.error}")
         print(f"run dir: {status.run_dir}")

@@ -35,7 +35,13 @@ class JobControl:
         with self._cond:
             s = self._status
             return JobStatus(
-                s.state, s.step, s.total_steps, s.policy_version, dict(s.last_metrics), s.run_dir, s.error
+                s.state,
+                s.step,
+                s.total_steps,
+                s.policy_version,
+                dict(s.last_metrics),
+                s.run_dir,
+                s.error,
             )
 
     def start(self) -> None:

@@ -37,7 +37,7 @@ class PromptCursor(Generic[T]):
 
     def take(self, num: int) -> list[T]:
         """The next ``num`` rows, rolling into the next epoch when this one runs out."""
-        out = []
+        out: list[T] = []
         while len(out) < num:
             if self.state.position == len(self._order):
                 self.state = CursorState(self.state.epoch + 1, 0)

@@ -111,6 +111,8 @@ def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
         "response_length/clip_ratio": sum(clipped) / n,
         "reward/num_errors": float(errors),
         "batch/num_samples": float(len(scores)),
-        "batch/solve_all": sum(all(r.score >= 1 for r in g.results) for g in scored) / max(len(scored), 1),
-        "batch/solve_none": sum(all(r.score <= 0 for r in g.results) for g in scored) / max(len(scored), 1),
+        "batch/solve_all": sum(all(r.score >= 1 for r in g.results) for g in scored)
+        / max(len(scored), 1),
+        "batch/solve_none": sum(all(r.score <= 0 for r in g.results) for g in scored)
+        / max(len(scored), 1),
     }

@@ -7,7 +7,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class MetricsLog:
@@ -19,7 +19,7 @@ class MetricsLog:
         self._file = path.open("a")
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
-        record = {"step": step, "time": time.time()}
+        record: dict[str, Any] = {"step": step, "time": time.time()}
         record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()

@@ -16,21 +16,36 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError, dump_yaml
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"
+    )
     try:
         job = load_job_config(config_path, overrides)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     cfg = job.coordinator
-    missing = [n for n, v in (("coordinator.reward_address", cfg.reward_address),
-                              ("coordinator.learner_address", cfg.learner_address)) if not v]
+    missing = [
+        n
+        for n, v in (
+            ("coordinator.reward_address", cfg.reward_address),
+            ("coordinator.learner_address", cfg.learner_address),
+        )
+        if not v
+    ]
     if not cfg.rollout_addresses:
         missing.insert(0, "coordinator.rollout_addresses")
     if missing:
-        print(f"config error: {', '.join(missing)} not set (deploy/launch.sh sets them)", file=sys.stderr)
+        print(
+            f"config error: {', '.join(missing)} not set (deploy/launch.sh sets them)",
+            file=sys.stderr,
+        )
         return 2
-    run_dir = Path(run_dir_arg) if run_dir_arg else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
+    run_dir = (
+        Path(run_dir_arg)
+        if run_dir_arg
+        else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_yaml(job, run_dir / "config.yaml")
 
@@ -52,10 +67,19 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
     for address in [*cfg.rollout_addresses, cfg.reward_address, cfg.learner_address]:
         wait_healthy(address, job.deploy.health_timeout_s, config=cfg.channel)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
-    dataset = read_prompt_dataset(cfg.data, tokenizer, cfg.data_size if cfg.data.startswith("builtin:") else None,
-                                  cfg.seed, cfg.max_prompt_tokens)
-    log.info("dataset %s: %d prompts (%d dropped as too long)", cfg.data, len(dataset.records),
-             dataset.num_dropped_too_long)
+    dataset = read_prompt_dataset(
+        cfg.data,
+        tokenizer,
+        cfg.data_size if cfg.data.startswith("builtin:") else None,
+        cfg.seed,
+        cfg.max_prompt_tokens,
+    )
+    log.info(
+        "dataset %s: %d prompts (%d dropped as too long)",
+        cfg.data,
+        len(dataset.records),
+        dataset.num_dropped_too_long,
+    )
 
     rollouts = [GrpcRolloutClient(a, cfg.channel) for a in cfg.rollout_addresses]
     services = Services(
@@ -63,13 +87,15 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
         reward=GrpcRewardClient(cfg.reward_address, cfg.channel),
         learner=GrpcLearnerClient(cfg.learner_address, cfg.channel),
         weight_targets=list(cfg.rollout_addresses),
-        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
     )
     control = JobControl(cfg.num_steps, str(run_dir.resolve()))
     servicer = CoordinatorServicer(control)
-    server = start_server(cfg.server,
-                          lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, s),
-                          [SERVICE_NAME])
+    server = start_server(
+        cfg.server,
+        lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, s),
+        [SERVICE_NAME],
+    )
     write_port_file(run_dir / "coordinator.addr", server.address)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -80,15 +106,21 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"run dir: {run_dir}  (control: hybridflow-coordinator status --run-dir {run_dir})", file=sys.stderr)
+    print(
+        f"run dir: {run_dir}  (control: hybridflow-coordinator status --run-dir {run_dir})",
+        file=sys.stderr,
+    )
     try:
         summary = TrainingJob(cfg, services, dataset.records, run_dir, control).run()
     finally:
         server.stop(1.0)
         services.close()
-    print(f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
-          f"(mean of last {min(20, summary.num_steps)} steps) over {summary.num_steps} steps "
-          f"in {summary.wall_s:.0f}s, {summary.samples_per_s:.1f} samples/s", file=sys.stderr)
+    print(
+        f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
+        f"(mean of last {min(20, summary.num_steps)} steps) over {summary.num_steps} steps "
+        f"in {summary.wall_s:.0f}s, {summary.samples_per_s:.1f} samples/s",
+        file=sys.stderr,
+    )
     if summary.checkpoint:
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)

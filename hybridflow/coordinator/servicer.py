@@ -40,17 +40,25 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self._control = control
 
     @handle_errors
-    def GetStatus(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+    def GetStatus(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> coordinator_pb2.CoordinatorStatus:
         return status_to_proto(self._control.status())
 
     @handle_errors
-    def Pause(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+    def Pause(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> coordinator_pb2.CoordinatorStatus:
         return status_to_proto(self._control.pause())
 
     @handle_errors
-    def Resume(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+    def Resume(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> coordinator_pb2.CoordinatorStatus:
         return status_to_proto(self._control.resume())
 
     @handle_errors
-    def Stop(self, request: common_pb2.Empty, context: grpc.ServicerContext) -> coordinator_pb2.CoordinatorStatus:
+    def Stop(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> coordinator_pb2.CoordinatorStatus:
         return status_to_proto(self._control.stop())

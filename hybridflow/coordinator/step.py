@@ -44,7 +44,9 @@ class Services:
     def __post_init__(self) -> None:
         if not self.rollouts:
             raise ValueError("at least one rollout replica is required")
-        self.pool = ThreadPoolExecutor(max_workers=len(self.rollouts), thread_name_prefix="dispatch")
+        self.pool = ThreadPoolExecutor(
+            max_workers=len(self.rollouts), thread_name_prefix="dispatch"
+        )
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -118,11 +120,11 @@ def run_step(
     t_gen = time.perf_counter()
     stale = 0
     if expected_version is not None:
-        stale = sum(
-            expected_version - c.policy_version > max_staleness for g in groups for c in g
-        )
+        stale = sum(expected_version - c.policy_version > max_staleness for g in groups for c in g)
         if stale:
-            log.error("step %d: %d samples exceed max_staleness=%d", step_index, stale, max_staleness)
+            log.error(
+                "step %d: %d samples exceed max_staleness=%d", step_index, stale, max_staleness
+            )
     items = score_items(prompts, groups, services.decode)
     results = services.reward.score_batch(items)
     scored = attach_scores(prompts, groups, results)

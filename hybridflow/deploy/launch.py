@@ -20,8 +20,13 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="deploy/launch.sh", description=__doc__)
     parser.add_argument("--config", default="deploy/configs/quickstart.yaml", help="job YAML")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="dotted override for every process (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted override for every process (repeatable)",
+    )
     parser.add_argument("--run-dir", help="output directory (default: runs/<timestamp>)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
@@ -63,8 +68,16 @@ def main(argv: list[str] | None = None) -> int:
                 log.error("%s", exc)
                 return 1
             log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
-            cmd = [sys.executable, "-m", "hybridflow.coordinator", "run", "--config", args.config,
-                   "--run-dir", str(run_dir)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "hybridflow.coordinator",
+                "run",
+                "--config",
+                args.config,
+                "--run-dir",
+                str(run_dir),
+            ]
             for override in [*args.set, *group.address_overrides()]:
                 cmd += ["--set", override]
             coordinator.append(subprocess.Popen(cmd))

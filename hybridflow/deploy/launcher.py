@@ -78,8 +78,15 @@ class ServiceGroup:
         self._spawn("reward", [py, "-m", "hybridflow.services.reward"])
         world = self.job.learner.nproc_per_node
         if world > 1:
-            learner_cmd = [py, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={world}", "-m", "hybridflow.services.learner"]
+            learner_cmd = [
+                py,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={world}",
+                "-m",
+                "hybridflow.services.learner",
+            ]
         else:
             learner_cmd = [py, "-m", "hybridflow.services.learner"]
         self._spawn("learner", learner_cmd, self.job.learner.devices)
@@ -104,7 +111,9 @@ class ServiceGroup:
                         f"see {proc.log_path}:\n{tail(proc.log_path)}"
                     )
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{proc.name} not serving after {timeout_s:.0f}s; see {proc.log_path}")
+                    raise TimeoutError(
+                        f"{proc.name} not serving after {timeout_s:.0f}s; see {proc.log_path}"
+                    )
                 time.sleep(0.1)  # polling another process's file: nothing local to wait on
             proc.address = proc.port_file.read_text().strip()
             wait_healthy(proc.address, max(1.0, deadline - time.monotonic()))

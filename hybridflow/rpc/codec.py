@@ -8,7 +8,7 @@ preallocated buffer. Torch is imported only by the tensor helpers that need it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 M = TypeVar("M", bound=Message)
 
-_NUMPY_DTYPES = {
+_NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
     "float32": np.dtype("<f4"),
     "float64": np.dtype("<f8"),
     "float16": np.dtype("<f2"),
@@ -41,14 +41,10 @@ def pack_tokens(sequences: Sequence[Sequence[int]]) -> common_pb2.TokenBatch:
     lengths = [len(s) for s in sequences]
     offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter(
-        (t for s in sequences for t in s), dtype=np.int64, count=int(offsets[-1])
-    )
+    flat = np.fromiter((t for s in sequences for t in s), dtype=np.int64, count=int(offsets[-1]))
     if flat.size and (flat.min() < -(2**31) or flat.max() >= 2**31):
         raise ValueError("token ids must fit in int32")
-    return common_pb2.TokenBatch(
-        token_ids=flat.astype("<i4").tobytes(), offsets=offsets.tolist()
-    )
+    return common_pb2.TokenBatch(token_ids=flat.astype("<i4").tobytes(), offsets=offsets.tolist())
 
 
 def unpack_tokens(batch: common_pb2.TokenBatch, field: str = "tokens") -> list[list[int]]:
@@ -82,14 +78,18 @@ def pack_floats(values: Iterable[float], shape: Sequence[int] | None = None) -> 
     )
 
 
-def unpack_floats(tensor: common_pb2.Tensor, field: str, expected_size: int | None = None) -> list[float]:
+def unpack_floats(
+    tensor: common_pb2.Tensor, field: str, expected_size: int | None = None
+) -> list[float]:
     """A float32 tensor message as a flat list; ValueError names ``field`` on mismatch."""
     if tensor.dtype != "float32":
         raise ValueError(f"{field}: dtype must be float32, got {tensor.dtype!r}")
     arr = np.frombuffer(tensor.data, dtype="<f4")
     numel = int(np.prod(tensor.shape)) if tensor.shape else 1
     if arr.size != numel:
-        raise ValueError(f"{field}: shape {list(tensor.shape)} needs {numel} values, data has {arr.size}")
+        raise ValueError(
+            f"{field}: shape {list(tensor.shape)} needs {numel} values, data has {arr.size}"
+        )
     if expected_size is not None and arr.size != expected_size:
         raise ValueError(f"{field}: expected {expected_size} values, got {arr.size}")
     return arr.tolist()
@@ -116,7 +116,9 @@ def tensor_to_bytes(t: torch.Tensor) -> bytes:
     return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
-def tensor_from_buffer(buf: memoryview | bytes | bytearray, dtype: str, shape: Sequence[int]) -> torch.Tensor:
+def tensor_from_buffer(
+    buf: memoryview | bytes | bytearray, dtype: str, shape: Sequence[int]
+) -> torch.Tensor:
     """A tensor over a copy of ``buf`` with the given dtype and shape."""
     import torch
 
@@ -124,12 +126,18 @@ def tensor_from_buffer(buf: memoryview | bytes | bytearray, dtype: str, shape: S
     if len(buf) != expected:
         raise ValueError(f"tensor of {dtype}{list(shape)} needs {expected} bytes, got {len(buf)}")
     torch_dtype = getattr(torch, dtype)
-    raw = torch.frombuffer(bytearray(buf), dtype=torch.uint8) if expected else torch.empty(0, dtype=torch.uint8)
+    raw = (
+        torch.frombuffer(bytearray(buf), dtype=torch.uint8)
+        if expected
+        else torch.empty(0, dtype=torch.uint8)
+    )
     return raw.view(torch_dtype).reshape(list(shape))
 
 
 def tensor_to_proto(t: torch.Tensor) -> common_pb2.Tensor:
-    return common_pb2.Tensor(dtype=dtype_name(t.dtype), shape=list(t.shape), data=tensor_to_bytes(t))
+    return common_pb2.Tensor(
+        dtype=dtype_name(t.dtype), shape=list(t.shape), data=tensor_to_bytes(t)
+    )
 
 
 def tensor_from_proto(msg: common_pb2.Tensor, field: str = "tensor") -> torch.Tensor:

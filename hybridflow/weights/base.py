@@ -17,7 +17,9 @@ NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 class WeightSink(Protocol):
     """Anything that can take a full set of weights (a rollout engine)."""
 
-    def load_weights(self, named_tensors: NamedTensors, policy_version: int) -> None: ...
+    def load_weights(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
+    ) -> object: ...
 
 
 class WeightSender(Protocol):

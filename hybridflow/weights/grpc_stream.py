@@ -36,7 +36,9 @@ def iter_weight_chunks(
             )
         )
         offset += num_bytes
-    header = common_pb2.WeightHeader(policy_version=policy_version, tensors=metas, total_bytes=offset)
+    header = common_pb2.WeightHeader(
+        policy_version=policy_version, tensors=metas, total_bytes=offset
+    )
     yield common_pb2.WeightChunk(header=header)
     pending = bytearray()
     for _, t in named_tensors:

@@ -27,8 +27,12 @@ MIB = 1024 * 1024
 
 
 def serve(server_cfg: ServerConfig | None = None):
-    cfg = RewardConfig(scorers={"nan": f"{FIXTURES / 'user_scorers.py'}:returns_nan",
-                                "boom": f"{FIXTURES / 'user_scorers.py'}:always_raises"})
+    cfg = RewardConfig(
+        scorers={
+            "nan": f"{FIXTURES / 'user_scorers.py'}:returns_nan",
+            "boom": f"{FIXTURES / 'user_scorers.py'}:always_raises",
+        }
+    )
     servicer = RewardServicer(RewardScorer(cfg))
     return start_server(
         server_cfg or ServerConfig(max_message_bytes=MIB),
@@ -46,15 +50,17 @@ def reward_server():
 
 def test_scores_batch_and_isolates_bad_items(reward_server):
     client = GrpcRewardClient(reward_server.address)
-    results = client.score_batch([
-        ScoreItem("arith", "7", "7"),
-        ScoreItem("arith", "8", "7"),
-        ScoreItem("arith", "7", None),           # missing ground truth
-        ScoreItem("nan", "x", "1"),              # NaN reward
-        ScoreItem("boom", "x", "1"),             # scorer exception
-        ScoreItem("nosuch", "x", "1"),           # unknown data_source
-        ScoreItem("openai/gsm8k", "so #### 1,234", "1234"),
-    ])
+    results = client.score_batch(
+        [
+            ScoreItem("arith", "7", "7"),
+            ScoreItem("arith", "8", "7"),
+            ScoreItem("arith", "7", None),  # missing ground truth
+            ScoreItem("nan", "x", "1"),  # NaN reward
+            ScoreItem("boom", "x", "1"),  # scorer exception
+            ScoreItem("nosuch", "x", "1"),  # unknown data_source
+            ScoreItem("openai/gsm8k", "so #### 1,234", "1234"),
+        ]
+    )
     assert [r.score for r in results] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     errors = [r.error for r in results]
     assert errors[0] is None and errors[1] is None and errors[6] is None
@@ -69,13 +75,23 @@ def test_scores_batch_and_isolates_bad_items(reward_server):
 
 def test_malformed_request_is_invalid_argument_naming_the_field(reward_server):
     stub = reward_pb2_grpc.RewardServiceStub(make_channel(reward_server.address))
-    bad = reward_pb2.ScoreRequest(items=[reward_pb2.ScoreItem(data_source="arith", extra_info_json="{oops")])
+    bad = reward_pb2.ScoreRequest(
+        items=[reward_pb2.ScoreItem(data_source="arith", extra_info_json="{oops")]
+    )
     with pytest.raises(grpc.RpcError) as err:
         stub.Score(bad, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "items[0].extra_info_json" in err.value.details()
-    ok = stub.Score(reward_pb2.ScoreRequest(items=[reward_pb2.ScoreItem(
-        data_source="arith", response="1", has_ground_truth=True, ground_truth="1")]), timeout=10)
+    ok = stub.Score(
+        reward_pb2.ScoreRequest(
+            items=[
+                reward_pb2.ScoreItem(
+                    data_source="arith", response="1", has_ground_truth=True, ground_truth="1"
+                )
+            ]
+        ),
+        timeout=10,
+    )
     assert ok.results[0].score == 1.0
 
 
@@ -93,7 +109,9 @@ def test_health_and_reflection(reward_server):
     reply = health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5)
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    responses = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    )
     names = {s.name for r in responses for s in r.list_services_response.service}
     assert SERVICE_NAME in names and "grpc.health.v1.Health" in names
 
@@ -117,7 +135,8 @@ def test_service_process_lifecycle(tmp_path):
     port_file = tmp_path / "reward.addr"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hybridflow.services.reward", "--port-file", str(port_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_for_file(port_file, proc)

@@ -24,8 +24,13 @@ PARITY_TOL = 1e-4
 def services(tiny_model_path):
     rollout_server, rollout = start_rollout_server(tiny_model_path, max_bytes=4 * MIB)
     learner_server, core = start_learner_server(tiny_model_path, max_bytes=4 * MIB, lr=1e-3)
-    yield (GrpcRolloutClient(rollout_server.address), GrpcLearnerClient(learner_server.address),
-           rollout_server, learner_server, rollout)
+    yield (
+        GrpcRolloutClient(rollout_server.address),
+        GrpcLearnerClient(learner_server.address),
+        rollout_server,
+        learner_server,
+        rollout,
+    )
     rollout_server.stop(0)
     learner_server.stop(0)
 
@@ -38,12 +43,14 @@ def encode(tiny_model_path, texts):
 
 
 def assert_parity(rollout, learner, prompts, temperature=1.0):
-    groups = rollout.generate(prompts, SamplingParams(temperature=temperature, n=3, max_new_tokens=6, seed=7))
+    groups = rollout.generate(
+        prompts, SamplingParams(temperature=temperature, n=3, max_new_tokens=6, seed=7)
+    )
     flat_prompts = [p for p, g in zip(prompts, groups) for _ in g]
     responses = [c.token_ids for g in groups for c in g]
     rollout_lps = [c.logprobs for g in groups for c in g]
     learner_lps = learner.compute_logprobs(flat_prompts, responses, temperature)
-    worst = max(abs(a - b) for r, l in zip(rollout_lps, learner_lps) for a, b in zip(r, l))
+    worst = max(abs(a - b) for ro, le in zip(rollout_lps, learner_lps) for a, b in zip(ro, le))
     assert worst <= PARITY_TOL, worst
     return groups
 
@@ -64,15 +71,18 @@ def test_logprob_parity_before_and_after_a_weight_push(services, tiny_model_path
     prompts = encode(tiny_model_path, ["1+2=", "7+8=", "4+4="])
     groups = assert_parity(rollout, learner, prompts)
     assert_parity(rollout, learner, prompts, temperature=0.7)
-    samples = [TrainSample(p, c.token_ids, c.logprobs, float(i % 2), gid, 0)
-               for gid, (p, g) in enumerate(zip(prompts, groups)) for i, c in enumerate(g)]
+    samples = [
+        TrainSample(p, c.token_ids, c.logprobs, float(i % 2), gid, 0)
+        for gid, (p, g) in enumerate(zip(prompts, groups))
+        for i, c in enumerate(g)
+    ]
     result = learner.train_step(samples)
     assert result.policy_version == 1 and math.isfinite(result.metrics["actor/pg_loss"])
     # The policy moved: rollout (still v0) and learner now disagree ...
     old = [c.logprobs for g in groups for c in g]
     flat_prompts = [p for p, g in zip(prompts, groups) for _ in g]
     new = learner.compute_logprobs(flat_prompts, [c.token_ids for g in groups for c in g], 1.0)
-    assert max(abs(a - b) for r, l in zip(old, new) for a, b in zip(r, l)) > 1e-3
+    assert max(abs(a - b) for ro, le in zip(old, new) for a, b in zip(ro, le)) > 1e-3
     # ... until the learner publishes its weights to the rollout over gRPC.
     report = learner.publish_weights([services[2].address])
     assert report.policy_version == 1 and report.num_bytes > 0
@@ -95,8 +105,10 @@ def test_logprob_parity_before_and_after_a_weight_push(services, tiny_model_path
 def test_rollout_bad_input_is_invalid_argument(services, mutate, field):
     rollout, _, rollout_server, _, _ = services
     stub = rollout_pb2_grpc.RolloutServiceStub(grpc.insecure_channel(rollout_server.address))
-    request = rollout_pb2.GenerateRequest(prompts=pack_tokens([[5, 6]]),
-                                          sampling=common_pb2.SamplingParams(temperature=1, top_p=1, max_new_tokens=2, n=1))
+    request = rollout_pb2.GenerateRequest(
+        prompts=pack_tokens([[5, 6]]),
+        sampling=common_pb2.SamplingParams(temperature=1, top_p=1, max_new_tokens=2, n=1),
+    )
     mutate(request)
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Generate(request, timeout=30))
@@ -106,8 +118,9 @@ def test_rollout_bad_input_is_invalid_argument(services, mutate, field):
 
 
 def test_rollout_rejects_wrong_weights_and_keeps_serving(services):
-    from hybridflow.weights.grpc_stream import GrpcWeightSender
     import torch
+
+    from hybridflow.weights.grpc_stream import GrpcWeightSender
 
     rollout, _, rollout_server, _, _ = services
     sender = GrpcWeightSender(rollout_server.address)
@@ -123,11 +136,15 @@ def test_rollout_rejects_wrong_weights_and_keeps_serving(services):
 
 
 def learner_batch(**overrides):
-    samples = [TrainSample([5, 6], [7, 8], [-1.0, -1.0], 1.0, 0, 0),
-               TrainSample([5, 6], [9], [-1.0], 0.0, 0, 0)]
+    samples = [
+        TrainSample([5, 6], [7, 8], [-1.0, -1.0], 1.0, 0, 0),
+        TrainSample([5, 6], [9], [-1.0], 0.0, 0, 0),
+    ]
     msg = learner_convert.batch_to_proto(samples)
     for key, value in overrides.items():
-        getattr(msg, key).CopyFrom(value) if hasattr(value, "DESCRIPTOR") else setattr(msg, key, value)
+        getattr(msg, key).CopyFrom(value) if hasattr(value, "DESCRIPTOR") else setattr(
+            msg, key, value
+        )
     return msg
 
 
@@ -136,9 +153,16 @@ def learner_batch(**overrides):
     [
         (learner_batch(rewards=pack_floats([1.0, float("nan")])), "batch.rewards[1] is not finite"),
         (learner_batch(rewards=pack_floats([1.0])), "batch.rewards: expected 2 values"),
-        (learner_batch(rollout_logprobs=common_pb2.Tensor(dtype="float64", shape=[3], data=b"\0" * 24)),
-         "batch.rollout_logprobs: dtype must be float32"),
-        (learner_batch(responses=pack_tokens([[7, 8], [123456]])), "batch.responses[1]: token id 123456"),
+        (
+            learner_batch(
+                rollout_logprobs=common_pb2.Tensor(dtype="float64", shape=[3], data=b"\0" * 24)
+            ),
+            "batch.rollout_logprobs: dtype must be float32",
+        ),
+        (
+            learner_batch(responses=pack_tokens([[7, 8], [123456]])),
+            "batch.responses[1]: token id 123456",
+        ),
         (learner_pb2.TrainBatch(), "batch: no samples"),
     ],
 )
@@ -160,16 +184,27 @@ def test_oversize_train_batch_is_rejected(services):
         stub.TrainStep(stream_message(huge, MIB), timeout=30)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "exceeds the limit" in err.value.details()
-    big_client = GrpcLearnerClient(learner_server.address, ChannelConfig(max_message_bytes=64 * MIB))
+    big_client = GrpcLearnerClient(
+        learner_server.address, ChannelConfig(max_message_bytes=64 * MIB)
+    )
     assert big_client.compute_logprobs([[5]], [[6]], 1.0)
 
 
 @pytest.mark.parametrize("module", ["hybridflow.services.rollout", "hybridflow.services.learner"])
 def test_unknown_model_path_fails_clearly(module, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", module, "--set", f"model={tmp_path / 'missing'}",
-         "--port-file", str(tmp_path / "addr")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            module,
+            "--set",
+            f"model={tmp_path / 'missing'}",
+            "--port-file",
+            str(tmp_path / "addr"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "not a local checkpoint directory" in proc.stderr

@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.port_file:
         write_port_file(args.port_file, running.address)
-    log.info("learner ready on %s (world %d, %s)", running.address, dist_info.world_size, cfg.algorithm)
+    log.info(
+        "learner ready on %s (world %d, %s)", running.address, dist_info.world_size, cfg.algorithm
+    )
     serve_until_signal(running, cfg.server.grace_s, on_stop=relay.shutdown)
     return 0
 

@@ -47,7 +47,9 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         for i, seq in enumerate(seqs):
             for t in seq:
                 if not 0 <= t < self._vocab_size:
-                    raise ValueError(f"{field}[{i}]: token id {t} outside vocab [0, {self._vocab_size})")
+                    raise ValueError(
+                        f"{field}[{i}]: token id {t} outside vocab [0, {self._vocab_size})"
+                    )
 
     @handle_errors
     def TrainStep(

@@ -27,13 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.v1 import rollout_pb2_grpc
 
     if cfg.engine != "hf":
-        log.error("engine %r is not available in this build (install the vllm extra on a GPU)", cfg.engine)
+        log.error(
+            "engine %r is not available in this build (install the vllm extra on a GPU)", cfg.engine
+        )
         return 2
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
     try:
         path = resolve_model_path(job.model)
-        engine = HFEngine(path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed + args.replica_index)
+        engine = HFEngine(
+            path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed + args.replica_index
+        )
     except ValueError as exc:
         log.error("cannot load the model: %s", exc)
         return 2

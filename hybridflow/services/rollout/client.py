@@ -44,7 +44,9 @@ class GrpcRolloutClient:
             n = params.n
             groups.extend(flat[i : i + n] for i in range(0, len(flat), n))
         if len(groups) != len(prompts):
-            raise RuntimeError(f"{self.address}: got {len(groups)} groups for {len(prompts)} prompts")
+            raise RuntimeError(
+                f"{self.address}: got {len(groups)} groups for {len(prompts)} prompts"
+            )
         return groups
 
     def status(self) -> RolloutStatus:

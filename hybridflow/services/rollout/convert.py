@@ -54,7 +54,9 @@ def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
     total = sum(len(t) for t in tokens)
     logprobs = unpack_floats(msg.logprobs, "completions.logprobs", expected_size=total)
     if len(msg.finish_reasons) != len(tokens) or len(msg.policy_versions) != len(tokens):
-        raise ValueError("completions: finish_reasons / policy_versions must have one per completion")
+        raise ValueError(
+            "completions: finish_reasons / policy_versions must have one per completion"
+        )
     out = []
     start = 0
     for ids, reason, version in zip(tokens, msg.finish_reasons, msg.policy_versions):

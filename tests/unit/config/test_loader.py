@@ -35,7 +35,9 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_loads_nested_values_and_overrides(tmp_path):
     path = write(tmp_path, "name: y\ninner:\n  rate: 2\n")
     cfg = load_config(Outer, path, ["inner.mode=b", "count=7", "tags=[p, q]", "maybe=3"])
-    assert cfg == Outer(name="y", count=7, tags=["p", "q"], inner=Inner(rate=2.0, mode="b"), maybe=3)
+    assert cfg == Outer(
+        name="y", count=7, tags=["p", "q"], inner=Inner(rate=2.0, mode="b"), maybe=3
+    )
     assert isinstance(cfg.inner.rate, float)
 
 

@@ -8,7 +8,8 @@ from hybridflow.config.job import JobConfig, load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = sorted(
-    p for p in REPO.glob("**/*.yaml")
+    p
+    for p in REPO.glob("**/*.yaml")
     if ".venv" not in p.parts and "runs" not in p.parts and "results" not in p.parts
 )
 

@@ -46,7 +46,9 @@ class FakeRollout:
         self.fail = fail
         self.prompts_seen: list[list[int]] = []
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""):
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
+    ):
         if self.fail:
             raise Unavailable()
         self.prompts_seen.extend(list(p) for p in prompts)

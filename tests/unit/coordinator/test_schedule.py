@@ -21,8 +21,17 @@ from .fakes import FakeLearner, FakeReward, FakeRollout, records
 def services(num_replicas=2, failing=()):
     rollouts = [FakeRollout(fail=i in failing) for i in range(num_replicas)]
     learner = FakeLearner(rollouts)
-    return Services(rollouts, FakeReward(), learner, [f"r{i}" for i in range(num_replicas)],
-                    decode=lambda ids: "".join(map(str, ids))), rollouts, learner
+    return (
+        Services(
+            rollouts,
+            FakeReward(),
+            learner,
+            [f"r{i}" for i in range(num_replicas)],
+            decode=lambda ids: "".join(map(str, ids)),
+        ),
+        rollouts,
+        learner,
+    )
 
 
 def config(**kw):

@@ -47,7 +47,9 @@ def test_tensor_round_trip_is_bit_exact(dtype):
 def test_tensor_shape_mismatch_names_the_field():
     msg = codec.tensor_to_proto(torch.zeros(4))
     msg.shape[:] = [5]
-    with pytest.raises(ValueError, match="weights: tensor of float32\\[5\\] needs 20 bytes, got 16"):
+    with pytest.raises(
+        ValueError, match="weights: tensor of float32\\[5\\] needs 20 bytes, got 16"
+    ):
         codec.tensor_from_proto(msg, "weights")
 
 
@@ -66,8 +68,11 @@ def test_chunks_reassemble_and_detect_truncation():
 
 def test_message_streaming_round_trip():
     batch = learner_pb2.TrainBatch(group_ids=list(range(1000)))
-    back = codec.receive_message(codec.stream_message(batch, 65536), learner_pb2.TrainBatch, 1 << 20)
+    back = codec.receive_message(
+        codec.stream_message(batch, 65536), learner_pb2.TrainBatch, 1 << 20
+    )
     assert back == batch
-    empty = codec.receive_message(codec.stream_message(learner_pb2.TrainBatch(), 65536),
-                                  learner_pb2.TrainBatch, 1 << 20)
+    empty = codec.receive_message(
+        codec.stream_message(learner_pb2.TrainBatch(), 65536), learner_pb2.TrainBatch, 1 << 20
+    )
     assert empty == learner_pb2.TrainBatch()

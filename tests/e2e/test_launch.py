@@ -1,0 +1,166 @@
+"""deploy/launch.sh end to end: real services, a short real training run, the run dir, the
+coordinator CLI against the running job, Ctrl-C, and no process left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hybridflow.rpc.channel import check_health, make_channel
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = REPO / "deploy" / "launch.sh"
+
+
+def launch(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    args = [str(LAUNCH), "--run-dir", str(run_dir)]
+    for o in overrides:
+        args += ["--set", o]
+    env = dict(os.environ, PYTHON=sys.executable)
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_until(predicate, timeout_s: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"launch exited early ({proc.returncode}):\n{proc.stdout.read().decode()}"
+            )
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def metric_lines(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def cli(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "hybridflow.coordinator", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def assert_services_gone(run_dir: Path) -> None:
+    for addr_file in run_dir.glob("*.addr"):
+        if addr_file.name == "coordinator.addr":
+            continue
+        channel = make_channel(addr_file.read_text().strip())
+        assert not check_health(channel, timeout_s=1.0), f"{addr_file.stem} still serving"
+        channel.close()
+
+
+def test_short_run_writes_results_and_cleans_up(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = launch(run_dir, "coordinator.num_steps=4", "coordinator.prompts_per_step=8")
+    out, _ = proc.communicate(timeout=300)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "reward: start" in text and "-> end" in text
+    assert [m["step"] for m in metric_lines(run_dir)] == [1, 2, 3, 4]
+    first = metric_lines(run_dir)[0]
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "critic/score/mean",
+        "response_length/mean",
+        "timing_s/gen",
+        "timing_s/update_actor",
+        "timing_s/update_weights",
+        "perf/throughput",
+    ):
+        assert key in first, key
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["num_steps"] == 4 and summary["policy_version"] == 4
+    resolved = (run_dir / "config.yaml").read_text()
+    assert "num_steps: 4" in resolved and "rollout_addresses:" in resolved
+    assert {p.name for p in (run_dir / "logs").iterdir()} == {
+        "reward.log",
+        "learner.log",
+        "rollout0.log",
+    }
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(run_dir / "checkpoint") is not None
+    assert_services_gone(run_dir)
+
+
+def test_cli_steers_a_running_job_and_ctrl_c_stops_it(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = launch(
+        run_dir,
+        "coordinator.num_steps=100000",
+        "coordinator.prompts_per_step=4",
+        "coordinator.group_size=2",
+    )
+    try:
+        wait_until(lambda: len(metric_lines(run_dir)) >= 2, 240, proc)
+        assert "state running" in cli("status", "--run-dir", str(run_dir))
+        cli("pause", "--run-dir", str(run_dir))
+        status = json.loads(cli("status", "--run-dir", str(run_dir), "--json"))
+        deadline = time.monotonic() + 60
+        while status["state"] != "paused":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+            status = json.loads(cli("status", "--run-dir", str(run_dir), "--json"))
+        paused_at = len(metric_lines(run_dir))
+        assert status["step"] == paused_at
+        cli("resume", "--run-dir", str(run_dir))
+        wait_until(lambda: len(metric_lines(run_dir)) > paused_at, 60, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the launching terminal
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out.decode()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert 2 < summary["num_steps"] < 100000
+    assert summary["num_steps"] == len(metric_lines(run_dir))
+    assert (run_dir / "checkpoint" / "config.json").exists()
+    assert_services_gone(run_dir)
+
+
+def test_bad_config_fails_before_starting_anything(tmp_path):
+    proc = launch(tmp_path / "run", "learner.lrr=1")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "unknown key 'learner.lrr'" in out.decode()
+    assert not (tmp_path / "run" / "logs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ("learner.nproc_per_node=2", "rollout.replicas=2")],
+    ids=["quickstart", "fsdp2-two-replicas"],
+)
+def test_quickstart_learns(tmp_path, overrides):
+    run_dir = tmp_path / "run"
+    proc = launch(run_dir, *overrides)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out.decode()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reward_end"] >= 0.9, summary
+    assert summary["reward_end"] - summary["reward_start"] >= 0.4, summary
