@@ -114,6 +114,10 @@ def ensure_builtin_model(name: str = "tiny", root: str | Path | None = None) -> 
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=models_root))
             try:
                 build_checkpoint(spec, tmp)
+                # mkdtemp makes the directory private; the cache is meant to be readable.
+                for child in tmp.iterdir():
+                    child.chmod(0o644)
+                tmp.chmod(0o755)
                 if target.exists():
                     # A leftover from an interrupted build without config.json: replace it.
                     shutil.rmtree(target)

@@ -177,8 +177,9 @@ class HFEngine:
             use_cache=True,
             logits_to_keep=1,
         )
+        # A row is finished once it drew EOS or a stop token; rows that reach max_new_tokens
+        # without one stay unfinished and end with finish_reason "length".
         finished = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
-        stopped = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
         step_tokens: list[torch.Tensor] = []
         step_logprobs: list[torch.Tensor] = []
         step_active: list[torch.Tensor] = []
@@ -190,9 +191,7 @@ class HFEngine:
             step_tokens.append(token)
             step_logprobs.append(logprob)
             step_active.append(active)
-            hit_stop = torch.isin(token, stop_ids) & active
-            stopped |= hit_stop
-            finished |= hit_stop
+            finished |= torch.isin(token, stop_ids) & active
             if bool(finished.all()) or step == params.max_new_tokens - 1:
                 break
             # Finished rows keep being fed (their outputs are discarded) so the batch stays
@@ -213,7 +212,7 @@ class HFEngine:
         lengths: list[int] = torch.stack(step_active, dim=1).sum(dim=1).cpu().tolist()
         tokens_out = [all_tokens[r][: lengths[r]] for r in range(num_rows)]
         logprobs_out = [all_logprobs[r][: lengths[r]] for r in range(num_rows)]
-        return tokens_out, logprobs_out, stopped.cpu().tolist()
+        return tokens_out, logprobs_out, finished.cpu().tolist()
 
     # ------------------------------------------------------------------ weights
 
