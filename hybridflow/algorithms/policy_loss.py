@@ -42,8 +42,11 @@ def compute_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """Clipped PPO loss over ``[batch, tokens]`` tensors.
+
+    ``token_weights`` (detached, e.g. off-policy importance weights) scale each token's loss.
 
     ``clip_ratio_c`` (> 1) enables dual-clip; None disables it. ``num_tokens`` / ``num_seqs``
     are global normalisers (see ``aggregation``); the fraction metrics are token means.
@@ -72,6 +75,8 @@ def compute_policy_loss(
             lower_active.to(mask.dtype), mask, "token-mean", num_tokens=num_tokens
         )
         pg_losses = torch.where(advantages < 0, dual, clipped)
+    if token_weights is not None:
+        pg_losses = pg_losses * token_weights
     loss = agg_loss(pg_losses, mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     return PolicyLossOutput(
         loss=loss,

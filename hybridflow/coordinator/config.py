@@ -47,10 +47,14 @@ class CoordinatorConfig:
     """Completions per prompt (GRPO group)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """How rollouts are sampled."""
+    prompts_per_request: int = 0
+    """Prompts per Generate call (0: prompts_per_step / replicas); smaller keeps replicas
+    busier between weight updates."""
     sync_every: int = 1
     """Learner steps between weight publishes to the rollout replicas."""
     max_staleness: int = 0
-    """Versions a sample may lag the learner; 0 is synchronous on-policy PPO."""
+    """Versions a sample may lag the learner: 0 is synchronous on-policy PPO; k > 0 lets
+    rollout run up to k versions ahead of training (asynchronous PPO)."""
     rollout_addresses: list[str] = field(default_factory=list)
     """host:port of each rollout replica (deploy/launch.sh fills these in)."""
     reward_address: str = ""
@@ -70,7 +74,7 @@ class CoordinatorConfig:
         for name in ("data_size", "num_steps", "prompts_per_step", "group_size", "sync_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"coordinator.{name} must be >= 1")
-        if self.max_staleness != 0:
-            raise ValueError(
-                "coordinator.max_staleness > 0 (asynchronous PPO) is not available yet; use 0"
-            )
+        if self.max_staleness < 0:
+            raise ValueError("coordinator.max_staleness must be >= 0")
+        if self.prompts_per_request < 0:
+            raise ValueError("coordinator.prompts_per_request must be >= 0")

@@ -44,6 +44,11 @@ class JobControl:
                 s.error,
             )
 
+    @property
+    def stop_requested(self) -> bool:
+        with self._cond:
+            return self._stop_requested
+
     def start(self) -> None:
         with self._cond:
             self._status.state = "running"

@@ -54,6 +54,11 @@ class LearnerConfig:
     """Weight of the KL to the reference model (needs use_reference when > 0)."""
     kl_estimator: str = "k3"
     """KL estimator: k1, k2 (mse), k3 (low_var_kl) or abs."""
+    off_policy: Literal["none", "tis", "decoupled"] = "none"
+    """Correction for samples from older weights: none, tis (truncated importance sampling
+    against the rollout log-probs) or decoupled (decoupled PPO, proximal log-probs recomputed)."""
+    is_cap: float = 2.0
+    """Truncation of the importance weights (tis); decoupled uses it times 5 as a safety cap."""
     kl_mode: Literal["loss", "reward"] = "loss"
     """Where KL enters: "loss" (a loss term) or "reward" (a per-token reward penalty; PPO)."""
     use_reference: bool = False
@@ -113,6 +118,11 @@ class LearnerConfig:
                 f"learner.kl_estimator must be one of {KL_ESTIMATOR_NAMES}, "
                 f"got {self.kl_estimator!r}"
             )
+        if self.off_policy not in ("none", "tis", "decoupled"):
+            raise ValueError(
+                f"learner.off_policy must be none, tis or decoupled, got {self.off_policy!r}"
+            )
+        _positive("is_cap", self.is_cap)
         if self.kl_mode not in ("loss", "reward"):
             raise ValueError(f"learner.kl_mode must be 'loss' or 'reward', got {self.kl_mode!r}")
         if self.kl_coef > 0 and not self.use_reference:

@@ -19,6 +19,7 @@ from hybridflow.algorithms.advantages import gae_advantages, last_token_scores
 from hybridflow.algorithms.aggregation import agg_loss
 from hybridflow.algorithms.kl import kl_penalty
 from hybridflow.algorithms.masked import masked_whiten
+from hybridflow.algorithms.off_policy import importance_weights
 from hybridflow.algorithms.policy_loss import compute_policy_loss
 from hybridflow.algorithms.value_loss import compute_value_loss
 from hybridflow.services.learner.batching import (
@@ -85,6 +86,14 @@ class UpdateContext:
             self.plan.mini_batches[mb].start,
         )
 
+    def rollout_logprobs(self, micro: MicroBatch, like: torch.Tensor) -> torch.Tensor:
+        """The rollout engine's log-probs of a micro-batch, padded like ``like``."""
+        rollout = torch.zeros_like(like)
+        for r, i in enumerate(micro.indices):
+            lps = self.samples[i].rollout_logprobs
+            rollout[r, : len(lps)] = torch.tensor(lps, dtype=like.dtype)
+        return rollout
+
     def actor_update(
         self,
         actor: nn.Module,
@@ -110,6 +119,19 @@ class UpdateContext:
                 if "old_logp" in cache
                 else logp.detach()
             )
+            rollout = self.rollout_logprobs(micro, old)
+            weights = importance_weights(
+                old,
+                rollout,
+                cfg.off_policy,
+                cfg.is_cap * (5.0 if cfg.off_policy == "decoupled" else 1.0),
+            )
+            if weights is not None:
+                m.add(
+                    "actor/is_weight_mean",
+                    agg_loss(weights, mask, "token-mean", num_tokens=num_tokens),
+                    scale,
+                )
             out = compute_policy_loss(
                 old,
                 logp,
@@ -121,6 +143,7 @@ class UpdateContext:
                 cfg.loss_agg_mode,
                 num_tokens,
                 num_seqs,
+                token_weights=weights,
             )
             ent = agg_loss(entropy, mask, cfg.loss_agg_mode, num_tokens, num_seqs)
             loss = out.loss - cfg.entropy_coef * ent
@@ -139,10 +162,6 @@ class UpdateContext:
                 m.add("actor/kl_loss", kl_loss, scale)
                 m.set_global("actor/kl_coef", cfg.kl_coef)
             if first_epoch:
-                rows = [self.samples[i] for i in micro.indices]
-                rollout = torch.zeros_like(old)
-                for r, s in enumerate(rows):
-                    rollout[r, : len(s.rollout_logprobs)] = torch.tensor(s.rollout_logprobs)
                 diff = (torch.exp(rollout) - torch.exp(old)).abs()
                 m.add(
                     "training/rollout_probs_diff_mean",
@@ -209,8 +228,10 @@ def precompute(
 ) -> Cache:
     """Per-sample old log-probs, reference log-probs and values (whichever are needed)."""
     cfg = ctx.config
-    need_old = cfg.ppo_epochs * cfg.num_mini_batches > 1 or (
-        reference is not None and cfg.kl_mode == "reward"
+    need_old = (
+        cfg.ppo_epochs * cfg.num_mini_batches > 1
+        or (reference is not None and cfg.kl_mode == "reward")
+        or cfg.off_policy != "none"
     )
     cache: Cache = {}
     if not (need_old or reference is not None or critic is not None):

@@ -216,15 +216,10 @@ class HFEngine:
 
     # ------------------------------------------------------------------ weights
 
-    def load_weights(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
-    ) -> None:
-        """Copy the given tensors into the model (any subset of its state dict), atomically.
-
-        Every name and shape is checked before anything is copied; a bad one raises
-        ``ValueError`` naming the tensor and leaves the model and its version unchanged. The
-        swap waits for an in-flight ``generate`` to finish.
-        """
+    def check_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(model tensor, new tensor) pairs; ValueError naming the first bad name/shape/dtype."""
         state = self.model.state_dict()
         staged: list[tuple[torch.Tensor, torch.Tensor]] = []
         for name, tensor in named_tensors:
@@ -241,6 +236,18 @@ class HFEngine:
                     f"load_weights: tensor {name!r} has non-float dtype {tensor.dtype}"
                 )
             staged.append((target, tensor))
+        return staged
+
+    def load_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
+    ) -> None:
+        """Copy the given tensors into the model (any subset of its state dict), atomically.
+
+        Every name and shape is checked before anything is copied; a bad one raises
+        ``ValueError`` naming the tensor and leaves the model and its version unchanged. The
+        swap waits for an in-flight ``generate`` to finish.
+        """
+        staged = self.check_weights(named_tensors)
         with self._lock, torch.no_grad():
             for target, tensor in staged:
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))

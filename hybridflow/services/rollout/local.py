@@ -32,23 +32,40 @@ class Engine(Protocol):
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
     ) -> None: ...
 
+    def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> object: ...
+
 
 class LocalRollout:
-    """One replica in this process: serialises generation, swaps weights between requests."""
+    """One replica in this process: serialises generation, swaps weights between requests.
+
+    New weights never wait for a request in flight: they are applied at once when the engine
+    is idle, else staged and applied before the next request starts (in-flight requests
+    finish on the weights they started with, so each completion has one policy version).
+    """
 
     def __init__(self, engine: Engine, model: str, engine_name: str = "hf") -> None:
         self.engine = engine
         self.model = model
         self.engine_name = engine_name
         self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: tuple[Sequence[tuple[str, torch.Tensor]], int] | None = None
         self._num_requests = 0
         self._num_tokens = 0
+
+    def _apply_pending(self) -> None:
+        """Caller holds ``_lock``."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.engine.load_weights(*pending)
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
     ) -> list[list[Completion]]:
         params.validate()
         with self._lock:
+            self._apply_pending()
             groups = self.engine.generate([list(p) for p in prompts], params)
             self._num_requests += 1
             self._num_tokens += sum(len(c.token_ids) for g in groups for c in g)
@@ -58,10 +75,25 @@ class LocalRollout:
         self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
     ) -> WeightUpdateReport:
         start = time.perf_counter()
-        with self._lock:
-            self.engine.load_weights(named_tensors, policy_version)
+        self._check_weights(named_tensors)
+        with self._pending_lock:
+            self._pending = (named_tensors, policy_version)
+        if self._lock.acquire(blocking=False):  # idle: swap now
+            try:
+                self._apply_pending()
+            finally:
+                self._lock.release()
         num_bytes = sum(t.numel() * t.element_size() for _, t in named_tensors)
         return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
+
+    def _check_weights(self, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """Bad names or shapes fail the sender's call, not a later request."""
+        self.engine.check_weights(named_tensors)
+
+    @property
+    def pending_version(self) -> int | None:
+        with self._pending_lock:
+            return self._pending[1] if self._pending is not None else None
 
     def status(self) -> RolloutStatus:
         return RolloutStatus(

@@ -61,7 +61,7 @@ def test_every_prompt_trained_exactly_once_per_epoch(tmp_path):
     summary = job.run()
     trained = Counter(s.prompt_ids[0] for batch in learner.batches for s in batch)
     assert trained == Counter({r.prompt_ids[0]: 2 for r in data})  # group_size samples each
-    assert summary.num_steps == 3 and summary.num_stale_samples == 0
+    assert summary.num_steps == 3 and summary.num_dropped_stale == 0
     assert learner.checkpoints == [str((tmp_path / "checkpoint").resolve())]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]

@@ -1,0 +1,127 @@
+"""Admission control and the buffer of scored, untrained groups (the async schedule's state).
+
+Invariants (tested in tests/unit/coordinator/test_async.py):
+- Capacity rule (AReaL): at most ``(published_step + max_staleness_steps + 1) * batch_groups``
+  groups are ever started, where ``published_step`` counts the train steps whose weights the
+  replicas have. A group started under weights of step p therefore belongs to one of the
+  batches up to p + k when batches are taken oldest-first, so finished work is not wasted.
+- Batches are taken oldest policy version first, FIFO within a version.
+- A group more than ``max_staleness`` versions behind the learner is never trained: it is
+  handed back for re-generation and counted (``dropped_stale``); nothing is lost.
+Thread-safe; no clients, no RL math.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
+
+
+@dataclass
+class BufferStats:
+    dropped_stale: int = 0
+    staleness: Counter[int] = field(default_factory=Counter)
+    """Trained groups by staleness (learner version at training - generating version)."""
+
+
+class Admission:
+    """How many more groups may start generating, given the published weights."""
+
+    def __init__(self, batch_groups: int, max_staleness_steps: int) -> None:
+        self.batch_groups = batch_groups
+        self.max_staleness_steps = max_staleness_steps
+        self.num_started = 0
+        self.published_step = 0
+
+    def capacity(self) -> int:
+        limit = (self.published_step + self.max_staleness_steps + 1) * self.batch_groups
+        return max(0, limit - self.num_started)
+
+    def start(self, num: int) -> None:
+        assert num <= self.capacity(), "admission: started beyond capacity"
+        self.num_started += num
+
+    def give_back(self, num: int) -> None:
+        """Groups that will be re-generated (failure or staleness) free their slot."""
+        self.num_started -= num
+        assert self.num_started >= 0
+
+
+class GroupBuffer:
+    """Scored groups waiting for the learner, with the admission state, under one condition."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.cond = threading.Condition()
+        self._groups: list[tuple[int, int, ScoredGroup]] = []  # (version, arrival, group)
+        self._arrivals = 0
+        self._requeued: list[Prompt] = []
+        self.stats = BufferStats()
+
+    def __len__(self) -> int:
+        with self.cond:
+            return len(self._groups)
+
+    def put(self, groups: list[ScoredGroup]) -> None:
+        with self.cond:
+            for g in groups:
+                version = min(c.policy_version for c in g.completions)
+                self._groups.append((version, self._arrivals, g))
+                self._arrivals += 1
+            self.cond.notify_all()
+
+    def requeue(self, prompts: list[Prompt]) -> None:
+        """Prompts to generate again (failed replica or stale); their slots are freed."""
+        with self.cond:
+            self._requeued.extend(prompts)
+            self.admission.give_back(len(prompts))
+            self.cond.notify_all()
+
+    def take_requeued(self, num: int) -> list[Prompt]:
+        """Caller holds ``cond``."""
+        taken, self._requeued = self._requeued[:num], self._requeued[num:]
+        return taken
+
+    def take_batch(
+        self, num_groups: int, learner_version: int, max_staleness: int, timeout_s: float
+    ) -> list[ScoredGroup] | None:
+        """Oldest-first batch of ``num_groups`` fresh-enough groups, or None on timeout.
+
+        Stale groups met on the way are handed back for re-generation and counted.
+        """
+        with self.cond:
+            while True:
+                self._groups.sort(key=lambda item: (item[0], item[1]))
+                stale = [g for v, _, g in self._groups if learner_version - v > max_staleness]
+                if stale:
+                    self._groups = [
+                        item for item in self._groups if learner_version - item[0] <= max_staleness
+                    ]
+                    self.stats.dropped_stale += len(stale)
+                    self._requeued.extend(g.prompt for g in stale)
+                    self.admission.give_back(len(stale))
+                    self.cond.notify_all()
+                if len(self._groups) >= num_groups:
+                    batch = self._groups[:num_groups]
+                    self._groups = self._groups[num_groups:]
+                    for version, _, _ in batch:
+                        self.stats.staleness[learner_version - version] += 1
+                    return [g for _, _, g in batch]
+                if not self.cond.wait(timeout_s):
+                    return None
+
+    def publish(self, step: int) -> None:
+        """The replicas now have the weights of train step ``step``."""
+        with self.cond:
+            self.admission.published_step = step
+            self.cond.notify_all()
+
+    def drain(self) -> tuple[list[ScoredGroup], list[Prompt]]:
+        """What is left at the end: finished-but-untrained groups and re-queued prompts."""
+        with self.cond:
+            groups = [g for _, _, g in self._groups]
+            self._groups = []
+            return groups, list(self._requeued)
