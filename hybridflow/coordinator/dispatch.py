@@ -18,6 +18,7 @@ import grpc
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
+from hybridflow.coordinator.events import EventLog
 from hybridflow.services.reward.client import RewardClient
 from hybridflow.services.rollout.client import RolloutClient
 from hybridflow.types import SamplingParams
@@ -37,6 +38,7 @@ class ReplicaDispatcher(threading.Thread):
         params: SamplingParams,
         prompts_per_request: int,
         stop: threading.Event,
+        events: EventLog | None = None,
     ) -> None:
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
@@ -48,6 +50,7 @@ class ReplicaDispatcher(threading.Thread):
         self.params = params
         self.prompts_per_request = prompts_per_request
         self.stop_event = stop
+        self.events = events or EventLog(None)
         self.busy_s = 0.0
         """Seconds spent generating."""
         self.num_requeued = 0
@@ -76,6 +79,7 @@ class ReplicaDispatcher(threading.Thread):
             if not prompts:
                 return
             request += 1
+            wall_start = time.time()
             start = time.perf_counter()
             try:
                 groups = self.rollout.generate(
@@ -96,8 +100,21 @@ class ReplicaDispatcher(threading.Thread):
                     self.failed = True
                 return
             self.busy_s += time.perf_counter() - start
+            gen_end = time.time()
+            self.events.record(
+                "generate",
+                wall_start,
+                gen_end,
+                replica=self.index,
+                num_prompts=len(prompts),
+                num_tokens=sum(len(c.token_ids) for g in groups for c in g),
+                policy_version=groups[0][0].policy_version if groups else -1,
+            )
             try:
                 results = self.reward.score_batch(score_items(prompts, groups, self.decode))
+                self.events.record(
+                    "score", gen_end, time.time(), replica=self.index, num_items=len(results)
+                )
                 self.buffer.put(attach_scores(prompts, groups, results))
             except Exception as exc:  # noqa: BLE001 — reported to the trainer loop
                 self.buffer.requeue(prompts)

@@ -30,6 +30,7 @@ from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
+from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.step import Services
 from hybridflow.types import SamplingParams
@@ -84,6 +85,7 @@ class TrainingJob:
         )
         self.buffer = GroupBuffer(Admission(config.prompts_per_step, config.max_staleness))
         self._stop = threading.Event()
+        self.events = EventLog(run_dir / "events.jsonl")
         per_request = config.prompts_per_request or max(
             1, config.prompts_per_step // len(services.rollouts)
         )
@@ -98,6 +100,7 @@ class TrainingJob:
                 self.params,
                 per_request,
                 self._stop,
+                self.events,
             )
             for i, r in enumerate(services.rollouts)
         ]
@@ -143,9 +146,12 @@ class TrainingJob:
                     progress.message(f"stop requested: ending after step {step - 1}")
                     break
                 t1 = time.perf_counter()
+                w1 = time.time()
                 train_batch = train_samples(batch, first_group_id=step * cfg.prompts_per_step)
                 result = self.services.learner.train_step(train_batch)
                 t2 = time.perf_counter()
+                w2 = time.time()
+                self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
                 if step == 1:
                     versions_per_step = max(1, result.policy_version - version)
                     self.buffer.admission.max_staleness_steps = (
@@ -155,6 +161,7 @@ class TrainingJob:
                 if step % cfg.sync_every == 0:
                     self.services.learner.publish_weights(self.services.weight_targets)
                     self.buffer.publish(step)
+                    self.events.record("sync", w2, time.time(), step=step, version=version)
                 t3 = time.perf_counter()
                 learner_busy_s += t3 - t1
                 gen_s = sum(d.busy_s for d in self.dispatchers)
@@ -202,6 +209,7 @@ class TrainingJob:
             for d in self.dispatchers:
                 d.join(timeout=60)
             metrics_log.close()
+            self.events.close()
         wall = time.perf_counter() - start
         leftover, requeued = self.buffer.drain()
         tail = rewards[-20:]

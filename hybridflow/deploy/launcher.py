@@ -129,6 +129,11 @@ class ServiceGroup:
             f"coordinator.learner_address={by_name['learner']}",
         ]
 
+    def peak_memory(self) -> dict[str, int]:
+        """Peak RSS (VmHWM, bytes) per service, summed over its processes (torchrun ranks)."""
+        return {p.name: sum(_peak_rss(pid) for pid in _process_tree(p.popen.pid))
+                for p in self.processes if p.popen.poll() is None}
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM each service (torchrun forwards it to its ranks), then SIGKILL whatever is
         left in its process group after grace_s."""
@@ -151,6 +156,31 @@ def _signal_group(popen: subprocess.Popen[Any], sig: int) -> None:
         os.killpg(popen.pid, sig)  # the service's own session: only what it started
     except ProcessLookupError:
         pass
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (Linux /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                children = (task / "children").read_text().split()
+                todo.extend(int(c) for c in children)
+        except OSError:
+            continue
+    return out
+
+
+def _peak_rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def tail(path: Path, num_lines: int = 20) -> str:

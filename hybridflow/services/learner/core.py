@@ -41,7 +41,11 @@ class LearnerCore:
         self._senders[target] = sender
 
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
-        return self.worker.train_step(samples)
+        start = time.perf_counter()
+        result = self.worker.train_step(samples)
+        # Lets callers split their RPC time into compute and batch transfer.
+        result.metrics["timing_s/learner_compute"] = time.perf_counter() - start
+        return result
 
     def compute_logprobs(
         self, prompts: list[list[int]], responses: list[list[int]], temperature: float

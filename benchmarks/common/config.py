@@ -1,0 +1,46 @@
+"""Benchmark suite configuration (strict YAML via hybridflow's loader; no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Variant:
+    """One side of a side-by-side comparison: a name and its job overrides."""
+
+    name: str
+    """Label in summary.json, logs and plots."""
+    overrides: list[str] = field(default_factory=list)
+    """Dotted job-config overrides (as with deploy/launch.sh --set)."""
+
+
+@dataclass
+class BenchmarkConfig:
+    """A suite: the same job run once per variant, in one invocation."""
+
+    suite: str = "throughput"
+    """Suite name (throughput, scalability, algorithm, integration)."""
+    job: str = "deploy/configs/quickstart.yaml"
+    """Job YAML every variant starts from (model, sequence lengths, resources, workload)."""
+    overrides: list[str] = field(default_factory=list)
+    """Overrides applied to every variant (e.g. coordinator.num_steps=40)."""
+    variants: list[Variant] = field(default_factory=list)
+    """Runs to compare side by side."""
+    warmup_steps: int = 3
+    """Steps excluded from the rate figures."""
+    profile: bool = True
+    """Record a py-spy flame graph of every process (profile.svg)."""
+    plots: bool = True
+    """Write PNG plots."""
+    timeout_s: float = 900.0
+    """Limit per variant."""
+
+    def validate(self) -> None:
+        if not self.variants:
+            raise ValueError("variants: at least one variant is required")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variants: names must be unique, got {names}")
+        if self.warmup_steps < 0:
+            raise ValueError("warmup_steps must be >= 0")

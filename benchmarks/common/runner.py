@@ -1,0 +1,128 @@
+"""Runs a suite: each variant through deploy/launch.sh (under py-spy when profiling), then
+figures, detailed.log, plots and summary.json in results/YYYYMMDD_HHMMSS/.
+
+    python benchmarks/<suite>/run_benchmark.py --config benchmarks/<suite>/config.yaml
+
+Run nothing else on the machine meanwhile: ratios are only meaningful side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.common.config import BenchmarkConfig  # noqa: E402
+from benchmarks.common.figures import read_jsonl, run_figures  # noqa: E402
+
+Ratios = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
+
+
+def environment() -> dict[str, Any]:
+    import grpc
+    import torch
+    import transformers
+
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {
+        "hardware": {"cpu": cpu, "cpus": os.cpu_count(), "machine": platform.machine(),
+                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "grpc": grpc.__version__},
+        "git_commit": commit,
+    }
+
+
+def run_variant(cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path) -> Path:
+    run_dir = out / name
+    cmd = [str(REPO / "deploy" / "launch.sh"), "--config", cfg.job, "--run-dir", str(run_dir)]
+    for o in [*cfg.overrides, *overrides]:
+        cmd += ["--set", o]
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if cfg.profile and Path(spy).exists():
+        cmd = [spy, "record", "--subprocesses", "--nonblocking", "--rate", "50",
+               "-o", str(out / f"profile_{name}.svg"), "--", *cmd]
+    env = dict(os.environ, PYTHON=sys.executable)
+    print(f"[{name}] {' '.join(cmd)}", file=sys.stderr)
+    with (out / f"launch_{name}.log").open("w") as log:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=cfg.timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"variant {name} failed ({proc.returncode}); see {out / f'launch_{name}.log'}")
+    return run_dir
+
+
+def write_detailed_log(out: Path, names: list[str]) -> None:
+    lines = []
+    for name in names:
+        for e in read_jsonl(out / name / "events.jsonl"):
+            stamp = dt.datetime.fromtimestamp(e["start"]).isoformat(timespec="milliseconds")
+            extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("kind", "start", "duration_s"))
+            lines.append((e["start"], f"{stamp} [{name}] {e['kind']:<8} {e['duration_s'] * 1000:8.1f} ms  {extra}"))
+    (out / "detailed.log").write_text("\n".join(line for _, line in sorted(lines)) + "\n")
+
+
+def run_suite(config_path: str, extra_overrides: list[str], results_root: Path, ratios: Ratios) -> Path:
+    from hybridflow.config.loader import load_config, to_dict
+
+    cfg = load_config(BenchmarkConfig, config_path)
+    cfg.overrides = [*cfg.overrides, *extra_overrides]
+    out = results_root / time.strftime("%Y%m%d_%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, dict[str, Any]] = {}
+    for variant in cfg.variants:
+        run_dir = run_variant(cfg, variant.name, variant.overrides, out)
+        figures[variant.name] = run_figures(run_dir, cfg.warmup_steps)
+        print(f"[{variant.name}] e2e {figures[variant.name]['e2e_samples_per_s']:.1f} samples/s", file=sys.stderr)
+    names = [v.name for v in cfg.variants]
+    write_detailed_log(out, names)
+    profiles = sorted(out.glob("profile_*.svg"))
+    if profiles:
+        shutil.copy(profiles[0], out / "profile.svg")
+    if cfg.plots:
+        from benchmarks.common.plots import plot_all
+
+        plot_all(out, names)
+    summary = {
+        "suite": cfg.suite,
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "variants": figures,
+        "ratios": ratios(figures),
+        **environment(),
+        "config": to_dict(cfg),
+        "job_configs": {n: (out / n / "config.yaml").read_text() for n in names},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps({"ratios": summary["ratios"]}, indent=2))
+    print(f"results: {out}", file=sys.stderr)
+    return out
+
+
+def main(default_config: str, ratios: Ratios, argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=default_config)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="job override for every variant")
+    parser.add_argument("--results", type=Path, default=REPO / "results")
+    args = parser.parse_args(argv)
+    run_suite(args.config, args.set, args.results, ratios)
+    return 0

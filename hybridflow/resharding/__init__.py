@@ -1,0 +1,33 @@
+"""Resharding: move learner (FSDP2 dim-0) shards into rollout replicas' tensor-parallel layout.
+
+Pure planning (``topology``, ``llama``, ``plan``, ``buckets``) imports numpy only; the torch
+side (``reference``, ``replay``, ``group``, ``executors``) is imported from its modules.
+"""
+
+from hybridflow.resharding.llama import LlamaDims, llama_topology
+from hybridflow.resharding.plan import TransferPlan, make_plan
+from hybridflow.resharding.plan_types import Bucket, RankRole, Transfer
+from hybridflow.resharding.topology import (
+    DestParam,
+    DestPart,
+    ParamSpec,
+    Placement,
+    Topology,
+    fsdp_dim0_rows,
+)
+
+__all__ = [
+    "Bucket",
+    "DestParam",
+    "DestPart",
+    "LlamaDims",
+    "ParamSpec",
+    "Placement",
+    "RankRole",
+    "Topology",
+    "Transfer",
+    "TransferPlan",
+    "fsdp_dim0_rows",
+    "llama_topology",
+    "make_plan",
+]
