@@ -31,7 +31,7 @@ def start_rollout_server(
 
 
 def start_learner_server(
-    model_path: Path, max_bytes: int = 64 * MIB, **config: object
+    model_path: Path, max_bytes: int = 64 * MIB, weight_sync: object = None, **config: object
 ) -> tuple[RunningServer, object]:
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.config import LearnerConfig
@@ -43,8 +43,15 @@ def start_learner_server(
 
     cfg = LearnerConfig(**config)  # type: ignore[arg-type]
     worker = LearnerWorker(cfg, model_path)
+    from hybridflow.services.rollout.client import GrpcRolloutClient
+
+    channel = ChannelConfig(max_message_bytes=max_bytes)
     core = LearnerCore(
-        worker, 0, lambda a: GrpcWeightSender(a, ChannelConfig(max_message_bytes=max_bytes))
+        worker,
+        0,
+        lambda a: GrpcWeightSender(a, channel),
+        weight_sync,  # type: ignore[arg-type]
+        lambda a: GrpcRolloutClient(a, channel),
     )
     servicer = LearnerServicer(
         dispatch=core.dispatch,

@@ -22,20 +22,33 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     events = read_jsonl(run_dir / "events.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
-    memory = json.loads((run_dir / "service_memory.json").read_text()) if (run_dir / "service_memory.json").exists() else {}
+    memory = (
+        json.loads((run_dir / "service_memory.json").read_text())
+        if (run_dir / "service_memory.json").exists()
+        else {}
+    )
     timed = metrics[warmup_steps:] or metrics
     t_first = timed[0]["time"] - timed[0]["timing_s/step"]
     wall = timed[-1]["time"] - t_first
     gens = [e for e in events if e["kind"] == "generate" and e["start"] >= t_first]
     syncs = sum(m.get("timing_s/update_weights", 0.0) for m in timed)
-    transfer = sum(max(0.0, m["timing_s/update_actor"] - m.get("timing_s/learner_compute", m["timing_s/update_actor"])) for m in timed)
+    transfer = sum(
+        max(
+            0.0,
+            m["timing_s/update_actor"]
+            - m.get("timing_s/learner_compute", m["timing_s/update_actor"]),
+        )
+        for m in timed
+    )
     samples = sum(m["batch/num_samples"] for m in timed)
     gen_busy = sum(e["duration_s"] for e in gens)
     return {
         "steps_timed": len(timed),
         "wall_s": wall,
         "generation_tokens_per_s": sum(e["num_tokens"] for e in gens) / wall if wall else 0.0,
-        "generation_tokens_per_busy_s": sum(e["num_tokens"] for e in gens) / gen_busy if gen_busy else 0.0,
+        "generation_tokens_per_busy_s": sum(e["num_tokens"] for e in gens) / gen_busy
+        if gen_busy
+        else 0.0,
         "training_steps_per_s": len(timed) / wall if wall else 0.0,
         "training_samples_per_s": samples / sum(m["timing_s/update_actor"] for m in timed),
         "e2e_samples_per_s": samples / wall if wall else 0.0,
@@ -45,7 +58,9 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
         "rollout_idle_ratio": summary["rollout_idle_ratio"],
         "learner_idle_ratio": summary["learner_idle_ratio"],
         "mean_gen_s_per_step": mean([m["timing_s/gen"] for m in timed]),
-        "mean_train_s_per_step": mean([m["timing_s/update_actor"] + m.get("timing_s/update_weights", 0.0) for m in timed]),
+        "mean_train_s_per_step": mean(
+            [m["timing_s/update_actor"] + m.get("timing_s/update_weights", 0.0) for m in timed]
+        ),
         "mean_sync_s": mean([m.get("timing_s/update_weights", 0.0) for m in timed]),
         "peak_rss_bytes": memory,
         "reward_start": summary["reward_start"],

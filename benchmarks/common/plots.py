@@ -22,7 +22,9 @@ def plot_all(out: Path, names: list[str]) -> None:
             continue
         t0 = rows[0]["time"] - rows[0]["timing_s/step"]
         ax_r.plot([r["step"] for r in rows], [r["critic/score/mean"] for r in rows], label=name)
-        ax_t.plot([r["time"] - t0 for r in rows], [r["perf/samples_per_s"] for r in rows], label=name)
+        ax_t.plot(
+            [r["time"] - t0 for r in rows], [r["perf/samples_per_s"] for r in rows], label=name
+        )
     ax_r.set(xlabel="step", ylabel="mean reward", title="reward over steps")
     ax_t.set(xlabel="wall time (s)", ylabel="samples/s (per step)", title="throughput over time")
     ax_r.legend()
@@ -39,10 +41,17 @@ def plot_all(out: Path, names: list[str]) -> None:
         t0 = min(e["start"] for e in events)
         lanes = sorted({_lane(e) for e in events})
         for e in events:
-            ax.barh(lanes.index(_lane(e)), e["duration_s"], left=e["start"] - t0,
-                    color=_COLORS.get(e["kind"], "gray"), height=0.8)
+            ax.barh(
+                lanes.index(_lane(e)),
+                e["duration_s"],
+                left=e["start"] - t0,
+                color=_COLORS.get(e["kind"], "gray"),
+                height=0.8,
+            )
         ax.set_yticks(range(len(lanes)), lanes)
-        ax.set_title(f"{name}: phases per service (blue generate, green score, orange train, red sync)")
+        ax.set_title(
+            f"{name}: phases per service (blue generate, green score, orange train, red sync)"
+        )
         ax.set_xlabel("wall time (s)")
     fig.tight_layout()
     fig.savefig(out / "timeline.png", dpi=100)

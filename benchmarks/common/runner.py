@@ -38,16 +38,29 @@ def environment() -> dict[str, Any]:
 
     cpu = ""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     return {
-        "hardware": {"cpu": cpu, "cpus": os.cpu_count(), "machine": platform.machine(),
-                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__, "grpc": grpc.__version__},
+        "hardware": {
+            "cpu": cpu,
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "grpc": grpc.__version__,
+        },
         "git_commit": commit,
     }
 
@@ -59,15 +72,28 @@ def run_variant(cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path
         cmd += ["--set", o]
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if cfg.profile and Path(spy).exists():
-        cmd = [spy, "record", "--subprocesses", "--nonblocking", "--rate", "50",
-               "-o", str(out / f"profile_{name}.svg"), "--", *cmd]
+        cmd = [
+            spy,
+            "record",
+            "--subprocesses",
+            "--nonblocking",
+            "--rate",
+            "50",
+            "-o",
+            str(out / f"profile_{name}.svg"),
+            "--",
+            *cmd,
+        ]
     env = dict(os.environ, PYTHON=sys.executable)
     print(f"[{name}] {' '.join(cmd)}", file=sys.stderr)
     with (out / f"launch_{name}.log").open("w") as log:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=cfg.timeout_s)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=cfg.timeout_s
+        )
     if proc.returncode != 0:
-        raise RuntimeError(f"variant {name} failed ({proc.returncode}); see {out / f'launch_{name}.log'}")
+        raise RuntimeError(
+            f"variant {name} failed ({proc.returncode}); see {out / f'launch_{name}.log'}"
+        )
     return run_dir
 
 
@@ -76,12 +102,21 @@ def write_detailed_log(out: Path, names: list[str]) -> None:
     for name in names:
         for e in read_jsonl(out / name / "events.jsonl"):
             stamp = dt.datetime.fromtimestamp(e["start"]).isoformat(timespec="milliseconds")
-            extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("kind", "start", "duration_s"))
-            lines.append((e["start"], f"{stamp} [{name}] {e['kind']:<8} {e['duration_s'] * 1000:8.1f} ms  {extra}"))
+            extra = " ".join(
+                f"{k}={v}" for k, v in e.items() if k not in ("kind", "start", "duration_s")
+            )
+            lines.append(
+                (
+                    e["start"],
+                    f"{stamp} [{name}] {e['kind']:<8} {e['duration_s'] * 1000:8.1f} ms  {extra}",
+                )
+            )
     (out / "detailed.log").write_text("\n".join(line for _, line in sorted(lines)) + "\n")
 
 
-def run_suite(config_path: str, extra_overrides: list[str], results_root: Path, ratios: Ratios) -> Path:
+def run_suite(
+    config_path: str, extra_overrides: list[str], results_root: Path, ratios: Ratios
+) -> Path:
     from hybridflow.config.loader import load_config, to_dict
 
     cfg = load_config(BenchmarkConfig, config_path)
@@ -92,7 +127,10 @@ def run_suite(config_path: str, extra_overrides: list[str], results_root: Path, 
     for variant in cfg.variants:
         run_dir = run_variant(cfg, variant.name, variant.overrides, out)
         figures[variant.name] = run_figures(run_dir, cfg.warmup_steps)
-        print(f"[{variant.name}] e2e {figures[variant.name]['e2e_samples_per_s']:.1f} samples/s", file=sys.stderr)
+        print(
+            f"[{variant.name}] e2e {figures[variant.name]['e2e_samples_per_s']:.1f} samples/s",
+            file=sys.stderr,
+        )
     names = [v.name for v in cfg.variants]
     write_detailed_log(out, names)
     profiles = sorted(out.glob("profile_*.svg"))
@@ -118,10 +156,17 @@ def run_suite(config_path: str, extra_overrides: list[str], results_root: Path, 
 
 
 def main(default_config: str, ratios: Ratios, argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default=default_config)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="job override for every variant")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="job override for every variant",
+    )
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args(argv)
     run_suite(args.config, args.set, args.results, ratios)

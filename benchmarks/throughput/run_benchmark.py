@@ -1,6 +1,6 @@
 """Throughput suite: the headline figures, synchronous against asynchronous PPO, side by side.
 
-    python benchmarks/throughput/run_benchmark.py --config benchmarks/throughput/config.yaml
+python benchmarks/throughput/run_benchmark.py --config benchmarks/throughput/config.yaml
 """
 
 from __future__ import annotations

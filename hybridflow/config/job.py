@@ -15,6 +15,7 @@ from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.rollout.config import RolloutConfig
+from hybridflow.weights.config import WeightSyncConfig
 
 
 @dataclass
@@ -41,6 +42,8 @@ class JobConfig:
     """Learner service."""
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     """Coordinator: data and schedule."""
+    weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
+    """How weights go from the learner to the rollout replicas."""
     deploy: DeployConfig = field(default_factory=DeployConfig)
     """Launcher settings."""
 

@@ -131,8 +131,11 @@ class ServiceGroup:
 
     def peak_memory(self) -> dict[str, int]:
         """Peak RSS (VmHWM, bytes) per service, summed over its processes (torchrun ranks)."""
-        return {p.name: sum(_peak_rss(pid) for pid in _process_tree(p.popen.pid))
-                for p in self.processes if p.popen.poll() is None}
+        return {
+            p.name: sum(_peak_rss(pid) for pid in _process_tree(p.popen.pid))
+            for p in self.processes
+            if p.popen.poll() is None
+        }
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM each service (torchrun forwards it to its ranks), then SIGKILL whatever is

@@ -50,6 +50,16 @@ class RolloutServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.RolloutInfo.FromString,
                 _registered_method=True)
+        self.JoinWeightSync = channel.unary_unary(
+                '/hybridflow.v1.RolloutService/JoinWeightSync',
+                request_serializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncResponse.FromString,
+                _registered_method=True)
+        self.ReceiveWeights = channel.unary_unary(
+                '/hybridflow.v1.RolloutService/ReceiveWeights',
+                request_serializer=hybridflow_dot_v1_dot_rollout__pb2.ReceiveWeightsRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServiceServicer:
@@ -78,6 +88,21 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinWeightSync(self, request, context):
+        """Joins the torch.distributed weight-sync group with the learner ranks (blocks until the
+        whole group has formed and every party checked the transfer plan's hash).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReceiveWeights(self, request, context):
+        """Receives one set of weights over the weight-sync group (the learner sends concurrently).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +120,16 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.GetInfo,
                     request_deserializer=hybridflow_dot_v1_dot_common__pb2.Empty.FromString,
                     response_serializer=hybridflow_dot_v1_dot_rollout__pb2.RolloutInfo.SerializeToString,
+            ),
+            'JoinWeightSync': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinWeightSync,
+                    request_deserializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncResponse.SerializeToString,
+            ),
+            'ReceiveWeights': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReceiveWeights,
+                    request_deserializer=hybridflow_dot_v1_dot_rollout__pb2.ReceiveWeightsRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +213,60 @@ class RolloutService:
             '/hybridflow.v1.RolloutService/GetInfo',
             hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
             hybridflow_dot_v1_dot_rollout__pb2.RolloutInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinWeightSync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.RolloutService/JoinWeightSync',
+            hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncRequest.SerializeToString,
+            hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReceiveWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.RolloutService/ReceiveWeights',
+            hybridflow_dot_v1_dot_rollout__pb2.ReceiveWeightsRequest.SerializeToString,
+            hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.services.rollout.client import GrpcRolloutClient
     from hybridflow.weights.grpc_stream import GrpcWeightSender
 
     try:
@@ -38,7 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot load the model: %s", exc)
         return 2
     channel = ChannelConfig(max_message_bytes=cfg.server.max_message_bytes)
-    core = LearnerCore(worker, dist_info.rank, lambda address: GrpcWeightSender(address, channel))
+    core = LearnerCore(
+        worker,
+        dist_info.rank,
+        lambda address: GrpcWeightSender(address, channel),
+        job.weight_sync,
+        lambda address: GrpcRolloutClient(address, channel),
+    )
     relay = CommandRelay(core.dispatch, group=control_group() if dist_info.is_distributed else None)
     if dist_info.rank != 0:
         import signal

@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.weights.base import WeightSender
+from hybridflow.weights.config import WeightSyncConfig
+
+
+class WeightSyncReplica(Protocol):
+    """How learner rank 0 reaches a replica for torch.distributed weight syncs."""
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
+
+    def receive_weights(self, policy_version: int, timeout_s: float) -> int: ...
+
 
 if TYPE_CHECKING:
     import torch
 
     from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.weights.dist import DistPublisher, GroupSpec
 
 
 class LearnerCore:
@@ -26,11 +37,19 @@ class LearnerCore:
         worker: LearnerWorker,
         rank: int = 0,
         sender_factory: Callable[[str], WeightSender] | None = None,
+        weight_sync: WeightSyncConfig | None = None,
+        replica_factory: Callable[[str], WeightSyncReplica] | None = None,
     ) -> None:
+        """``weight_sync.transport == "dist"`` publishes over a torch.distributed group
+        (replicas reached through ``replica_factory``); otherwise through per-target senders."""
         self.worker = worker
         self.rank = rank
         self._sender_factory = sender_factory
         self._senders: dict[str, WeightSender] = {}
+        self._weight_sync = weight_sync
+        self._replica_factory = replica_factory
+        self._replicas: dict[str, WeightSyncReplica] = {}
+        self._dist: DistPublisher | None = None
 
     @property
     def policy_version(self) -> int:
@@ -57,7 +76,9 @@ class LearnerCore:
         return list(self.worker.full_state_dict_items())
 
     def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
-        """Gathers full weights (collective) and sends them to every target from rank 0."""
+        """Sends the current weights to every target (a collective on every learner rank)."""
+        if self._weight_sync is not None and self._weight_sync.transport == "dist":
+            return self._publish_dist(targets)
         start = time.perf_counter()
         items = self.full_weights()
         version = self.worker.policy_version
@@ -68,6 +89,31 @@ class LearnerCore:
                 num_bytes = report.num_bytes
         return WeightUpdateReport(version, num_bytes, time.perf_counter() - start)
 
+    def _publish_dist(self, targets: Sequence[str]) -> WeightUpdateReport:
+        from hybridflow.weights.dist import DistPublisher
+
+        cfg = self._weight_sync
+        assert cfg is not None
+        if self._dist is None:
+            self._dist = DistPublisher(
+                cfg, self.rank, self.worker.dist.world_size, self.worker.actor, self.worker.device
+            )
+        if self.rank != 0:
+            return self._dist.publish(targets, self.worker.policy_version, None, None)
+        return self._dist.publish(
+            targets,
+            self.worker.policy_version,
+            lambda t, spec, i: self._replica(t).join_weight_sync(spec, i),
+            lambda t, version: self._replica(t).receive_weights(version, cfg.timeout_s),
+        )
+
+    def _replica(self, target: str) -> WeightSyncReplica:
+        if target not in self._replicas:
+            if self._replica_factory is None:
+                raise ValueError(f"no way to reach replica {target!r} for a weight sync")
+            self._replicas[target] = self._replica_factory(target)
+        return self._replicas[target]
+
     def save_checkpoint(self, path: str) -> str:
         self.worker.save_checkpoint(path)
         return path
@@ -76,6 +122,9 @@ class LearnerCore:
         for sender in self._senders.values():
             sender.close()
         self._senders.clear()
+        if self._dist is not None:
+            self._dist.close()
+            self._dist = None
 
     def _sender(self, target: str) -> WeightSender:
         if target not in self._senders:

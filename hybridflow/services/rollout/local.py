@@ -16,6 +16,8 @@ from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUp
 if TYPE_CHECKING:
     import torch
 
+    from hybridflow.weights.dist import DistReceiver, GroupSpec
+
 
 class Engine(Protocol):
     """What a generation engine offers (HFEngine; later vLLM)."""
@@ -23,6 +25,12 @@ class Engine(Protocol):
     policy_version: int
     eos_token_id: int
     vocab_size: int
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+    @property
+    def device(self) -> torch.device: ...
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams
@@ -52,6 +60,7 @@ class LocalRollout:
         self._pending: tuple[Sequence[tuple[str, torch.Tensor]], int] | None = None
         self._num_requests = 0
         self._num_tokens = 0
+        self._receiver: DistReceiver | None = None
 
     def _apply_pending(self) -> None:
         """Caller holds ``_lock``."""
@@ -94,6 +103,23 @@ class LocalRollout:
     def pending_version(self) -> int | None:
         with self._pending_lock:
             return self._pending[1] if self._pending is not None else None
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
+        """Joins the learner's torch.distributed weight-sync group; returns the plan hash."""
+        if self._receiver is None:
+            from hybridflow.weights.dist import DistReceiver
+
+            self._receiver = DistReceiver(self.engine.model, self.engine.device)
+        return self._receiver.join(spec, replica_index)
+
+    def receive_weights(self, policy_version: int) -> WeightUpdateReport:
+        """Receives one sync over the group and stages it like ``load_weights``."""
+        if self._receiver is None:
+            raise ValueError("no weight-sync group: call JoinWeightSync first")
+        start = time.perf_counter()
+        tensors, num_bytes = self._receiver.receive()
+        self.load_weights(tensors, policy_version)
+        return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
 
     def status(self) -> RolloutStatus:
         return RolloutStatus(

@@ -50,6 +50,26 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
         )
 
     @handle_errors
+    def JoinWeightSync(
+        self, request: rollout_pb2.JoinWeightSyncRequest, context: grpc.ServicerContext
+    ) -> rollout_pb2.JoinWeightSyncResponse:
+        plan_hash = self._rollout.join_weight_sync(
+            convert.group_spec_from_proto(request), request.replica_index
+        )
+        return rollout_pb2.JoinWeightSyncResponse(plan_hash=plan_hash)
+
+    @handle_errors
+    def ReceiveWeights(
+        self, request: rollout_pb2.ReceiveWeightsRequest, context: grpc.ServicerContext
+    ) -> rollout_pb2.UpdateWeightsResponse:
+        report = self._rollout.receive_weights(request.policy_version)
+        return rollout_pb2.UpdateWeightsResponse(
+            policy_version=report.policy_version,
+            num_bytes=report.num_bytes,
+            duration_s=report.duration_s,
+        )
+
+    @handle_errors
     def GetInfo(
         self, request: common_pb2.Empty, context: grpc.ServicerContext
     ) -> rollout_pb2.RolloutInfo:

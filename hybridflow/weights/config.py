@@ -1,0 +1,33 @@
+"""Weight-sync settings (imports without torch or grpc)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class WeightSyncConfig:
+    """How the learner's weights reach the rollout replicas."""
+
+    transport: Literal["dist", "grpc"] = "dist"
+    """dist: torch.distributed group (gloo on CPU, NCCL on GPU); grpc: streaming fallback."""
+    executor: Literal["planner", "naive"] = "planner"
+    """dist only: planner (point-to-point along the resharding plan) or naive (gather on
+    learner rank 0, broadcast full tensors: the correctness oracle / "planner off")."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """auto: nccl when the learner runs on CUDA, else gloo."""
+    store_host: str = "127.0.0.1"
+    """Address learner rank 0 serves the group's TCPStore on (reachable by every replica)."""
+    bucket_bytes: int = 64 * MIB
+    """Largest flat bucket of the transfer plan."""
+    timeout_s: float = 120.0
+    """Deadline of one sync (and of forming the group); past it the group is rebuilt."""
+
+    def validate(self) -> None:
+        if self.bucket_bytes < 4096:
+            raise ValueError("weight_sync.bucket_bytes must be at least 4096")
+        if self.timeout_s <= 0:
+            raise ValueError("weight_sync.timeout_s must be > 0")

@@ -1,0 +1,291 @@
+"""Weight sync over a torch.distributed group between learner ranks and rollout replicas.
+
+The group is separate from the learner's FSDP group: learner rank 0 serves a TCPStore, every
+learner rank and every replica's TP ranks join it (gloo on CPU, NCCL on GPU, same code). The
+resharding planner computes one transfer plan per replica set; every party checks its hash
+before the first sync, and each sync replays it: learner ranks send only their FSDP dim-0
+shards, each destination receives only its own slices (``executor: planner``), or the naive
+gather-and-broadcast oracle runs instead (``executor: naive``).
+
+A sync that fails or times out aborts the group on every learner rank (they agree through an
+all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
+This module knows nothing of gRPC: the learner passes ``join`` / ``receive`` callables that
+reach the replicas.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
+from hybridflow.resharding.group import WeightSyncGroup, check_plan_hash, init_weight_sync_group
+from hybridflow.resharding.plan import TransferPlan, make_plan
+from hybridflow.resharding.topology import DestParam, DestPart, ParamSpec, Placement, Topology
+from hybridflow.types import WeightUpdateReport
+from hybridflow.weights.config import WeightSyncConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Everything a replica needs to join a weight-sync group and compute the same plan."""
+
+    store_host: str
+    store_port: int
+    group_name: str
+    backend: str
+    num_src_ranks: int
+    replica_tp_sizes: tuple[int, ...]
+    bucket_bytes: int
+    executor: str
+    timeout_s: float
+
+
+JoinFn = Callable[[str, GroupSpec, int], str]
+"""join(target, spec, replica_index) -> the replica's plan hash (blocks until formed)."""
+ReceiveFn = Callable[[str, int], int]
+"""receive(target, policy_version) -> bytes the replica received (blocks until done)."""
+
+
+def param_table(module: nn.Module) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, global shape, dtype) of every parameter, tied ones once, sorted by name."""
+    return sorted(
+        (name, tuple(p.shape), str(p.dtype).removeprefix("torch."))
+        for name, p in module.named_parameters()
+    )
+
+
+def replicated_topology(table: Sequence[tuple[str, tuple[int, ...], str]]) -> Topology:
+    """Destinations that hold whole tensors (TP 1: the HF engine)."""
+    return Topology(
+        params=tuple(ParamSpec(n, shape, dtype) for n, shape, dtype in table),
+        dests=tuple(DestParam(n, (DestPart(n, Placement.REPLICATED),)) for n, _, _ in table),
+    )
+
+
+def make_executor(
+    kind: str, plan: TransferPlan, group: WeightSyncGroup
+) -> DistExecutor | NaiveExecutor:
+    if kind == "planner":
+        return DistExecutor(plan, group)
+    if kind == "naive":
+        return NaiveExecutor(plan, group)
+    raise ValueError(f"weight_sync.executor must be planner or naive, got {kind!r}")
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class DistReceiver:
+    """Rollout side: joins groups and receives whole weights into fresh tensors."""
+
+    def __init__(self, module: nn.Module, device: torch.device) -> None:
+        self._table = param_table(module)
+        self._device = device
+        self._group: WeightSyncGroup | None = None
+        self._executor: DistExecutor | NaiveExecutor | None = None
+        self.plan: TransferPlan | None = None
+
+    def join(self, spec: GroupSpec, replica_index: int) -> str:
+        self.close()
+        plan = make_plan(
+            replicated_topology(self._table),
+            spec.num_src_ranks,
+            list(spec.replica_tp_sizes),
+            spec.bucket_bytes,
+        )
+        group = init_weight_sync_group(
+            spec.store_host,
+            spec.store_port,
+            plan.world_size,
+            plan.group_rank(replica_index, 0),
+            spec.backend,
+            spec.timeout_s,
+            group_name=spec.group_name,
+            is_store_host=False,
+            device=self._device if spec.backend == "nccl" else None,
+        )
+        try:
+            check_plan_hash(group, plan.content_hash())
+        except Exception:
+            group.abort()
+            raise
+        self._group, self.plan = group, plan
+        self._executor = make_executor(spec.executor, plan, group)
+        return plan.content_hash()
+
+    def receive(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
+        if self._executor is None or self._group is None:
+            raise ValueError("no weight-sync group: call JoinWeightSync first")
+        try:
+            result = self._executor.sync(None)
+        except Exception:
+            self.close(abort=True)
+            raise
+        return list(result.tensors.items()), result.stats.num_bytes_received
+
+    def close(self, abort: bool = False) -> None:
+        if self._group is not None:
+            self._group.abort() if abort else self._group.close()
+        self._group, self._executor = None, None
+
+
+@dataclass
+class DistPublisher:
+    """Learner side, on every learner rank: builds the group when the replica set changes,
+    then sends its local FSDP shards along the plan at each publish."""
+
+    config: WeightSyncConfig
+    rank: int
+    world_size: int
+    module: nn.Module
+    device: torch.device
+    _group: WeightSyncGroup | None = None
+    _executor: DistExecutor | NaiveExecutor | None = None
+    _targets: tuple[str, ...] = ()
+    _generation: int = 0
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "weight-sync"))
+
+    @property
+    def backend(self) -> str:
+        if self.config.backend != "auto":
+            return self.config.backend
+        return "nccl" if self.device.type == "cuda" else "gloo"
+
+    def publish(
+        self, targets: Sequence[str], version: int, join: JoinFn | None, receive: ReceiveFn | None
+    ) -> WeightUpdateReport:
+        """Sends the current weights to every target; one rebuild-and-retry on failure."""
+        start = time.perf_counter()
+        for attempt in (1, 2):
+            try:
+                num_bytes = self._publish_once(tuple(targets), version, join, receive)
+                return WeightUpdateReport(version, num_bytes, time.perf_counter() - start)
+            except Exception as exc:
+                if attempt == 2:
+                    raise
+                log.warning("weight sync failed (%s); rebuilding the group and retrying", exc)
+        raise AssertionError("unreachable")
+
+    def _publish_once(
+        self, targets: tuple[str, ...], version: int, join: JoinFn | None, receive: ReceiveFn | None
+    ) -> int:
+        ok, num_bytes, error = True, 0, ""
+        try:
+            if self._group is None or targets != self._targets:
+                self._build(targets, join)
+            assert self._executor is not None
+            futures: list[Future[int]] = []
+            if self.rank == 0:
+                assert receive is not None
+                futures = [self._pool.submit(receive, t, version) for t in targets]
+            shards = {n: _local(p) for n, p in self.module.named_parameters()}
+            self._executor.sync(shards)
+            deadline = time.monotonic() + self.config.timeout_s
+            received = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+            num_bytes = max(received, default=0)
+        except (Exception, FutureTimeout) as exc:  # noqa: BLE001 — agreed on below, then raised
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        if not _all_ok(ok):
+            self._abort()
+            raise RuntimeError(
+                f"weight sync to {list(targets)} failed: {error or 'on another learner rank'}"
+            )
+        return num_bytes
+
+    def _build(self, targets: tuple[str, ...], join: JoinFn | None) -> None:
+        self._abort()
+        self._generation += 1
+        meeting: list[Any] = [
+            free_port(self.config.store_host),
+            f"ws{self._generation}-{uuid.uuid4().hex[:8]}",
+        ]
+        if dist.is_initialized() and self.world_size > 1:
+            # Learner ranks agree on rank 0's meeting point over their own group.
+            dist.broadcast_object_list(meeting, src=0)
+        port, name = int(meeting[0]), str(meeting[1])
+        topology = replicated_topology(param_table(self.module))
+        plan = make_plan(topology, self.world_size, [1] * len(targets), self.config.bucket_bytes)
+        spec = GroupSpec(
+            self.config.store_host,
+            port,
+            name,
+            self.backend,
+            self.world_size,
+            tuple([1] * len(targets)),
+            self.config.bucket_bytes,
+            self.config.executor,
+            self.config.timeout_s,
+        )
+        joins: list[Future[str]] = []
+        if self.rank == 0:
+            assert join is not None
+            joins = [self._pool.submit(join, t, spec, i) for i, t in enumerate(targets)]
+        group = init_weight_sync_group(
+            spec.store_host,
+            port,
+            plan.world_size,
+            self.rank,
+            spec.backend,
+            spec.timeout_s,
+            group_name=name,
+            is_store_host=self.rank == 0,
+            device=self.device if spec.backend == "nccl" else None,
+        )
+        self._group = group
+        check_plan_hash(group, plan.content_hash())
+        for f in joins:
+            replica_hash = f.result(timeout=spec.timeout_s)
+            if replica_hash != plan.content_hash():
+                raise RuntimeError("a replica computed a different transfer plan")
+        self._executor = make_executor(spec.executor, plan, group)
+        self._targets = targets
+        log.info(
+            "weight-sync group %s: %d learner ranks -> %d replicas, plan %s",
+            name,
+            self.world_size,
+            len(targets),
+            plan.content_hash()[:12],
+        )
+
+    def _abort(self) -> None:
+        if self._group is not None:
+            self._group.abort()
+        self._group, self._executor, self._targets = None, None, ()
+
+    def close(self) -> None:
+        if self._group is not None:
+            self._group.close()
+        self._group, self._executor, self._targets = None, None, ()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    local = p.to_local() if hasattr(p, "to_local") else p
+    return local.detach()
+
+
+def _all_ok(ok: bool) -> bool:
+    """Whether every learner rank succeeded (all-reduce over the learner's own group)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return ok
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(flag)
+    return int(flag.item()) == 0
