@@ -153,8 +153,12 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
-    [(), ("learner.nproc_per_node=2", "rollout.replicas=2")],
-    ids=["quickstart", "fsdp2-two-replicas"],
+    [
+        (),
+        ("learner.nproc_per_node=2", "rollout.replicas=2"),
+        ("coordinator.max_staleness=2", "learner.off_policy=tis", "coordinator.num_steps=200"),
+    ],
+    ids=["quickstart", "fsdp2-two-replicas", "async-staleness2-tis"],
 )
 def test_quickstart_learns(tmp_path, overrides):
     run_dir = tmp_path / "run"
