@@ -52,7 +52,10 @@ class Completion:
     finish_reason: FinishReason
     """"stop" (EOS or a stop token) or "length" (hit max_new_tokens)."""
     policy_version: int
-    """Version of the weights that generated it."""
+    """Version of the weights that generated its first token (the oldest it depends on)."""
+    token_versions: list[int] | None = None
+    """Per-token weight versions when weights changed mid-sequence; None when all are
+    ``policy_version``."""
 
 
 @dataclass

@@ -51,7 +51,14 @@ def plot_sweep(summaries: Sequence[RunSummary], target: str, address: str, path:
     loads = [s.load for s in summaries]
     right.plot(loads, [s.requests_per_s for s in summaries], "o-", label="achieved req/s")
     if summaries and summaries[0].mode == "open":
-        right.plot(loads, loads, ":", color="gray", label="offered")
+        right.plot(loads, loads, ":", color="gray", label="offered (nominal)")
+        right.plot(
+            loads,
+            [s.sent_per_s for s in summaries],
+            "x",
+            color="gray",
+            label="sent (realized Poisson schedule)",
+        )
         right.set_xlabel("offered rate (req/s)")
     else:
         right.set_xlabel("concurrency (requests in flight)")

@@ -22,8 +22,8 @@ def _ms(dist: Distribution | None, attr: str) -> str:
 
 
 def format_table(summaries: Sequence[RunSummary], target: str) -> str:
-    """One row per run: load, counts, throughput, latency percentiles, the generator's
-    send lag and CPU share (% of one core), and errors by code."""
+    """One row per run: load, counts, sent and successful requests/s, latency percentiles,
+    the generator's send lag and CPU share (% of one core), and errors by code."""
     rate_name = "tok/s" if target == "rollout" else "items/s"
     header = [
         "mode",
@@ -31,6 +31,7 @@ def format_table(summaries: Sequence[RunSummary], target: str) -> str:
         "sent",
         "ok",
         "err",
+        "sent/s",
         "req/s",
         rate_name,
         "p50 ms",
@@ -51,6 +52,7 @@ def format_table(summaries: Sequence[RunSummary], target: str) -> str:
                 str(s.num_sent),
                 str(s.num_ok),
                 str(s.num_errors),
+                f"{s.sent_per_s:.2f}",
                 f"{s.requests_per_s:.2f}",
                 f"{rate:.1f}",
                 _ms(s.latency_ms, "p50"),

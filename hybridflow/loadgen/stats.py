@@ -70,6 +70,9 @@ class RunSummary:
     """Error count by code."""
     window_s: float = 0.0
     """From the end of the warm-up to the last completion."""
+    sent_per_s: float = 0.0
+    """Requests sent per second from the end of the warm-up to the end of sending: the
+    offered load as realized (a Poisson schedule's count varies around rate x duration)."""
     requests_per_s: float = 0.0
     """Successful requests per second of the window."""
     output_tokens_per_s: float = 0.0
@@ -118,10 +121,21 @@ def distribution_ms(values_s: Sequence[float]) -> Distribution | None:
 
 
 def summarize(
-    records: Sequence[RequestRecord], mode: str, load: float, warmup_s: float
+    records: Sequence[RequestRecord],
+    mode: str,
+    load: float,
+    warmup_s: float,
+    send_end_s: float | None = None,
 ) -> RunSummary:
-    """Aggregates the records of one run; those due before ``warmup_s`` are left out."""
+    """Aggregates the records of one run; those due before ``warmup_s`` are left out.
+
+    ``send_end_s`` is when sending stopped (the duration bound, or the last send when the
+    request bound ended the run); None takes the last send.
+    """
     measured = [r for r in records if r.scheduled_s >= warmup_s]
+    if send_end_s is None:
+        send_end_s = max((r.sent_s for r in measured), default=warmup_s)
+    send_window_s = send_end_s - warmup_s
     ok = [r for r in measured if r.code == OK]
     errors = Counter(r.code for r in measured if r.code != OK)
     window_s = max((r.end_s for r in measured), default=warmup_s) - warmup_s
@@ -135,6 +149,7 @@ def summarize(
         num_errors=len(measured) - len(ok),
         errors=dict(sorted(errors.items())),
         window_s=window_s,
+        sent_per_s=len(measured) / send_window_s if send_window_s > 0 else 0.0,
         requests_per_s=len(ok) * per_s,
         output_tokens_per_s=sum(r.num_output_tokens for r in ok) * per_s,
         items_per_s=sum(r.num_items for r in ok) * per_s,

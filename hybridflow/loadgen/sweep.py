@@ -34,7 +34,11 @@ async def run_points(
                 records = await run_open_loop(target, arrivals, cfg.timeout_s)
             else:
                 records = await run_closed_loop(target, int(load), bounds, cfg.timeout_s)
-            summary = summarize(records, mode, load, cfg.warmup_s)
+            if len(records) < cfg.max_requests:  # the duration bound ended sending
+                send_end_s = cfg.max_duration_s
+            else:
+                send_end_s = max(r.sent_s for r in records)
+            summary = summarize(records, mode, load, cfg.warmup_s, send_end_s)
             cpu_s = time.process_time() - cpu_start  # every thread, grpc's included
             summary.client_cpu_pct = 100.0 * cpu_s / (time.perf_counter() - wall_start)
             if on_point is not None:

@@ -95,6 +95,26 @@ def unpack_floats(
     return arr.tolist()
 
 
+def pack_ints(values: Iterable[int]) -> common_pb2.Tensor:
+    """A flat int32 tensor message."""
+    arr = np.asarray(list(values), dtype="<i4")
+    return common_pb2.Tensor(dtype="int32", shape=[arr.size], data=arr.tobytes())
+
+
+def unpack_ints(
+    tensor: common_pb2.Tensor, field: str, expected_size: int | None = None
+) -> list[int]:
+    """An int32 tensor message as a flat list; ValueError names ``field`` on mismatch."""
+    if tensor.dtype != "int32":
+        raise ValueError(f"{field}: dtype must be int32, got {tensor.dtype!r}")
+    if len(tensor.data) % 4:
+        raise ValueError(f"{field}: data is not a whole number of int32 values")
+    arr = np.frombuffer(tensor.data, dtype="<i4")
+    if expected_size is not None and arr.size != expected_size:
+        raise ValueError(f"{field}: expected {expected_size} values, got {arr.size}")
+    return [int(v) for v in arr]
+
+
 # --- torch tensors ---------------------------------------------------------------------
 
 

@@ -53,16 +53,18 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., n: _Optional[int] = ..., has_seed: _Optional[bool] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Completions(_message.Message):
-    __slots__ = ("tokens", "logprobs", "finish_reasons", "policy_versions")
+    __slots__ = ("tokens", "logprobs", "finish_reasons", "policy_versions", "token_versions")
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASONS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     tokens: TokenBatch
     logprobs: Tensor
     finish_reasons: _containers.RepeatedScalarFieldContainer[FinishReason]
     policy_versions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., logprobs: _Optional[_Union[Tensor, _Mapping]] = ..., finish_reasons: _Optional[_Iterable[_Union[FinishReason, str]]] = ..., policy_versions: _Optional[_Iterable[int]] = ...) -> None: ...
+    token_versions: Tensor
+    def __init__(self, tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., logprobs: _Optional[_Union[Tensor, _Mapping]] = ..., finish_reasons: _Optional[_Iterable[_Union[FinishReason, str]]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., token_versions: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class Chunk(_message.Message):
     __slots__ = ("total_bytes", "offset", "data")

@@ -238,3 +238,31 @@ def test_generation_holds_the_weights_lock() -> None:
     engine.generate([[5, 6]], SamplingParams(temperature=0.0, max_new_tokens=3))
     assert held == [True, True, True]
     assert not engine._lock.locked()
+
+
+def test_weights_arriving_mid_request_continue_with_per_token_versions(tiny_model_path):
+    from hybridflow.services.rollout.local import LocalRollout
+
+    engine = HFEngine(tiny_model_path, seed=0)
+    rollout = LocalRollout(engine, "tiny", in_flight_weights="continue_new")
+    params = SamplingParams(n=4, max_new_tokens=4, seed=1)
+    before = HFEngine(tiny_model_path, seed=0).generate([[5, 6, 7]], params)
+    zeros = [(n, torch.zeros_like(p)) for n, p in engine.model.named_parameters()]
+    take = engine.between_steps
+    calls = []
+
+    def arrives_after_first_token():
+        calls.append(1)
+        if len(calls) == 1:  # the publish lands while the request is decoding
+            rollout._pending = (zeros, 1)
+        return take()
+
+    engine.between_steps = arrives_after_first_token
+    groups = rollout.generate([[5, 6, 7]], params)
+    assert engine.policy_version == 1
+    for old, new in zip(before[0], groups[0]):
+        assert new.policy_version == 0
+        assert new.token_ids[0] == old.token_ids[0]  # sampled from the prefill, old weights
+        assert new.token_versions == [0] + [1] * (len(new.token_ids) - 1)
+        # All-zero weights give uniform logits: every later token has log-prob -log(V).
+        assert all(abs(lp + math.log(engine.vocab_size)) < 1e-5 for lp in new.logprobs[1:])

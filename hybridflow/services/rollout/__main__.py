@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         log.error("cannot load the model: %s", exc)
         return 2
-    rollout = LocalRollout(engine, job.model, "hf")
+    rollout = LocalRollout(engine, job.model, "hf", cfg.in_flight_weights)
     servicer = RolloutServicer(rollout, cfg.prompts_per_message, cfg.server.max_message_bytes)
     running = start_server(
         cfg.server,

@@ -26,6 +26,9 @@ class RolloutConfig:
     """Replica processes deploy/launch.sh starts."""
     devices: list[str] = field(default_factory=list)
     """Per-replica CUDA_VISIBLE_DEVICES values (empty: CPU / inherit)."""
+    in_flight_weights: Literal["finish_old", "continue_new"] = "finish_old"
+    """When new weights arrive mid-request: finish it on the old weights, or continue on the
+    new ones from the next decode step (completions then carry per-token versions)."""
     prompts_per_message: int = 64
     """Prompts per streamed Generate response message."""
     server: ServerConfig = field(default_factory=ServerConfig)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hybridflow.rpc.codec import pack_floats, pack_tokens, unpack_floats, unpack_tokens
+from hybridflow.rpc.codec import (
+    pack_floats,
+    pack_ints,
+    pack_tokens,
+    unpack_floats,
+    unpack_ints,
+    unpack_tokens,
+)
 from hybridflow.types import Completion, RolloutStatus, SamplingParams
 from hybridflow.v1 import common_pb2, rollout_pb2
 
@@ -45,12 +52,20 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
 
 
 def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Completions:
-    return common_pb2.Completions(
+    msg = common_pb2.Completions(
         tokens=pack_tokens([c.token_ids for c in completions]),
         logprobs=pack_floats([lp for c in completions for lp in c.logprobs]),
         finish_reasons=[_FINISH_TO_PROTO[c.finish_reason] for c in completions],
         policy_versions=[c.policy_version for c in completions],
     )
+    if any(c.token_versions is not None for c in completions):
+        versions = [
+            v
+            for c in completions
+            for v in (c.token_versions or [c.policy_version] * len(c.token_ids))
+        ]
+        msg.token_versions.CopyFrom(pack_ints(versions))
+    return msg
 
 
 def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
@@ -61,6 +76,11 @@ def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
         raise ValueError(
             "completions: finish_reasons / policy_versions must have one per completion"
         )
+    token_versions = (
+        unpack_ints(msg.token_versions, "completions.token_versions", total)
+        if msg.HasField("token_versions")
+        else None
+    )
     out = []
     start = 0
     for ids, reason, version in zip(tokens, msg.finish_reasons, msg.policy_versions):
@@ -72,6 +92,9 @@ def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
                 logprobs=logprobs[start : start + len(ids)],
                 finish_reason=_FINISH_FROM_PROTO[reason],  # type: ignore[arg-type]
                 policy_version=int(version),
+                token_versions=token_versions[start : start + len(ids)]
+                if token_versions is not None
+                else None,
             )
         )
         start += len(ids)

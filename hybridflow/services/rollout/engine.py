@@ -17,7 +17,7 @@ This module sees token ids only: it never tokenizes text, knows no task, reward 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -38,6 +38,10 @@ _DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+
+
+PendingWeights = tuple[Sequence[tuple[str, torch.Tensor]], int]
+"""Named tensors and the policy version they belong to."""
 
 
 class HFEngine:
@@ -97,6 +101,9 @@ class HFEngine:
         embeddings = cast(torch.nn.Embedding, self.model.get_input_embeddings())
         self.vocab_size: int = int(embeddings.num_embeddings)
         self.policy_version: int = 0
+        self.between_steps: Callable[[], PendingWeights | None] | None = None
+        """Called between decode steps; new weights it returns are applied mid-request (the
+        in-flight sequences continue on them, with per-token versions)."""
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()
 
@@ -124,11 +131,14 @@ class HFEngine:
         if not prompts:
             return []
         with self._lock:
-            version = self.policy_version
             generator = self._generator
             if params.seed is not None:
                 generator = torch.Generator(device=self.device).manual_seed(params.seed)
-            tokens, logprobs, stopped = self._generate_locked(prompts, params, generator)
+            tokens, logprobs, stopped, step_versions = self._generate_locked(
+                prompts, params, generator
+            )
+        version = step_versions[0]
+        mixed = len(set(step_versions)) > 1
         results: list[list[Completion]] = []
         for p in range(len(prompts)):
             group = []
@@ -140,6 +150,7 @@ class HFEngine:
                         logprobs=logprobs[row],
                         finish_reason="stop" if stopped[row] else "length",
                         policy_version=version,
+                        token_versions=step_versions[: len(tokens[row])] if mixed else None,
                     )
                 )
             results.append(group)
@@ -151,7 +162,7 @@ class HFEngine:
         prompts: list[list[int]],
         params: SamplingParams,
         generator: torch.Generator,
-    ) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+    ) -> tuple[list[list[int]], list[list[float]], list[bool], list[int]]:
         rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
         num_rows = len(rows)
         max_len = max(len(r) for r in rows)
@@ -183,7 +194,9 @@ class HFEngine:
         step_tokens: list[torch.Tensor] = []
         step_logprobs: list[torch.Tensor] = []
         step_active: list[torch.Tensor] = []
+        step_versions: list[int] = []
         for step in range(params.max_new_tokens):
+            step_versions.append(self.policy_version)  # the weights that made these logits
             token, logprob = sample_tokens(
                 out.logits[:, -1, :], params.temperature, params.top_p, generator
             )
@@ -197,6 +210,9 @@ class HFEngine:
             # Finished rows keep being fed (their outputs are discarded) so the batch stays
             # rectangular; their tokens never reach a completion.
             feed = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            pending = self.between_steps() if self.between_steps is not None else None
+            if pending is not None:
+                self._apply_weights_locked(*pending)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(num_rows, 1)], 1)
             out = self.model(
                 input_ids=feed.unsqueeze(1),
@@ -212,7 +228,7 @@ class HFEngine:
         lengths: list[int] = torch.stack(step_active, dim=1).sum(dim=1).cpu().tolist()
         tokens_out = [all_tokens[r][: lengths[r]] for r in range(num_rows)]
         logprobs_out = [all_logprobs[r][: lengths[r]] for r in range(num_rows)]
-        return tokens_out, logprobs_out, finished.cpu().tolist()
+        return tokens_out, logprobs_out, finished.cpu().tolist(), step_versions
 
     # ------------------------------------------------------------------ weights
 
@@ -247,8 +263,14 @@ class HFEngine:
         ``ValueError`` naming the tensor and leaves the model and its version unchanged. The
         swap waits for an in-flight ``generate`` to finish.
         """
+        with self._lock:
+            self._apply_weights_locked(named_tensors, policy_version)
+
+    @torch.no_grad()
+    def _apply_weights_locked(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
+    ) -> None:
         staged = self.check_weights(named_tensors)
-        with self._lock, torch.no_grad():
-            for target, tensor in staged:
-                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
-            self.policy_version = int(policy_version)
+        for target, tensor in staged:
+            target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+        self.policy_version = int(policy_version)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
@@ -42,6 +42,8 @@ class Engine(Protocol):
 
     def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> object: ...
 
+    between_steps: Callable[[], tuple[Sequence[tuple[str, torch.Tensor]], int] | None] | None
+
 
 class LocalRollout:
     """One replica in this process: serialises generation, swaps weights between requests.
@@ -51,7 +53,19 @@ class LocalRollout:
     finish on the weights they started with, so each completion has one policy version).
     """
 
-    def __init__(self, engine: Engine, model: str, engine_name: str = "hf") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model: str,
+        engine_name: str = "hf",
+        in_flight_weights: str = "finish_old",
+    ) -> None:
+        """``in_flight_weights``: "finish_old" (requests in flight finish on the weights they
+        started with) or "continue_new" (they switch between decode steps; per-token versions)."""
+        if in_flight_weights not in ("finish_old", "continue_new"):
+            raise ValueError(
+                f"in_flight_weights must be finish_old or continue_new, got {in_flight_weights!r}"
+            )
         self.engine = engine
         self.model = model
         self.engine_name = engine_name
@@ -61,11 +75,17 @@ class LocalRollout:
         self._num_requests = 0
         self._num_tokens = 0
         self._receiver: DistReceiver | None = None
+        if in_flight_weights == "continue_new":
+            engine.between_steps = self._take_pending
+
+    def _take_pending(self) -> tuple[Sequence[tuple[str, torch.Tensor]], int] | None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        return pending
 
     def _apply_pending(self) -> None:
         """Caller holds ``_lock``."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, None
+        pending = self._take_pending()
         if pending is not None:
             self.engine.load_weights(*pending)
 

@@ -19,10 +19,10 @@ def test_table_has_one_row_per_run_with_units_of_the_target():
     assert len(table) == 4  # header, rule, two runs
     assert "tok/s" in table[0] and "ttfr p50" in table[0]
     first = table[2].split()
-    # mode load sent ok err req/s tok/s p50 p90 p99 ttfr lag cpu% errors
-    assert first == ["open", "2", "2", "2", "0", "2.00", "40.0", "375.0", "475.0", "497.5",
-                     "100.0", "0.0", "-", "-"]  # fmt: skip
-    assert table[3].split()[-2:] == ["12", "UNAVAILABLE=2"] and table[3].split()[7] == "-"
+    # mode load sent ok err sent/s req/s tok/s p50 p90 p99 ttfr lag cpu% errors
+    assert first == ["open", "2", "2", "2", "0", "4.00", "2.00", "40.0", "375.0", "475.0",
+                     "497.5", "100.0", "0.0", "-", "-"]  # fmt: skip
+    assert table[3].split()[-2:] == ["12", "UNAVAILABLE=2"] and table[3].split()[8] == "-"
     assert "items/s" in format_table(summaries(), "reward").splitlines()[0]
 
 

@@ -40,8 +40,9 @@ def test_summary_excludes_warmup_and_counts_errors_by_code():
         RequestRecord(2.6, 2.6, 3.0, "DEADLINE_EXCEEDED"),
         RequestRecord(2.7, 2.7, 2.8, "UNAVAILABLE"),
     ]
-    s = summarize(records, "open", 4.0, warmup_s=1.0)
+    s = summarize(records, "open", 4.0, warmup_s=1.0, send_end_s=3.0)
     assert (s.num_sent, s.num_warmup, s.num_ok, s.num_errors) == (6, 1, 3, 3)
+    assert s.sent_per_s == pytest.approx(3.0)  # 6 sent between 1.0 and 3.0
     assert s.errors == {"DEADLINE_EXCEEDED": 1, "UNAVAILABLE": 2}
     assert s.window_s == pytest.approx(2.0)  # 1.0 -> last end 3.0
     assert s.requests_per_s == pytest.approx(1.5)
@@ -57,6 +58,11 @@ def test_summary_excludes_warmup_and_counts_errors_by_code():
     assert s.first_result_ms is not None and s.first_result_ms.p50 == pytest.approx(100.0)
     # send lag over all measured: 0, 100, 0, 0, 0, 0 ms
     assert s.send_lag_ms is not None and s.send_lag_ms.max == pytest.approx(100.0)
+
+
+def test_send_rate_defaults_to_the_last_send():
+    records = [RequestRecord(t, t + 0.25, t + 0.5) for t in (0.0, 0.5, 1.0, 1.5)]
+    assert summarize(records, "open", 2.0, 0.0).sent_per_s == pytest.approx(4 / 1.75)
 
 
 def test_summary_of_only_errors_has_no_latency():

@@ -1,0 +1,71 @@
+"""Proto ↔ domain conversions round-trip, per service."""
+
+import pytest
+
+from hybridflow.services.learner import convert as learner_convert
+from hybridflow.services.reward import convert as reward_convert
+from hybridflow.services.rollout import convert as rollout_convert
+from hybridflow.types import (
+    Completion,
+    RolloutStatus,
+    SamplingParams,
+    ScoreItem,
+    ScoreResult,
+    TrainSample,
+    TrainStepResult,
+)
+
+
+def test_sampling_round_trip_keeps_seed_zero():
+    for params in (SamplingParams(0.7, 0.9, 5, 3, 0, (7, 9)), SamplingParams(seed=None)):
+        assert (
+            rollout_convert.sampling_from_proto(rollout_convert.sampling_to_proto(params)) == params
+        )
+
+
+def test_completions_round_trip_with_and_without_token_versions():
+    comps = [
+        Completion([1, 2, 3], [-0.5, -0.25, -0.125], "stop", 4),
+        Completion([], [], "length", 4),
+        Completion([5, 6], [-1.0, -2.0], "length", 3, token_versions=[3, 4]),
+    ]
+    back = rollout_convert.completions_from_proto(rollout_convert.completions_to_proto(comps))
+    assert [c.token_ids for c in back] == [c.token_ids for c in comps]
+    assert [c.logprobs for c in back] == [c.logprobs for c in comps]
+    assert [c.finish_reason for c in back] == ["stop", "length", "length"]
+    assert [c.token_versions for c in back] == [[4, 4, 4], [], [3, 4]]
+    plain = rollout_convert.completions_from_proto(rollout_convert.completions_to_proto(comps[:2]))
+    assert all(c.token_versions is None for c in plain)
+
+
+def test_generate_request_round_trip_and_validation():
+    msg = rollout_convert.generate_request([[1, 2], [3]], SamplingParams(n=2), "r1")
+    prompts, params = rollout_convert.parse_generate_request(msg)
+    assert prompts == [[1, 2], [3]] and params.n == 2
+    msg.sampling.n = 0
+    with pytest.raises(ValueError, match="sampling.n"):
+        rollout_convert.parse_generate_request(msg)
+
+
+def test_status_round_trip():
+    status = RolloutStatus("m", "hf", 3, 2, 101, 7, 70)
+    assert rollout_convert.status_from_proto(rollout_convert.status_to_proto(status)) == status
+
+
+def test_score_items_and_results_round_trip():
+    items = [ScoreItem("arith", "7", "7", "3+4=", {"k": [1, 2]}), ScoreItem("x", "", None)]
+    assert reward_convert.items_from_proto(reward_convert.items_to_proto(items)) == items
+    results = [ScoreResult(1.0), ScoreResult(0.0, "item 1: boom")]
+    msg = reward_convert.results_to_proto(results)
+    assert msg.num_errors == 1
+    assert reward_convert.results_from_proto(msg) == results
+
+
+def test_train_batch_and_result_round_trip():
+    samples = [
+        TrainSample([1, 2], [3, 4, 5], [-0.5, -1.0, -2.0], 1.0, 7, 2),
+        TrainSample([9], [8], [-0.25], 0.0, 7, 1),
+    ]
+    assert learner_convert.batch_from_proto(learner_convert.batch_to_proto(samples)) == samples
+    result = TrainStepResult(3, {"actor/pg_loss": 0.5})
+    assert learner_convert.result_from_proto(learner_convert.result_to_proto(result)) == result
