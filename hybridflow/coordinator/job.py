@@ -159,7 +159,13 @@ class TrainingJob:
                     )
                 version = result.policy_version
                 if step % cfg.sync_every == 0:
-                    self.services.learner.publish_weights(self.services.weight_targets)
+                    # A failed replica leaves the set: the weight-sync group is re-planned.
+                    targets = [
+                        t
+                        for t, d in zip(self.services.weight_targets, self.dispatchers)
+                        if not d.failed
+                    ]
+                    self.services.learner.publish_weights(targets)
                     self.buffer.publish(step)
                     self.events.record("sync", w2, time.time(), step=step, version=version)
                 t3 = time.perf_counter()

@@ -141,3 +141,40 @@ def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
     # Every prompt handed out is trained or reported as untrained at the end.
     assert job.cursor.state.epoch == 0
     assert len(trained) + summary.num_untrained_at_end == job.cursor.state.position
+
+
+class DyingRollout(FakeRollout):
+    """Serves two requests, then its process is gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def generate(self, prompts, params, request_id=""):
+        self.calls += 1
+        if self.calls > 2:
+            self.fail = True
+        return super().generate(prompts, params, request_id)
+
+
+def test_a_replica_that_dies_is_dropped_and_its_prompts_requeued(tmp_path):
+    rollouts = [DyingRollout(), FakeRollout()]
+    svc, learner = job_services(rollouts)
+    published = []
+    original = learner.publish_weights
+
+    def publish(targets):
+        published.append(list(targets))
+        return original(targets)
+
+    learner.publish_weights = publish
+    job = TrainingJob(
+        config(num_steps=8, max_staleness=1, prompts_per_request=2), svc, records(64), tmp_path
+    )
+    summary = job.run()
+    assert summary.num_steps == 8 and summary.num_requeued == 2
+    assert job.dispatchers[0].failed
+    assert published[-1] == ["r1"]  # the weight-sync set shrank to the live replica
+    trained = Counter(s.prompt_ids[0] for b in learner.batches for s in b)
+    assert all(n == 2 for n in trained.values())
+    assert len(trained) + summary.num_untrained_at_end == job.cursor.state.position
