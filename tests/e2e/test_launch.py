@@ -71,9 +71,22 @@ def assert_services_gone(run_dir: Path) -> None:
         channel.close()
 
 
-def test_short_run_writes_results_and_cleans_up(tmp_path):
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        ("coordinator.max_staleness=0",),
+        (
+            "coordinator.max_staleness=2",
+            "learner.off_policy=tis",
+            "coordinator.prompts_per_request=4",
+            "rollout.in_flight_weights=continue_new",
+        ),
+    ],
+    ids=["sync", "async"],
+)
+def test_short_run_writes_results_and_cleans_up(tmp_path, schedule):
     run_dir = tmp_path / "run"
-    proc = launch(run_dir, "coordinator.num_steps=4", "coordinator.prompts_per_step=8")
+    proc = launch(run_dir, "coordinator.num_steps=4", "coordinator.prompts_per_step=8", *schedule)
     out, _ = proc.communicate(timeout=300)
     text = out.decode()
     assert proc.returncode == 0, text
@@ -93,6 +106,12 @@ def test_short_run_writes_results_and_cleans_up(tmp_path):
         assert key in first, key
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["num_steps"] == 4 and summary["policy_version"] == 4
+    assert max(int(k) for k in summary["staleness_histogram"]) <= (2 if len(schedule) > 1 else 0)
+    assert set(json.loads((run_dir / "service_memory.json").read_text())) == {
+        "reward",
+        "learner",
+        "rollout0",
+    }
     resolved = (run_dir / "config.yaml").read_text()
     assert "num_steps: 4" in resolved and "rollout_addresses:" in resolved
     assert {p.name for p in (run_dir / "logs").iterdir()} == {
