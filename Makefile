@@ -4,7 +4,9 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup proto lint test test-slow run bench clean
+SUITE ?= throughput
+
+.PHONY: setup proto lint test test-slow run bench bench-overhead clean
 
 setup: $(STAMP)
 
@@ -34,7 +36,11 @@ test-slow: setup
 run: setup
 	deploy/launch.sh --config deploy/configs/quickstart.yaml
 
+# make bench SUITE=throughput|scalability|algorithm|integration  -> results/YYYYMMDD_HHMMSS/
 bench: setup
+	$(VPY) benchmarks/$(SUITE)/run_benchmark.py --config benchmarks/$(SUITE)/config.yaml
+
+bench-overhead: setup
 	$(VPY) benchmarks/overhead/run_overhead.py
 
 clean:
