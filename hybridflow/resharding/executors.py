@@ -28,6 +28,7 @@ from hybridflow.resharding.group import WeightSyncGroup
 from hybridflow.resharding.plan import TransferPlan
 from hybridflow.resharding.reference import allocate_destination, torch_dtype
 from hybridflow.resharding.replay import (
+    RankBucket,
     check_destination,
     check_source_shards,
     pack,
@@ -125,8 +126,10 @@ class DistExecutor:
         for k, bucket in enumerate(self.buckets):
             if len(pending) == len(self._buffers):
                 pending.popleft().wait()  # frees the buffer bucket k reuses
-            buffer = self._buffers[k % len(self._buffers)][: bucket.num_bytes]
-            pack(bucket, shards, buffer)
+            buffer = _direct_view(bucket, shards)
+            if buffer is None:
+                buffer = self._buffers[k % len(self._buffers)][: bucket.num_bytes]
+                pack(bucket, shards, buffer)
             pending.append(self.group.send(buffer, bucket.peer, bucket.bucket_id))
             total += sum(op.num_bytes for op in bucket.ops)
         for work in pending:
@@ -139,7 +142,9 @@ class DistExecutor:
 
         def post(k: int) -> None:
             b = buckets[k]
-            buffer = self._buffers[k % nbuf][: b.num_bytes]
+            buffer = _direct_view(b, out)
+            if buffer is None:
+                buffer = self._buffers[k % nbuf][: b.num_bytes]
             posted.append(self.group.recv(buffer, b.peer, b.bucket_id))
 
         for k in range(min(nbuf, len(buckets))):
@@ -147,11 +152,27 @@ class DistExecutor:
         total = 0
         for k, bucket in enumerate(buckets):
             posted.popleft().wait()
-            unpack(bucket, self._buffers[k % nbuf][: bucket.num_bytes], out)
+            if _direct_view(bucket, out) is None:  # else it landed in place
+                unpack(bucket, self._buffers[k % nbuf][: bucket.num_bytes], out)
             total += sum(op.num_bytes for op in bucket.ops)
             if k + nbuf < len(buckets):
                 post(k + nbuf)
         return total
+
+
+def _direct_view(bucket: RankBucket, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+    """The bytes of a one-slice bucket in place, when that slice is contiguous: it is sent
+    from (or received into) the tensor itself, skipping two copies. The bytes on the wire are
+    the same as a packed bucket's, so each side decides on its own."""
+    if len(bucket.ops) != 1:
+        return None
+    op = bucket.ops[0]
+    if op.offset != 0 or op.num_bytes != bucket.num_bytes:
+        return None
+    view = tensors[op.name][op.index]
+    if not view.is_contiguous() or view.numel() == 0:
+        return None
+    return view.reshape(-1).view(torch.uint8)
 
 
 class NaiveExecutor:
