@@ -32,9 +32,16 @@ def train_once(rollout, learner, version):
     return learner.train_step(samples)
 
 
-@pytest.mark.parametrize("executor", ["planner", "naive"])
-def test_parity_after_every_sync_and_replanning(tiny_model_path, executor):
-    cfg = WeightSyncConfig(transport="dist", executor=executor, timeout_s=30)
+@pytest.mark.parametrize(
+    "executor, bucket_bytes",
+    [("planner", 64 << 20), ("planner", 4096), ("naive", 64 << 20)],
+    ids=["planner", "planner-small-buckets-in-place", "naive"],
+)
+def test_parity_after_every_sync_and_replanning(tiny_model_path, executor, bucket_bytes):
+    # 4 KiB buckets split the large tensors into one-slice buckets sent and received in place.
+    cfg = WeightSyncConfig(
+        transport="dist", executor=executor, timeout_s=30, bucket_bytes=bucket_bytes
+    )
     learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
     servers = [start_rollout_server(tiny_model_path, seed=i)[0] for i in range(2)]
     learner = GrpcLearnerClient(learner_server.address)

@@ -1,0 +1,260 @@
+"""Every benchmark suite's runner end to end on a tiny config, into tmp_path.
+
+Each runner runs as a user runs it (``python benchmarks/<suite>/run_benchmark.py --config
+... --results ...``), on a few steps and at most two variants, then the files it writes and
+the fields of its summary.json are checked. The pure figure arithmetic the suites add
+(scaling efficiency, convergence, baseline comparison) is checked against hand-computed values.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from benchmarks.algorithm.convergence import (
+    check_same_budget,
+    first_reach,
+    learning_curve,
+    trailing_mean,
+)
+from benchmarks.baselines.compare import compare
+from benchmarks.common.config import BenchmarkConfig, Variant
+from benchmarks.scalability.scaling import scaling_ratios
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY_JOB = [
+    "coordinator.num_steps=3",
+    "coordinator.prompts_per_step=4",
+    "coordinator.group_size=4",
+    "coordinator.save_checkpoint=false",
+    "coordinator.progress=false",
+]
+
+
+def run_suite(tmp_path: Path, suite: str, config: dict[str, Any], *extra: str) -> Path:
+    """Writes the tiny config, runs the suite's runner, returns its results/<stamp>/ dir."""
+    cfg_path = tmp_path / f"{suite}.yaml"
+    cfg_path.write_text(yaml.safe_dump(config))
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / suite / "run_benchmark.py"),
+            "--config",
+            str(cfg_path),
+            "--results",
+            str(results),
+            *extra,
+        ],  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    (out,) = [p for p in results.iterdir() if p.is_dir()]
+    return out
+
+
+def check_common(out: Path, suite: str, variants: list[str], profile: bool) -> dict[str, Any]:
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["suite"] == suite
+    assert list(summary["variants"]) == variants
+    for name in variants:
+        fig = summary["variants"][name]
+        assert fig["steps_timed"] >= 1
+        assert fig["e2e_samples_per_s"] > 0 and fig["generation_tokens_per_s"] > 0
+        assert set(fig["peak_rss_bytes"]) >= {"reward", "learner", "rollout0"}
+        assert (out / name / "metrics.jsonl").read_text().count("\n") == 3
+    assert summary["hardware"]["cpus"] >= 1 and summary["versions"]["torch"]
+    log = (out / "detailed.log").read_text()
+    assert all(f"[{name}] generate" in log for name in variants)
+    assert (out / "profile.svg").exists() == profile
+    for png in ("reward_throughput.png", "timeline.png"):
+        assert (out / png).stat().st_size > 1000
+    return summary
+
+
+def test_throughput_suite_tiny(tmp_path: Path) -> None:
+    config = {
+        "suite": "throughput", "overrides": TINY_JOB, "warmup_steps": 1, "profile": True,
+        "variants": [
+            {"name": "sync", "overrides": ["coordinator.max_staleness=0"]},
+            {"name": "async", "overrides": ["coordinator.max_staleness=1",
+                                            "learner.off_policy=tis"]},
+        ],
+    }  # fmt: skip
+    out = run_suite(tmp_path, "throughput", config)
+    summary = check_common(out, "throughput", ["sync", "async"], profile=True)
+    ratios = summary["ratios"]
+    assert ratios["async_over_sync_samples_per_s"] > 0
+    assert ratios["async_share_of_ideal"] == pytest.approx(
+        ratios["async_over_sync_samples_per_s"] / ratios["ideal_async_over_sync"]
+    )
+
+
+def test_scalability_suite_tiny(tmp_path: Path) -> None:
+    config = {
+        "suite": "scalability", "warmup_steps": 1, "profile": False,
+        "overrides": [*TINY_JOB, "coordinator.max_staleness=1", "learner.off_policy=tis",
+                      "coordinator.prompts_per_request=2"],
+        "variants": [
+            {"name": "rollout1", "overrides": ["rollout.replicas=1"]},
+            {"name": "rollout2", "overrides": ["rollout.replicas=2"]},
+        ],
+    }  # fmt: skip
+    out = run_suite(
+        tmp_path, "scalability", config, "--sim-replicas", "2,8", "--sim-prompts", "16",
+        "--sim-steps", "3", "--plan-layers", "2", "--plan-num-src", "4", "--plan-tp", "2",
+        "--plan-replicas", "2",
+    )  # fmt: skip
+    summary = check_common(out, "scalability", ["rollout1", "rollout2"], profile=False)
+    assert summary["variant_sizes"] == {
+        "rollout1": {"rollout_replicas": 1, "learner_ranks": 1},
+        "rollout2": {"rollout_replicas": 2, "learner_ranks": 1},
+    }
+    rollout = summary["ratios"]["rollout_scaling"]
+    assert [p["size"] for p in rollout["points"]] == [1, 2]
+    two = rollout["points"][1]
+    assert two["generation_tokens_per_s_efficiency"] == pytest.approx(
+        two["generation_tokens_per_s_speedup"] / 2
+    )
+    assert summary["ratios"]["verdict"][0].startswith("rollout replicas")
+    sim = summary["simulated"]
+    assert [r["replicas"] for r in sim["dispatch_overhead"]] == [2, 8]
+    for row in sim["dispatch_overhead"]:
+        assert row["steps_timed"] == 2 and row["samples_timed"] == 2 * 16 * 8
+        assert row["us_per_sample"] > 0
+    assert sim["planner"]["num_transfers"] > 0 and sim["planner"]["layers"] == 2
+    assert (out / "scaling.png").stat().st_size > 1000
+
+
+def test_algorithm_suite_tiny(tmp_path: Path) -> None:
+    config = {
+        "suite": "algorithm", "overrides": TINY_JOB, "warmup_steps": 1, "profile": False,
+        "variants": [
+            {"name": "grpo", "overrides": ["learner.algorithm=grpo"]},
+            {"name": "ppo", "overrides": ["learner.algorithm=ppo", "learner.critic_lr=1.0e-3"]},
+        ],
+    }  # fmt: skip
+    out = run_suite(tmp_path, "algorithm", config, "--target", "0.0")
+    summary = check_common(out, "algorithm", ["grpo", "ppo"], profile=False)
+    conv = summary["convergence"]
+    assert conv["target_reward"] == 0.0
+    for name in ("grpo", "ppo"):
+        row = conv["variants"][name]
+        assert [p["samples"] for p in row["curve"]] == [16.0, 32.0, 48.0]
+        # Any reward reaches 0.0 at the first step: 16 samples.
+        assert row["samples_to_target"] == 16.0 and row["step_to_target"] == 1
+        assert 0.0 <= row["final_reward"] <= 1.0 and row["steps_per_s"] > 0
+        assert f"| {name} |" in summary["table_markdown"]
+    assert (out / "algorithm_reward.png").stat().st_size > 1000
+
+
+def test_integration_suite_tiny(tmp_path: Path) -> None:
+    config = {
+        "suite": "integration", "profile": True,
+        "rollout": {"prompts": 2, "n": 2, "max_new_tokens": 8, "repeats": 2, "warmup": 1},
+        "transfer": {"num_samples": 16, "prompt_tokens": 16, "response_tokens": 32,
+                     "repeats": 2, "warmup": 1},
+        "weight_sync": {"repeats": 2, "warmup": 1},
+        "reward": {"num_items": 64, "batch_size": 32, "repeats": 2, "warmup": 1},
+    }  # fmt: skip
+    out = run_suite(tmp_path, "integration", config)
+    summary = json.loads((out / "summary.json").read_text())
+    bench = summary["benchmarks"]
+    assert list(bench) == ["rollout", "transfer", "weight_sync", "reward"]
+    assert bench["rollout"]["batch_rows"] == 4
+    assert bench["rollout"]["hf_engine"]["tokens_per_s"] > 0
+    assert bench["rollout"]["transformers_generate"]["tokens_per_s"] > 0
+    assert bench["transfer"]["raw_tcp"]["mb_per_s"] > 0
+    assert bench["transfer"]["grpc_train_step"]["repeats"] == 2
+    assert bench["weight_sync"]["verified"] is True
+    assert bench["weight_sync"]["planner"]["raw_broadcast"]["ok"] is True
+    assert bench["reward"]["num_items"] == 64 and bench["reward"]["correct_fraction"] == 0.5
+    assert set(summary["ratios"]) >= {
+        "engine_over_transformers_tokens_per_s", "grpc_over_tcp_mb_per_s",
+        "planner_over_raw_bandwidth", "reward_service_samples_per_s",
+    }  # fmt: skip
+    log = (out / "detailed.log").read_text()
+    for what in ("hf_engine", "transformers_generate", "grpc_train_step", "raw_tcp",
+                 "planner", "raw_broadcast", "reward_service"):  # fmt: skip
+        assert f"] {what} " in log
+    assert (out / "profile.svg").stat().st_size > 1000
+    assert (out / "integration.png").stat().st_size > 1000
+
+
+# --- the suites' own arithmetic, against hand-computed values ------------------------------
+
+
+def _fig(gen: float, train: float, e2e: float) -> dict[str, float]:
+    return {"generation_tokens_per_s": gen, "training_samples_per_s": train,
+            "e2e_samples_per_s": e2e}  # fmt: skip
+
+
+def test_scaling_efficiency_and_saturation() -> None:
+    figures = {
+        "r1": _fig(100, 50, 10), "r2": _fig(180, 50, 16), "r4": _fig(190, 50, 17),
+        "l2": _fig(100, 80, 12),
+    }  # fmt: skip
+    sizes = {"r1": (1, 1), "r2": (2, 1), "r4": (4, 1), "l2": (1, 2)}
+    out = scaling_ratios(figures, sizes, cpus=2)
+    rollout = out["rollout_scaling"]["points"]
+    assert [p["size"] for p in rollout] == [1, 2, 4]
+    assert rollout[1]["generation_tokens_per_s_efficiency"] == pytest.approx(0.9)
+    assert rollout[2]["generation_tokens_per_s_efficiency"] == pytest.approx(1.9 / 4)
+    # 2 -> 4: 1.9 / 1.8 - 1 = 0.0556 of an ideal 1.0 extra: saturated at 2.
+    assert rollout[2]["marginal_gain"] == pytest.approx(1.9 / 1.8 - 1)
+    assert out["rollout_scaling"]["saturated_at"] == 2
+    learner = out["learner_scaling"]
+    assert learner["points"][1]["training_samples_per_s_efficiency"] == pytest.approx(0.8)
+    assert learner["saturated_at"] is None  # 1 -> 2 gave 0.6 of the ideal extra
+    assert "saturates at 2 replicas" in out["verdict"][0]
+    assert "no saturation up to 2 ranks" in out["verdict"][1]
+
+
+def test_convergence_figures() -> None:
+    rows = [
+        {"step": i + 1, "time": 10.0 + i, "timing_s/step": 1.0, "batch/num_samples": 8.0,
+         "critic/score/mean": r}
+        for i, r in enumerate([0.2, 0.8, 1.0, 1.0])
+    ]  # fmt: skip
+    curve = learning_curve(rows)
+    assert [p["samples"] for p in curve] == [8.0, 16.0, 24.0, 32.0]
+    assert [p["time_s"] for p in curve] == [1.0, 2.0, 3.0, 4.0]
+    assert trailing_mean([0.2, 0.8, 1.0, 1.0], 2) == pytest.approx([0.2, 0.5, 0.9, 1.0])
+    reached = first_reach(curve, 0.9, 2)
+    assert reached is not None and reached["samples"] == 24.0 and reached["step"] == 3
+    assert first_reach(curve, 0.95, 4) is None  # (0.2 + 0.8 + 1 + 1) / 4 = 0.75
+    cfg = BenchmarkConfig(variants=[Variant("a", ["coordinator.num_steps=5"])])
+    with pytest.raises(ValueError, match=r"variants\[a\].*coordinator.num_steps"):
+        check_same_budget(cfg)
+
+
+def test_baseline_comparison_tolerances() -> None:
+    baseline = {
+        "tolerances": {"speed": 0.25, "memory": 0.10},
+        "figures": {"sync": {"speed": {"e2e_samples_per_s": 100.0},
+                             "memory": {"learner": 1000.0}}},
+    }  # fmt: skip
+
+    def summary(speed: float, memory: float) -> dict[str, Any]:
+        return {"variants": {"sync": {"e2e_samples_per_s": speed,
+                                      "peak_rss_bytes": {"learner": memory}}}}  # fmt: skip
+
+    assert compare(summary(76.0, 1099.0), baseline) == []  # inside both bands
+    slow = compare(summary(74.0, 1000.0), baseline)
+    assert [(f.kind, f.key, f.regression) for f in slow] == [("speed", "e2e_samples_per_s", True)]
+    fat = compare(summary(100.0, 1101.0), baseline)
+    assert [(f.kind, f.key, f.regression) for f in fat] == [("memory", "learner", True)]
+    fast = compare(summary(126.0, 1000.0), baseline)
+    assert [f.regression for f in fast] == [False]
+    missing = compare({"variants": {}}, baseline)
+    assert [(f.kind, f.regression) for f in missing] == [("missing", True)]
