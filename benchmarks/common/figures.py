@@ -1,5 +1,5 @@
 """Figures of one finished run directory (metrics.jsonl, events.jsonl, summary.json,
-service_memory.json). Pure file reading and arithmetic."""
+service_usage.json). Pure file reading and arithmetic."""
 
 from __future__ import annotations
 
@@ -22,11 +22,8 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     events = read_jsonl(run_dir / "events.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
-    memory = (
-        json.loads((run_dir / "service_memory.json").read_text())
-        if (run_dir / "service_memory.json").exists()
-        else {}
-    )
+    usage_path = run_dir / "service_usage.json"
+    usage = json.loads(usage_path.read_text()) if usage_path.exists() else {}
     timed = metrics[warmup_steps:] or metrics
     t_first = timed[0]["time"] - timed[0]["timing_s/step"]
     wall = timed[-1]["time"] - t_first
@@ -62,7 +59,11 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
             [m["timing_s/update_actor"] + m.get("timing_s/update_weights", 0.0) for m in timed]
         ),
         "mean_sync_s": mean([m.get("timing_s/update_weights", 0.0) for m in timed]),
-        "peak_rss_bytes": memory,
+        "peak_rss_bytes": {k: int(v["peak_rss_bytes"]) for k, v in usage.items()},
+        "cpu_s": {
+            **{k: v["cpu_s"] for k, v in usage.items()},
+            "coordinator": summary.get("coordinator_cpu_s", 0.0),
+        },
         "reward_start": summary["reward_start"],
         "reward_end": summary["reward_end"],
         "staleness_histogram": summary["staleness_histogram"],

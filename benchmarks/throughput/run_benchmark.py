@@ -24,6 +24,13 @@ def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["async_over_sync_samples_per_s"] = achieved
         out["ideal_async_over_sync"] = ideal
         out["async_share_of_ideal"] = achieved / ideal
+    off = figures.get("async_planner_off")
+    if asyn and off:
+        out["planner_on_over_off_samples_per_s"] = (
+            asyn["e2e_samples_per_s"] / off["e2e_samples_per_s"]
+        )
+        if asyn["mean_sync_s"] > 0:
+            out["planner_off_over_on_sync_s"] = off["mean_sync_s"] / asyn["mean_sync_s"]
     return out
 
 

@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 cmd += ["--set", override]
             coordinator.append(subprocess.Popen(cmd))
             code = coordinator[0].wait()
-            memory = group.peak_memory()
-            (run_dir / "service_memory.json").write_text(json.dumps(memory, indent=2) + "\n")
+            usage = group.resource_usage()
+            (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
             log.info("coordinator exited with %d; stopping services", code)
     except KeyboardInterrupt:
         log.warning("interrupted before the coordinator started; services stopped")

@@ -129,13 +129,18 @@ class ServiceGroup:
             f"coordinator.learner_address={by_name['learner']}",
         ]
 
-    def peak_memory(self) -> dict[str, int]:
-        """Peak RSS (VmHWM, bytes) per service, summed over its processes (torchrun ranks)."""
-        return {
-            p.name: sum(_peak_rss(pid) for pid in _process_tree(p.popen.pid))
-            for p in self.processes
-            if p.popen.poll() is None
-        }
+    def resource_usage(self) -> dict[str, dict[str, float]]:
+        """Per live service, summed over its processes (torchrun ranks): peak RSS (VmHWM,
+        bytes) and CPU seconds (user + system) so far."""
+        out = {}
+        for p in self.processes:
+            if p.popen.poll() is None:
+                pids = _process_tree(p.popen.pid)
+                out[p.name] = {
+                    "peak_rss_bytes": float(sum(_peak_rss(pid) for pid in pids)),
+                    "cpu_s": sum(_cpu_seconds(pid) for pid in pids),
+                }
+        return out
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM each service (torchrun forwards it to its ranks), then SIGKILL whatever is
@@ -184,6 +189,15 @@ def _peak_rss(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
 def tail(path: Path, num_lines: int = 20) -> str:

@@ -1,9 +1,10 @@
 """Drives a target with asyncio: open loop (Poisson arrivals) or closed loop (N in flight).
 
-Knows nothing of gRPC: a target is anything with ``async call(index, timeout_s) -> Outcome``.
-Every call is also bounded here by ``timeout_s`` (a target that never answers counts as
-DEADLINE_EXCEEDED), and sending stops at the run's bounds, so a run always ends by itself:
-after at most ``max_duration_s + timeout_s``.
+Knows nothing of gRPC: a target is anything with ``async call(index, timeout_s) -> Outcome``
+that enforces ``timeout_s`` itself (gRPC deadlines do). Every call is also bounded here, a
+little later (``GUARD_S``), so a target that never answers counts as DEADLINE_EXCEEDED
+without racing the target's own deadline; and sending stops at the run's bounds, so a run
+always ends by itself, after at most ``max_duration_s + timeout_s + GUARD_S``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from hybridflow.loadgen.schedule import RunBounds
 from hybridflow.loadgen.stats import OK, RequestRecord
 
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+GUARD_S = 0.25
+"""The runner gives up on a call this long after its deadline (the target should have)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ async def _one(
     """One call; ``scheduled_s`` None means it is due when sent (closed loop)."""
     sent = time.perf_counter()
     try:
-        outcome = await asyncio.wait_for(target.call(index, timeout_s), timeout_s)
+        outcome = await asyncio.wait_for(target.call(index, timeout_s), timeout_s + GUARD_S)
     except asyncio.TimeoutError:
         outcome = Outcome(DEADLINE_EXCEEDED)
     end = time.perf_counter()

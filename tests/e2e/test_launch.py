@@ -107,11 +107,10 @@ def test_short_run_writes_results_and_cleans_up(tmp_path, schedule):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["num_steps"] == 4 and summary["policy_version"] == 4
     assert max(int(k) for k in summary["staleness_histogram"]) <= (2 if len(schedule) > 1 else 0)
-    assert set(json.loads((run_dir / "service_memory.json").read_text())) == {
-        "reward",
-        "learner",
-        "rollout0",
-    }
+    usage = json.loads((run_dir / "service_usage.json").read_text())
+    assert set(usage) == {"reward", "learner", "rollout0"}
+    assert all(u["peak_rss_bytes"] > 0 and u["cpu_s"] > 0 for u in usage.values())
+    assert summary["coordinator_cpu_s"] > 0
     resolved = (run_dir / "config.yaml").read_text()
     assert "num_steps: 4" in resolved and "rollout_addresses:" in resolved
     assert {p.name for p in (run_dir / "logs").iterdir()} == {

@@ -226,12 +226,15 @@ class UpdateContext:
 def precompute(
     ctx: UpdateContext, actor: nn.Module, reference: nn.Module | None, critic: nn.Module | None
 ) -> Cache:
-    """Per-sample old log-probs, reference log-probs and values (whichever are needed)."""
+    """Per-sample old log-probs, reference log-probs and values (whichever are needed).
+
+    With one optimizer step per batch the proximal policy is the current one, so its
+    log-probs come from the update's own forward (``logp.detach()``): off-policy correction
+    then costs no extra forward pass.
+    """
     cfg = ctx.config
-    need_old = (
-        cfg.ppo_epochs * cfg.num_mini_batches > 1
-        or (reference is not None and cfg.kl_mode == "reward")
-        or cfg.off_policy != "none"
+    need_old = cfg.ppo_epochs * cfg.num_mini_batches > 1 or (
+        reference is not None and cfg.kl_mode == "reward"
     )
     cache: Cache = {}
     if not (need_old or reference is not None or critic is not None):

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from hybridflow.loadgen.runner import Outcome, run_closed_loop, run_open_loop
+from hybridflow.loadgen.runner import GUARD_S, Outcome, run_closed_loop, run_open_loop
 from hybridflow.loadgen.schedule import RunBounds
 from hybridflow.loadgen.stats import summarize
 
@@ -70,7 +70,8 @@ def test_a_target_that_never_answers_still_ends_the_run_with_deadline_errors():
     )
     for records in (loop_records, closed_records):
         assert {r.code for r in records} == {"DEADLINE_EXCEEDED"}
-        assert all(r.end_s - r.sent_s == pytest.approx(0.05, abs=0.04) for r in records)
+        # Given up GUARD_S after the deadline (a real target's own deadline fires first).
+        assert all(0.04 + GUARD_S <= r.end_s - r.sent_s < 0.05 + GUARD_S + 0.2 for r in records)
 
 
 def test_closed_loop_needs_a_worker():

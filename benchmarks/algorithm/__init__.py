@@ -1,0 +1,1 @@
+"""Algorithm suite: GRPO, Dr. GRPO and PPO convergence at the same budget."""

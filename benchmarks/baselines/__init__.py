@@ -1,0 +1,1 @@
+"""Stored benchmark figures per machine class and the regression check against them."""

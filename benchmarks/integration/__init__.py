@@ -1,0 +1,1 @@
+"""Integration suite: component microbenchmarks against plain baselines."""

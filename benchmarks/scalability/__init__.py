@@ -1,0 +1,1 @@
+"""Scalability suite: more replicas and learner ranks, plus simulated scale."""
