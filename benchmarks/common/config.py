@@ -30,7 +30,10 @@ class BenchmarkConfig:
     warmup_steps: int = 3
     """Steps excluded from the rate figures."""
     profile: bool = True
-    """Record a py-spy flame graph of every process (profile.svg)."""
+    """Record a py-spy flame graph of every process (profile.svg) in an extra, shorter run of
+    the first variant (the timed runs stay unprofiled)."""
+    profile_steps: int = 20
+    """Steps of the profiled run."""
     plots: bool = True
     """Write PNG plots."""
     timeout_s: float = 900.0

@@ -65,13 +65,18 @@ def environment() -> dict[str, Any]:
     }
 
 
-def run_variant(cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path) -> Path:
+def run_variant(
+    cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path, profile: bool = False
+) -> Path:
+    """One launch.sh run into out/name; under py-spy (all processes) when ``profile``."""
     run_dir = out / name
     cmd = [str(REPO / "deploy" / "launch.sh"), "--config", cfg.job, "--run-dir", str(run_dir)]
     for o in [*cfg.overrides, *overrides]:
         cmd += ["--set", o]
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if cfg.profile and Path(spy).exists():
+    if profile:
+        if not Path(spy).exists():
+            raise RuntimeError("profiling needs py-spy (pip install py-spy) or profile: false")
         cmd = [
             spy,
             "record",
@@ -80,7 +85,7 @@ def run_variant(cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path
             "--rate",
             "50",
             "-o",
-            str(out / f"profile_{name}.svg"),
+            str(out / "profile.svg"),
             "--",
             *cmd,
         ]
@@ -133,9 +138,17 @@ def run_suite(
         )
     names = [v.name for v in cfg.variants]
     write_detailed_log(out, names)
-    profiles = sorted(out.glob("profile_*.svg"))
-    if profiles:
-        shutil.copy(profiles[0], out / "profile.svg")
+    if cfg.profile:
+        # A separate, shorter run under the sampling profiler: py-spy costs CPU, so the timed
+        # runs above stay unprofiled (on 2 cores it would skew the ratios).
+        first = cfg.variants[0]
+        run_variant(
+            cfg,
+            "profiled",
+            [*first.overrides, f"coordinator.num_steps={cfg.profile_steps}"],
+            out,
+            profile=True,
+        )
     if cfg.plots:
         from benchmarks.common.plots import plot_all
 
