@@ -85,6 +85,7 @@ def check_common(out: Path, suite: str, variants: list[str], profile: bool) -> d
 def test_throughput_suite_tiny(tmp_path: Path) -> None:
     config = {
         "suite": "throughput", "overrides": TINY_JOB, "warmup_steps": 1, "profile": True,
+        "profile_steps": 2,
         "variants": [
             {"name": "sync", "overrides": ["coordinator.max_staleness=0"]},
             {"name": "async", "overrides": ["coordinator.max_staleness=1",
