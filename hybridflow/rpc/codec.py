@@ -67,6 +67,19 @@ def unpack_tokens(batch: common_pb2.TokenBatch, field: str = "tokens") -> list[l
     return [as_list[a:b] for a, b in zip(offsets, offsets[1:])]
 
 
+def check_token_range(batch: common_pb2.TokenBatch, vocab_size: int, field: str) -> None:
+    """ValueError naming the sequence and id when a token is outside [0, vocab_size)."""
+    flat = np.frombuffer(batch.token_ids, dtype="<i4")
+    if flat.size == 0:
+        return
+    bad = np.flatnonzero((flat < 0) | (flat >= vocab_size))
+    if bad.size:
+        seq = int(np.searchsorted(np.asarray(batch.offsets), bad[0], side="right")) - 1
+        raise ValueError(
+            f"{field}[{seq}]: token id {int(flat[bad[0]])} outside vocab [0, {vocab_size})"
+        )
+
+
 # --- float vectors (numpy) -------------------------------------------------------------
 
 

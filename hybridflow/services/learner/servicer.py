@@ -12,7 +12,12 @@ from typing import Any
 
 import grpc
 
-from hybridflow.rpc.codec import pack_floats, receive_message, unpack_tokens
+from hybridflow.rpc.codec import (
+    check_token_range,
+    pack_floats,
+    receive_message,
+    unpack_tokens,
+)
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.services.learner import convert
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
@@ -43,22 +48,14 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         with self._lock:
             return self._dispatch(command, args)
 
-    def _check_ids(self, seqs: list[list[int]], field: str) -> None:
-        for i, seq in enumerate(seqs):
-            for t in seq:
-                if not 0 <= t < self._vocab_size:
-                    raise ValueError(
-                        f"{field}[{i}]: token id {t} outside vocab [0, {self._vocab_size})"
-                    )
-
     @handle_errors
     def TrainStep(
         self, request_iterator: Iterator[common_pb2.Chunk], context: grpc.ServicerContext
     ) -> learner_pb2.TrainStepResponse:
         batch = receive_message(request_iterator, learner_pb2.TrainBatch, self._max_bytes)
         samples = convert.batch_from_proto(batch)
-        self._check_ids([s.prompt_ids for s in samples], "batch.prompts")
-        self._check_ids([s.response_ids for s in samples], "batch.responses")
+        check_token_range(batch.prompts, self._vocab_size, "batch.prompts")
+        check_token_range(batch.responses, self._vocab_size, "batch.responses")
         return convert.result_to_proto(self._run("train_step", samples))
 
     @handle_errors
@@ -69,8 +66,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         responses = unpack_tokens(request.responses, "responses")
         if len(prompts) != len(responses) or not prompts:
             raise ValueError("prompts and responses must be non-empty and of equal count")
-        self._check_ids(prompts, "prompts")
-        self._check_ids(responses, "responses")
+        check_token_range(request.prompts, self._vocab_size, "prompts")
+        check_token_range(request.responses, self._vocab_size, "responses")
         temperature = request.temperature or 1.0
         logprobs = self._run("compute_logprobs", prompts, responses, temperature)
         return learner_pb2.ComputeLogProbsResponse(
