@@ -115,6 +115,7 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
     finally:
         server.stop(1.0)
         services.close()
+    _record_own_cpu(run_dir)
     print(
         f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
         f"(mean of last {min(20, summary.num_steps)} steps) over {summary.num_steps} steps "
