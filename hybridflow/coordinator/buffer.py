@@ -51,37 +51,44 @@ class Admission:
 
 
 class GroupBuffer:
-    """Scored groups waiting for the learner, with the admission state, under one condition."""
+    """Scored groups waiting for the learner, with the admission state, under one lock.
+
+    Two conditions on that lock keep wake-ups targeted: ``admit`` wakes dispatchers when
+    capacity frees up (publish, re-queue); ``ready`` wakes the trainer when groups arrive. A
+    finished group then wakes one thread, not every replica's dispatcher.
+    """
 
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()
+        self.admit = threading.Condition(self.lock)
+        self.ready = threading.Condition(self.lock)
         self._groups: list[tuple[int, int, ScoredGroup]] = []  # (version, arrival, group)
         self._arrivals = 0
         self._requeued: list[Prompt] = []
         self.stats = BufferStats()
 
     def __len__(self) -> int:
-        with self.cond:
+        with self.lock:
             return len(self._groups)
 
     def put(self, groups: list[ScoredGroup]) -> None:
-        with self.cond:
+        with self.lock:
             for g in groups:
                 version = min(c.policy_version for c in g.completions)
                 self._groups.append((version, self._arrivals, g))
                 self._arrivals += 1
-            self.cond.notify_all()
+            self.ready.notify()
 
     def requeue(self, prompts: list[Prompt]) -> None:
         """Prompts to generate again (failed replica or stale); their slots are freed."""
-        with self.cond:
+        with self.lock:
             self._requeued.extend(prompts)
             self.admission.give_back(len(prompts))
-            self.cond.notify_all()
+            self.admit.notify_all()
 
     def take_requeued(self, num: int) -> list[Prompt]:
-        """Caller holds ``cond``."""
+        """Caller holds ``lock``."""
         taken, self._requeued = self._requeued[:num], self._requeued[num:]
         return taken
 
@@ -92,7 +99,7 @@ class GroupBuffer:
 
         Stale groups met on the way are handed back for re-generation and counted.
         """
-        with self.cond:
+        with self.lock:
             while True:
                 self._groups.sort(key=lambda item: (item[0], item[1]))
                 stale = [g for v, _, g in self._groups if learner_version - v > max_staleness]
@@ -103,25 +110,31 @@ class GroupBuffer:
                     self.stats.dropped_stale += len(stale)
                     self._requeued.extend(g.prompt for g in stale)
                     self.admission.give_back(len(stale))
-                    self.cond.notify_all()
+                    self.admit.notify_all()
                 if len(self._groups) >= num_groups:
                     batch = self._groups[:num_groups]
                     self._groups = self._groups[num_groups:]
                     for version, _, _ in batch:
                         self.stats.staleness[learner_version - version] += 1
                     return [g for _, _, g in batch]
-                if not self.cond.wait(timeout_s):
+                if not self.ready.wait(timeout_s):
                     return None
 
     def publish(self, step: int) -> None:
         """The replicas now have the weights of train step ``step``."""
-        with self.cond:
+        with self.lock:
             self.admission.published_step = step
-            self.cond.notify_all()
+            self.admit.notify_all()
+
+    def wake_all(self) -> None:
+        """Wakes every waiting thread (the job is stopping)."""
+        with self.lock:
+            self.admit.notify_all()
+            self.ready.notify_all()
 
     def drain(self) -> tuple[list[ScoredGroup], list[Prompt]]:
         """What is left at the end: finished-but-untrained groups and re-queued prompts."""
-        with self.cond:
+        with self.lock:
             groups = [g for _, _, g in self._groups]
             self._groups = []
             return groups, list(self._requeued)

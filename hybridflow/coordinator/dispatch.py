@@ -61,7 +61,7 @@ class ReplicaDispatcher(threading.Thread):
     def _admit(self) -> list[Prompt]:
         """Blocks until the capacity rule lets some prompts start (or stop is set)."""
         buf = self.buffer
-        with buf.cond:
+        with buf.lock:
             while not self.stop_event.is_set():
                 room = min(self.prompts_per_request, buf.admission.capacity())
                 if room > 0:
@@ -69,7 +69,7 @@ class ReplicaDispatcher(threading.Thread):
                     prompts += self.cursor.take(room - len(prompts))
                     buf.admission.start(len(prompts))
                     return prompts
-                buf.cond.wait(0.5)
+                buf.admit.wait(0.5)
         return []
 
     def run(self) -> None:

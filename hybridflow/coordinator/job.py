@@ -210,8 +210,7 @@ class TrainingJob:
             raise
         finally:
             self._stop.set()
-            with self.buffer.cond:
-                self.buffer.cond.notify_all()
+            self.buffer.wake_all()
             for d in self.dispatchers:
                 d.join(timeout=60)
             metrics_log.close()
