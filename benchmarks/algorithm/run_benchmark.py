@@ -10,7 +10,6 @@ reward, steps/s, samples and seconds to the target reward, the learning curve) a
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ from benchmarks.algorithm.convergence import (  # noqa: E402
     variant_row,
 )
 from benchmarks.common.config import BenchmarkConfig  # noqa: E402
-from benchmarks.common.runner import run_suite  # noqa: E402
+from benchmarks.common.runner import run_suite, suite_arg_parser  # noqa: E402
 
 
 def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -72,18 +71,7 @@ def plot_convergence(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", default="benchmarks/algorithm/config.yaml")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="job override for every variant",
-    )
-    parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser = suite_arg_parser("benchmarks/algorithm/config.yaml", __doc__)
     parser.add_argument("--target", type=float, default=0.9, help="reward to reach")
     parser.add_argument("--window", type=int, default=5, help="steps in the trailing mean")
     args = parser.parse_args(argv)

@@ -168,19 +168,22 @@ def run_suite(
     return out
 
 
-def main(default_config: str, ratios: Ratios, argv: list[str] | None = None) -> int:
+def suite_arg_parser(
+    default_config: str,
+    description: str | None = None,
+    set_help: str = "job override for every variant",
+) -> argparse.ArgumentParser:
+    """--config, --set (repeatable) and --results, the arguments every suite takes."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", default=default_config)
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="job override for every variant",
-    )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
     parser.add_argument("--results", type=Path, default=REPO / "results")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(default_config: str, ratios: Ratios, argv: list[str] | None = None) -> int:
+    args = suite_arg_parser(default_config).parse_args(argv)
     run_suite(args.config, args.set, args.results, ratios)
     return 0

@@ -13,7 +13,6 @@ of this process and its children, when ``profile``), integration.png. Run nothin
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -27,6 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common.runner import suite_arg_parser  # noqa: E402
 from benchmarks.integration.config import IntegrationConfig  # noqa: E402
 from benchmarks.integration.timing import DetailedLog  # noqa: E402
 
@@ -174,18 +174,11 @@ def run_all(cfg: IntegrationConfig, out: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = suite_arg_parser(
+        "benchmarks/integration/config.yaml",
+        __doc__,
+        set_help="override a suite setting, e.g. --set rollout.repeats=2",
     )
-    parser.add_argument("--config", default="benchmarks/integration/config.yaml")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a suite setting, e.g. --set rollout.repeats=2",
-    )
-    parser.add_argument("--results", type=Path, default=REPO / "results")
     parser.add_argument(
         "--out-dir",
         type=Path,

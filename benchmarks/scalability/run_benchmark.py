@@ -12,7 +12,6 @@ Run nothing else on the machine meanwhile.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common.config import BenchmarkConfig  # noqa: E402
-from benchmarks.common.runner import run_suite  # noqa: E402
+from benchmarks.common.runner import run_suite, suite_arg_parser  # noqa: E402
 from benchmarks.scalability.config import SimulatedConfig  # noqa: E402
 from benchmarks.scalability.scaling import scaling_ratios  # noqa: E402
 
@@ -79,18 +78,7 @@ def plot_scaling(out: Path, ratios: dict[str, Any], simulated: dict[str, Any] | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", default="benchmarks/scalability/config.yaml")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="job override for every variant",
-    )
-    parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser = suite_arg_parser("benchmarks/scalability/config.yaml", __doc__)
     defaults = SimulatedConfig()
     parser.add_argument("--no-simulated", action="store_true", help="skip the simulated section")
     parser.add_argument(

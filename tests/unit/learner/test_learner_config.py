@@ -9,7 +9,9 @@ from hybridflow.services.learner.config import LearnerConfig
 
 
 def test_defaults_validate() -> None:
-    LearnerConfig().validate()
+    config = LearnerConfig()
+    config.validate()  # raises on a bad default
+    assert config.algorithm == "grpo" and config.off_policy == "none"
 
 
 @pytest.mark.parametrize(
