@@ -82,3 +82,30 @@ def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 120) ->
             raise AssertionError(f"process exited with {proc.returncode}:\n{out}")
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
+
+
+def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> Path:
+    """A 2-layer, width-32 random Llama with the character tokenizer, saved HF-style."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hybridflow.models.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
-from hybridflow.models.tokenizer import build_char_tokenizer
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.types import TrainSample
+from tests.helpers import build_tiny_checkpoint
 
 WORLD_SIZE = 2
 TIMEOUT_S = 240.0
@@ -50,27 +50,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "loss_agg_mode": "seq-mean-token-mean",
     },
 }
-
-
-def _tiny_checkpoint(out_dir: Path) -> Path:
-    tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def _samples() -> list[TrainSample]:
@@ -174,7 +153,7 @@ def _single_process(ckpt: Path, out_dir: Path) -> dict[str, Any]:
 
 
 def test_fsdp2_two_ranks_match_single_process(tmp_path: Path) -> None:
-    ckpt = _tiny_checkpoint(tmp_path / "tiny")
+    ckpt = build_tiny_checkpoint(tmp_path / "tiny")
     _spawn(_rank_main, (_free_port(), str(ckpt), str(tmp_path)))
     ranks = torch.load(tmp_path / "ranks.pt", weights_only=False)
     single = _single_process(ckpt, tmp_path)
