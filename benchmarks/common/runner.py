@@ -65,6 +65,28 @@ def environment() -> dict[str, Any]:
     }
 
 
+def py_spy() -> str | None:
+    """The py-spy executable (PATH or beside this Python), or None."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return spy if Path(spy).exists() else None
+
+
+def profiled(spy: str, svg: Path, cmd: list[str]) -> list[str]:
+    """``cmd`` under py-spy, sampling it and every process it starts, into a flame graph."""
+    return [
+        spy,
+        "record",
+        "--subprocesses",
+        "--nonblocking",
+        "--rate",
+        "50",
+        "-o",
+        str(svg),
+        "--",
+        *cmd,
+    ]
+
+
 def run_variant(
     cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path, profile: bool = False
 ) -> Path:
@@ -73,22 +95,11 @@ def run_variant(
     cmd = [str(REPO / "deploy" / "launch.sh"), "--config", cfg.job, "--run-dir", str(run_dir)]
     for o in [*cfg.overrides, *overrides]:
         cmd += ["--set", o]
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if profile:
-        if not Path(spy).exists():
+        spy = py_spy()
+        if spy is None:
             raise RuntimeError("profiling needs py-spy (pip install py-spy) or profile: false")
-        cmd = [
-            spy,
-            "record",
-            "--subprocesses",
-            "--nonblocking",
-            "--rate",
-            "50",
-            "-o",
-            str(out / "profile.svg"),
-            "--",
-            *cmd,
-        ]
+        cmd = profiled(spy, out / "profile.svg", cmd)
     env = dict(os.environ, PYTHON=sys.executable)
     print(f"[{name}] {' '.join(cmd)}", file=sys.stderr)
     with (out / f"launch_{name}.log").open("w") as log:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common.runner import suite_arg_parser  # noqa: E402
+from benchmarks.common.runner import profiled, py_spy, suite_arg_parser  # noqa: E402
 from benchmarks.integration.config import IntegrationConfig  # noqa: E402
 from benchmarks.integration.timing import DetailedLog  # noqa: E402
 
@@ -194,26 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         out = args.results / time.strftime("%Y%m%d_%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if cfg.profile and args.out_dir is None and Path(spy).exists():
+    spy = py_spy()
+    if cfg.profile and args.out_dir is None and spy is not None:
         # Re-run this script under py-spy (children included), writing into the same dir.
-        cmd = [
-            spy,
-            "record",
-            "--subprocesses",
-            "--nonblocking",
-            "--rate",
-            "50",
-            "-o",
-            str(out / "profile.svg"),
-            "--",
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--config",
-            str(args.config),
-            "--out-dir",
-            str(out),
-        ]
+        script = [sys.executable, str(Path(__file__).resolve()), "--config", str(args.config)]
+        cmd = profiled(spy, out / "profile.svg", [*script, "--out-dir", str(out)])
         for override in args.set:
             cmd += ["--set", override]
         print(f"[integration] {' '.join(cmd)}", file=sys.stderr)
