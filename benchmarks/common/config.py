@@ -27,6 +27,8 @@ class BenchmarkConfig:
     """Overrides applied to every variant (e.g. coordinator.num_steps=40)."""
     variants: list[Variant] = field(default_factory=list)
     """Runs to compare side by side."""
+    repeats: int = 1
+    """Times each variant runs (alternating); figures are medians over the repeats."""
     warmup_steps: int = 3
     """Steps excluded from the rate figures."""
     profile: bool = True
@@ -45,5 +47,7 @@ class BenchmarkConfig:
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: names must be unique, got {names}")
+        if self.repeats < 1:
+            raise ValueError("repeats must be >= 1")
         if self.warmup_steps < 0:
             raise ValueError("warmup_steps must be >= 0")

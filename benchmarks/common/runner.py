@@ -139,14 +139,16 @@ def run_suite(
     cfg.overrides = [*cfg.overrides, *extra_overrides]
     out = results_root / time.strftime("%Y%m%d_%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, dict[str, Any]] = {}
-    for variant in cfg.variants:
-        run_dir = run_variant(cfg, variant.name, variant.overrides, out)
-        figures[variant.name] = run_figures(run_dir, cfg.warmup_steps)
-        print(
-            f"[{variant.name}] e2e {figures[variant.name]['e2e_samples_per_s']:.1f} samples/s",
-            file=sys.stderr,
-        )
+    runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in cfg.variants}
+    # Variants alternate within each repeat, so slow drift of a noisy machine hits all alike.
+    for r in range(cfg.repeats):
+        for variant in cfg.variants:
+            name = variant.name if r == 0 else f"{variant.name}_r{r + 1}"
+            run_dir = run_variant(cfg, name, variant.overrides, out)
+            runs[variant.name].append(run_figures(run_dir, cfg.warmup_steps))
+            e2e = runs[variant.name][-1]["e2e_samples_per_s"]
+            print(f"[{name}] e2e {e2e:.1f} samples/s", file=sys.stderr)
+    figures = {name: median_figures(found) for name, found in runs.items()}
     names = [v.name for v in cfg.variants]
     write_detailed_log(out, names)
     if cfg.profile:
@@ -176,6 +178,19 @@ def run_suite(
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps({"ratios": summary["ratios"]}, indent=2))
     print(f"results: {out}", file=sys.stderr)
+    return out
+
+
+def median_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure, the median over repeats (non-numbers from the first run), plus the
+    per-repeat end-to-end rates so the spread stays visible."""
+    import statistics
+
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in runs)
+    out["repeats_e2e_samples_per_s"] = [r["e2e_samples_per_s"] for r in runs]
     return out
 
 
