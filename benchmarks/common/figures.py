@@ -60,6 +60,9 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
         ),
         "mean_sync_s": mean([m.get("timing_s/update_weights", 0.0) for m in timed]),
         "peak_rss_bytes": {k: int(v["peak_rss_bytes"]) for k, v in usage.items()},
+        "peak_gpu_bytes": {
+            k: int(v["peak_gpu_bytes"]) for k, v in usage.items() if "peak_gpu_bytes" in v
+        },
         "cpu_s": {
             **{k: v["cpu_s"] for k, v in usage.items()},
             "coordinator": summary.get("coordinator_cpu_s", 0.0),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridflow.config.job import JobConfig
+from hybridflow.deploy.gpu_memory import GpuMemorySampler
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class ServiceGroup:
     run_dir: Path
     python: str = sys.executable
     processes: list[ServiceProcess] = field(default_factory=list)
+    gpu_memory: GpuMemorySampler = field(default_factory=GpuMemorySampler)
 
     def __enter__(self) -> ServiceGroup:
         return self
@@ -74,6 +76,7 @@ class ServiceGroup:
         log.info("started %s (pid %d): %s", name, popen.pid, " ".join(full))
 
     def start(self) -> None:
+        self.gpu_memory.start()  # samples peak GPU memory per process where nvidia-smi exists
         py = self.python
         self._spawn("reward", [py, "-m", "hybridflow.services.reward"])
         world = self.job.learner.nproc_per_node
@@ -140,9 +143,17 @@ class ServiceGroup:
                     "peak_rss_bytes": float(sum(_peak_rss(pid) for pid in pids)),
                     "cpu_s": sum(_cpu_seconds(pid) for pid in pids),
                 }
+                if self.gpu_memory.available:
+                    self.gpu_memory.sample()
+                    peaks = self.gpu_memory.peak_bytes
+                    out[p.name]["peak_gpu_bytes"] = float(sum(peaks.get(pid, 0) for pid in pids))
         return out
 
     def stop(self, grace_s: float = 15.0) -> None:
+        self.gpu_memory.stop()
+        self._terminate(grace_s)
+
+    def _terminate(self, grace_s: float) -> None:
         """SIGTERM each service (torchrun forwards it to its ranks), then SIGKILL whatever is
         left in its process group after grace_s."""
         for proc in self.processes:
