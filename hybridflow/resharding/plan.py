@@ -8,7 +8,7 @@ offset); ``Transfer`` objects are views built on demand.
 
 Group ranks: ``0..W-1`` are the source (learner) ranks, then replica 0's TP ranks, replica 1's...
 
-Schedule: bucket ids follow ``(round, src_rank, seq)`` where ``round = (g - src*D // W) mod D``
+Schedule: bucket ids follow ``(round, seq, src_rank)`` where ``round = (g - src*D // W) mod D``
 for the destination's global index ``g`` among ``D`` destination ranks: in each round the
 sources talk to distinct destinations. Every rank handles its buckets in increasing id, which
 is a single total order shared by all ranks, so blocking point-to-point ops cannot deadlock.
@@ -202,13 +202,14 @@ def make_plan(
     cols["nbytes"] = ba.row_count * raw["row_bytes"][ba.orig]
     cols["offset"] = ba.offset
 
-    # Global schedule: (round, src_rank, seq).
+    # Global schedule: (round, seq, src_rank). Within a round the sources' buckets interleave,
+    # so a destination fed by several sources drains them concurrently.
     first = starts[ba.bucket_pair]
     b_src, b_rep, b_dst = raw["src_rank"][first], raw["replica"][first], raw["dst_rank"][first]
     num_dst = int(sum(replicas))
     g = np.concatenate([[0], np.cumsum(replicas)])[b_rep] + b_dst
     rounds = (g - (b_src * num_dst) // num_src_ranks) % num_dst
-    border = np.lexsort((ba.bucket_seq, b_src, rounds))
+    border = np.lexsort((b_src, ba.bucket_seq, rounds))
     new_id = np.empty_like(border)
     new_id[border] = np.arange(len(border))
     cols["bucket"] = new_id[ba.bucket]
