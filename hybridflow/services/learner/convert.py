@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from hybridflow.rpc.codec import pack_floats, pack_tokens, unpack_floats, unpack_tokens
+from hybridflow.rpc.codec import (
+    pack_float_seqs,
+    pack_floats,
+    pack_tokens,
+    unpack_floats,
+    unpack_tokens,
+)
 from hybridflow.types import TrainSample, TrainStepResult
 from hybridflow.v1 import learner_pb2
 
@@ -14,7 +20,7 @@ def batch_to_proto(samples: Sequence[TrainSample]) -> learner_pb2.TrainBatch:
     return learner_pb2.TrainBatch(
         prompts=pack_tokens([s.prompt_ids for s in samples]),
         responses=pack_tokens([s.response_ids for s in samples]),
-        rollout_logprobs=pack_floats([lp for s in samples for lp in s.rollout_logprobs]),
+        rollout_logprobs=pack_float_seqs([s.rollout_logprobs for s in samples]),
         rewards=pack_floats([s.reward for s in samples]),
         group_ids=[s.group_id for s in samples],
         policy_versions=[s.policy_version for s in samples],

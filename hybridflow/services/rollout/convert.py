@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hybridflow.rpc.codec import (
-    pack_floats,
+    pack_float_seqs,
     pack_ints,
     pack_tokens,
     unpack_floats,
@@ -54,7 +54,7 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
 def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Completions:
     msg = common_pb2.Completions(
         tokens=pack_tokens([c.token_ids for c in completions]),
-        logprobs=pack_floats([lp for c in completions for lp in c.logprobs]),
+        logprobs=pack_float_seqs([c.logprobs for c in completions]),
         finish_reasons=[_FINISH_TO_PROTO[c.finish_reason] for c in completions],
         policy_versions=[c.policy_version for c in completions],
     )
