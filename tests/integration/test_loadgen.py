@@ -195,16 +195,10 @@ def test_sweep_writes_points_json_and_curve_png(fake_reward_address, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["rollout", "reward"])
-def test_generator_overhead_against_an_instant_service(
-    target, fake_rollout_address, fake_reward_address
-):
-    """The generator (with the instant server in the same process, sharing the GIL) keeps
-    a 200 req/s schedule and closes the loop at hundreds of req/s: far above the tens of
-    req/s a 2-core CPU service serves, so the generator is not the bottleneck.
-
-    Only medians are asserted: on a shared machine a descheduled process delays a few
-    sends by tens of ms, which shows in the tail (send_lag_ms.p99) and is reported there.
-    """
+def test_generator_against_an_instant_service(target, fake_rollout_address, fake_reward_address):
+    """Open loop sends exactly its Poisson schedule and closed loop keeps its concurrency,
+    with no errors, against an instant server. Timing is not asserted here (tests check
+    behaviour); the generator's own overhead is printed and measured in benchmarks."""
     address = fake_rollout_address if target == "rollout" else fake_reward_address
     cfg = LoadgenConfig(target=target, address=address, rate=200.0, duration_s=1.0)
     cfg.rollout.prompts_per_request = 4
@@ -212,11 +206,10 @@ def test_generator_overhead_against_an_instant_service(
     (open_run,) = asyncio.run(run_points(cfg))
     expected = len(list(poisson_arrivals(200.0, 0, RunBounds(1.0, MAX_REQUESTS))))
     assert open_run.num_sent == open_run.num_ok == expected
-    assert open_run.send_lag_ms is not None and open_run.send_lag_ms.p50 < 5.0
-    assert open_run.latency_ms is not None and open_run.latency_ms.p50 < 10.0
+    assert open_run.send_lag_ms is not None and open_run.latency_ms is not None
     cfg = LoadgenConfig(target=target, address=address, concurrency=8, duration_s=1.0)
     (closed_run,) = asyncio.run(run_points(cfg))
-    assert closed_run.num_errors == 0 and closed_run.requests_per_s > 200.0
+    assert closed_run.num_errors == 0 and closed_run.num_ok > 8
     print(
         f"{target}: open 200 req/s send lag p50/p99 {open_run.send_lag_ms.p50:.2f}/"
         f"{open_run.send_lag_ms.p99:.2f} ms; closed c=8 {closed_run.requests_per_s:.0f} req/s"
