@@ -216,3 +216,31 @@ def test_grpo_raises_likelihood_of_rewarded_response(tiny_checkpoint: Path, make
     after = [sum(lp) for lp in worker.compute_logprobs(prompts, responses, 1.0)]
     assert after[0] > before[0]
     assert after[1] < before[1]
+
+
+@pytest.mark.parametrize(
+    "mode, shift, factor",
+    [
+        ("none", math.log(2.0), 1.0),
+        ("tis", math.log(2.0), 0.5),
+        ("tis", -math.log(4.0), 2.0),
+        ("decoupled", -math.log(4.0), 4.0),
+    ],
+)
+def test_off_policy_weights_scale_the_policy_loss(
+    tiny_checkpoint: Path, make_samples, mode: str, shift: float, factor: float
+) -> None:
+    # Rollout log-probs = learner log-probs + shift, so pi_prox / pi_behav = exp(-shift) on
+    # every token: tis truncates it at is_cap (2.0), decoupled only at 5 * is_cap.
+    samples = make_samples([1.0, 0.0, 0.0, 1.0])
+    probe = _worker(tiny_checkpoint)
+    learner_lps = probe.compute_logprobs(
+        [s.prompt_ids for s in samples], [s.response_ids for s in samples], 1.0
+    )
+    for s, lps in zip(samples, learner_lps, strict=True):
+        s.rollout_logprobs = [lp + shift for lp in lps]
+    plain = _worker(tiny_checkpoint).train_step(samples).metrics
+    corrected = _worker(tiny_checkpoint, off_policy=mode).train_step(samples).metrics
+    assert corrected["actor/pg_loss"] == pytest.approx(factor * plain["actor/pg_loss"], rel=1e-4)
+    if mode != "none":
+        assert corrected["actor/is_weight_mean"] == pytest.approx(factor, rel=1e-4)
