@@ -6,6 +6,11 @@ the next transfer does not fit; a transfer that does not fit is split along dim 
 boundary so its first rows complete the current bucket. A bucket exceeds ``bucket_bytes`` only
 when a single row is larger than ``bucket_bytes``: that row then travels alone.
 
+Transfers of at least ``SOLO_BYTES`` (or a whole bucket, if smaller) travel alone: each piece
+starts a fresh bucket at offset 0 and closes it. A one-slice bucket of a contiguous slice is
+then sent from and received into the tensors themselves (no packing copies; see
+``executors._direct_view``); small transfers still share buckets.
+
 Pure numpy over index arrays; the loop runs once per bucket, not per transfer.
 """
 
@@ -14,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+SOLO_BYTES = 1 << 20
+"""Transfers at least this large get buckets of their own."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ def assign_buckets(
     aligned = align_up(num_rows * row_bytes, align)
     incl = np.cumsum(aligned)
     excl = incl - aligned
+    solo = aligned >= min(SOLO_BYTES, bucket_bytes)
+    solo_at = np.flatnonzero(solo)
     orig: list[np.ndarray] = []
     delta: list[np.ndarray] = []
     count: list[np.ndarray] = []
@@ -66,9 +76,14 @@ def assign_buckets(
         while i < end:
             bid, off = len(bucket_pair), 0
             while i < end:
-                if consumed == 0:
+                if solo[i] and consumed == 0 and off > 0:
+                    break  # a solo transfer starts a fresh bucket
+                if consumed == 0 and not solo[i]:
+                    # Small transfers up to the next solo one may share this bucket.
+                    k = int(np.searchsorted(solo_at, i))
+                    stop = min(end, int(solo_at[k])) if k < len(solo_at) else end
                     target = int(excl[i]) + bucket_bytes - off
-                    m = int(np.searchsorted(incl[i:end], target, side="right"))
+                    m = int(np.searchsorted(incl[i:stop], target, side="right"))
                     if m:
                         idx = np.arange(i, i + m)
                         orig.append(idx)
@@ -78,7 +93,7 @@ def assign_buckets(
                         offset.append(off + excl[i : i + m] - excl[i])
                         off += int(incl[i + m - 1] - excl[i])
                         i += m
-                        if i == end:
+                        if i == end or solo[i]:
                             break
                 left = int(num_rows[i]) - consumed
                 room = ((bucket_bytes - off) // align) * align
@@ -97,6 +112,8 @@ def assign_buckets(
                 if consumed < int(num_rows[i]):
                     break
                 i, consumed = i + 1, 0
+                if solo[i - 1]:
+                    break  # and closes it
             bucket_pair.append(p)
             bucket_seq.append(seq)
             seq += 1

@@ -173,16 +173,30 @@ def test_make_plan_rejects_bad_inputs() -> None:
 
 
 def test_bucket_packing_hand_computed() -> None:
-    # One pair; transfer 0 has 3 rows of 16 B, transfer 1 has 2 rows; buckets of 40 B.
+    # One pair; transfer 0 has 3 rows of 16 B (48 B >= the 40 B bucket: it travels alone, split
+    # 2 + 1 rows, and closes its last bucket), transfer 1 has 2 rows (32 B) in a fresh bucket.
     got = assign_buckets(np.array([0, 2]), np.array([3, 2]), np.array([16, 16]), 40, 16)
     pieces = list(zip(got.orig, got.row_delta, got.row_count, got.bucket, got.offset))
     assert [tuple(int(x) for x in p) for p in pieces] == [
         (0, 0, 2, 0, 0),
         (0, 2, 1, 1, 0),
-        (1, 0, 1, 1, 16),
-        (1, 1, 1, 2, 0),
+        (1, 0, 2, 2, 0),
     ]
     assert got.bucket_seq.tolist() == [0, 1, 2]
+
+
+def test_small_transfers_share_a_bucket_and_a_large_one_starts_its_own() -> None:
+    # Transfers of 16, 16, 64 and 16 B; buckets of 64 B: the 64 B one is solo (>= a bucket).
+    got = assign_buckets(
+        np.array([0, 4]), np.array([1, 1, 4, 1]), np.array([16, 16, 16, 16]), 64, 16
+    )
+    pieces = list(zip(got.orig, got.row_count, got.bucket, got.offset))
+    assert [tuple(int(x) for x in p) for p in pieces] == [
+        (0, 1, 0, 0),
+        (1, 1, 0, 16),
+        (2, 4, 1, 0),
+        (3, 1, 2, 0),
+    ]
 
 
 def test_ranks_roles_and_schedule() -> None:
