@@ -17,6 +17,7 @@ Pure numpy over index arrays; the loop runs once per bucket, not per transfer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -44,7 +45,12 @@ class BucketAssignment:
     """Position of each bucket within its pair's stream."""
 
 
+@overload
+def align_up(num_bytes: np.ndarray, align: int) -> np.ndarray: ...
+@overload
+def align_up(num_bytes: int, align: int) -> int: ...
 def align_up(num_bytes: np.ndarray | int, align: int) -> np.ndarray | int:
+    """Round up to a multiple of ``align``: an array in gives an array out, an int an int."""
     return -(-num_bytes // align) * align
 
 
