@@ -50,8 +50,9 @@ class BuiltinSpec:
     """MLP width."""
     num_hidden_layers: int = 2
     """Transformer blocks."""
-    num_attention_heads: int = 4
-    """Attention heads (also the key/value heads: no grouped-query attention)."""
+    num_attention_heads: int = 2
+    """Attention heads (also the key/value heads: no grouped-query attention). Two heads of 32:
+    vLLM's CPU attention needs head_dim >= 32, and two heads still split over two TP ranks."""
     max_position_embeddings: int = 128
     """Longest sequence the rotary embedding is configured for."""
     init_seed: int = 0
