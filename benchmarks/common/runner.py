@@ -61,8 +61,21 @@ def environment() -> dict[str, Any]:
             "transformers": transformers.__version__,
             "grpc": grpc.__version__,
         },
+        "environment": {"lock_sha256": lock_hash()},
         "git_commit": commit,
     }
+
+
+LOCK_FILE = REPO / "requirements" / "cpu.lock"
+
+
+def lock_hash() -> str | None:
+    """sha256 of the lock file the packages were installed from (None without one)."""
+    import hashlib
+
+    if not LOCK_FILE.is_file():
+        return None
+    return hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
 
 
 def py_spy() -> str | None:
@@ -182,8 +195,9 @@ def run_suite(
 
 
 def median_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per figure, the median over repeats (non-numbers from the first run), plus the
-    per-repeat end-to-end rates so the spread stays visible."""
+    """Per figure, the median over repeats (non-numbers from the first run; peak RSS per
+    service too), plus the per-repeat end-to-end rates and peak RSS so the spread stays
+    visible (the baseline sizes its memory tolerances from it)."""
     import statistics
 
     out = dict(runs[0])
@@ -191,6 +205,10 @@ def median_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[key] = statistics.median(r[key] for r in runs)
     out["repeats_e2e_samples_per_s"] = [r["e2e_samples_per_s"] for r in runs]
+    rss = [r.get("peak_rss_bytes") or {} for r in runs]
+    if rss[0]:
+        out["peak_rss_bytes"] = {k: int(statistics.median(m[k] for m in rss)) for k in rss[0]}
+        out["repeats_peak_rss_bytes"] = rss
     return out
 
 

@@ -23,7 +23,13 @@ from benchmarks.algorithm.convergence import (
     learning_curve,
     trailing_mean,
 )
-from benchmarks.baselines.compare import compare
+from benchmarks.baselines.compare import (
+    MEMORY_SPREAD_FACTOR,
+    MIN_MEMORY_TOLERANCE,
+    compare,
+    not_comparable,
+    updated,
+)
 from benchmarks.common.config import BenchmarkConfig, Variant
 from benchmarks.scalability.scaling import scaling_ratios
 
@@ -241,7 +247,8 @@ def test_convergence_figures() -> None:
 
 def test_baseline_comparison_tolerances() -> None:
     baseline = {
-        "tolerances": {"speed": 0.25, "memory": 0.10},
+        "tolerances": {"speed": 0.25},
+        "memory_tolerances": {"sync": {"learner": 0.10}},
         "figures": {"sync": {"speed": {"e2e_samples_per_s": 100.0},
                              "memory": {"learner": 1000.0}}},
     }  # fmt: skip
@@ -259,3 +266,44 @@ def test_baseline_comparison_tolerances() -> None:
     assert [f.regression for f in fast] == [False]
     missing = compare({"variants": {}}, baseline)
     assert [(f.kind, f.regression) for f in missing] == [("missing", True)]
+
+
+def _run(lock: str | None, cpu: str, rss: list[float]) -> dict[str, Any]:
+    """A summary with one variant whose repeats had the given learner peak RSS."""
+    return {
+        "suite": "throughput",
+        "environment": {"lock_sha256": lock},
+        "hardware": {"cpu": cpu, "cpus": 2, "machine": "x86_64", "gpu": None},
+        "variants": {"sync": {
+            "e2e_samples_per_s": 100.0,
+            "peak_rss_bytes": {"learner": sorted(rss)[len(rss) // 2]},
+            "repeats_peak_rss_bytes": [{"learner": r} for r in rss],
+        }},
+    }  # fmt: skip
+
+
+def test_baseline_ties_to_lock_and_hardware_and_sizes_memory_from_spread() -> None:
+    stored = updated(
+        {"tolerances": {"speed": 0.25}},
+        [_run("aa", "EPYC", [1000.0, 1010.0, 1020.0]), _run("aa", "EPYC", [1000.0, 1015.0])],
+        ["a/summary.json", "b/summary.json"],
+    )
+    assert stored["environment"] == {"lock_sha256": "aa"}
+    assert stored["figures"]["sync"]["memory"] == {"learner": 1010.0}  # median of 5 repeats
+    # Range 20 over median 1010, three times: ~5.9 % (above the floor).
+    assert stored["memory_tolerances"]["sync"]["learner"] == pytest.approx(
+        MEMORY_SPREAD_FACTOR * 20 / 1010, abs=1e-4
+    )
+    assert not_comparable(_run("aa", "EPYC", [1000.0]), stored) is None
+    assert "packages differ" in str(not_comparable(_run("bb", "EPYC", [1000.0]), stored))
+    assert "hardware differs: cpu" in str(not_comparable(_run("aa", "Xeon", [1000.0]), stored))
+    assert "no lock hash" in str(not_comparable(_run("aa", "EPYC", [1000.0]), {"hardware": {}}))
+    # Identical repeats: the floor, not zero.
+    steady = updated({"tolerances": {"speed": 0.25}}, [_run("aa", "EPYC", [500.0] * 3)], ["c"])
+    assert steady["memory_tolerances"]["sync"]["learner"] == MIN_MEMORY_TOLERANCE
+    with pytest.raises(ValueError, match="another environment"):
+        updated({}, [_run("aa", "EPYC", [1.0]), _run("bb", "EPYC", [1.0])], ["a", "b"])
+    # A learner 8 % fatter fails against the 5.9 % band; 5 % passes.
+    assert compare(_run("aa", "EPYC", [1010.0 * 1.05]), stored) == []
+    (fat,) = compare(_run("aa", "EPYC", [1010.0 * 1.08]), stored)
+    assert (fat.kind, fat.key, fat.regression) == ("memory", "learner", True)
