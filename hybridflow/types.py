@@ -112,6 +112,7 @@ class RolloutStatus:
     vocab_size: int
     num_requests: int = 0
     num_generated_tokens: int = 0
+    tensor_parallel_size: int = 1
 
 
 @dataclass

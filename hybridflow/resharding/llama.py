@@ -12,6 +12,7 @@ splits each projection on its own. This module knows dims and names only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hybridflow.resharding.topology import DestParam, DestPart, ParamSpec, Placement, Topology
 
@@ -40,7 +41,42 @@ class LlamaDims:
     """Parameter dtype name."""
 
 
-def llama_topology(dims: LlamaDims, fused: bool = True) -> Topology:
+VLLM_VOCAB_PADDING = 64
+"""vLLM pads the vocabulary to a multiple of this before splitting it over TP ranks."""
+
+
+def llama_dims_from_config(config: Any, dtype: str) -> LlamaDims:
+    """LlamaDims of a Hugging Face Llama config (attribute access only)."""
+    num_heads = int(config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // num_heads
+    return LlamaDims(
+        hidden=int(config.hidden_size),
+        intermediate=int(config.intermediate_size),
+        num_heads=num_heads,
+        num_kv_heads=int(getattr(config, "num_key_value_heads", None) or num_heads),
+        head_dim=int(head_dim),
+        vocab=int(config.vocab_size),
+        num_layers=int(config.num_hidden_layers),
+        tie_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        dtype=dtype,
+    )
+
+
+def vllm_sliced_topology(dims: LlamaDims) -> Topology:
+    """What a tensor-parallel vLLM worker receives: its slice of each Hugging Face tensor.
+
+    Unfused (HF names: vLLM's loaders fuse qkv and gate_up themselves). The vocabulary is
+    split like vLLM splits it only when no padding is needed (``vocab`` a multiple of
+    ``VLLM_VOCAB_PADDING``); otherwise vLLM's rows per rank differ from an even split and the
+    embedding travels whole to every rank.
+    """
+    vocab = Placement.VOCAB if dims.vocab % VLLM_VOCAB_PADDING == 0 else Placement.REPLICATED
+    return llama_topology(dims, fused=False, vocab_placement=vocab)
+
+
+def llama_topology(
+    dims: LlamaDims, fused: bool = True, vocab_placement: Placement = Placement.VOCAB
+) -> Topology:
     """Source params and vLLM-style destination params for a Llama of ``dims``."""
     h, q_rows, kv_rows = (
         dims.hidden,
@@ -48,7 +84,7 @@ def llama_topology(dims: LlamaDims, fused: bool = True) -> Topology:
         dims.num_kv_heads * dims.head_dim,
     )
     params: list[ParamSpec] = [ParamSpec("model.embed_tokens.weight", (dims.vocab, h), dims.dtype)]
-    dests: list[DestParam] = [_single("model.embed_tokens.weight", Placement.VOCAB)]
+    dests: list[DestParam] = [_single("model.embed_tokens.weight", vocab_placement)]
     col, row, rep = Placement.COLUMN, Placement.ROW, Placement.REPLICATED
     for i in range(dims.num_layers):
         p = f"model.layers.{i}."
@@ -91,7 +127,7 @@ def llama_topology(dims: LlamaDims, fused: bool = True) -> Topology:
     dests.append(_single("model.norm.weight", rep))
     if not dims.tie_embeddings:
         params.append(ParamSpec("lm_head.weight", (dims.vocab, h), dims.dtype))
-        dests.append(_single("lm_head.weight", Placement.VOCAB))
+        dests.append(_single("lm_head.weight", vocab_placement))
     return Topology(tuple(params), tuple(dests))
 
 

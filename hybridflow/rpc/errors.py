@@ -1,7 +1,8 @@
 """Maps domain exceptions to gRPC status codes, in one place for every servicer.
 
-ValueError (bad input) → INVALID_ARGUMENT with the message; anything else → INTERNAL and a
-logged traceback. The service keeps serving either way.
+ValueError (bad input) → INVALID_ARGUMENT with the message; ``hybridflow.errors.Unavailable``
+(a dead engine) → UNAVAILABLE with its cause; anything else → INTERNAL and a logged traceback.
+The process keeps answering either way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any, TypeVar
 
 import grpc
 
+from hybridflow.errors import Unavailable
+
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,6 +24,9 @@ def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> An
     if isinstance(exc, ValueError):
         log.warning("%s: invalid argument: %s", method, exc)
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if isinstance(exc, Unavailable):
+        log.error("%s: unavailable: %s", method, exc)
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
     log.exception("%s failed", method)
     context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
 

@@ -78,7 +78,7 @@ class UpdateWeightsResponse(_message.Message):
     def __init__(self, policy_version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., duration_s: _Optional[float] = ...) -> None: ...
 
 class RolloutInfo(_message.Message):
-    __slots__ = ("model", "engine", "policy_version", "eos_token_id", "vocab_size", "num_requests", "num_generated_tokens")
+    __slots__ = ("model", "engine", "policy_version", "eos_token_id", "vocab_size", "num_requests", "num_generated_tokens", "tensor_parallel_size")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class RolloutInfo(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     NUM_GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     model: str
     engine: str
     policy_version: int
@@ -93,4 +94,5 @@ class RolloutInfo(_message.Message):
     vocab_size: int
     num_requests: int
     num_generated_tokens: int
-    def __init__(self, model: _Optional[str] = ..., engine: _Optional[str] = ..., policy_version: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ...) -> None: ...
+    tensor_parallel_size: int
+    def __init__(self, model: _Optional[str] = ..., engine: _Optional[str] = ..., policy_version: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ...) -> None: ...

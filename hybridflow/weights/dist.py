@@ -31,8 +31,16 @@ from torch import nn
 
 from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
 from hybridflow.resharding.group import WeightSyncGroup, check_plan_hash, init_weight_sync_group
+from hybridflow.resharding.llama import LlamaDims, llama_dims_from_config, vllm_sliced_topology
 from hybridflow.resharding.plan import TransferPlan, make_plan
-from hybridflow.resharding.topology import DestParam, DestPart, ParamSpec, Placement, Topology
+from hybridflow.resharding.topology import (
+    DestParam,
+    DestPart,
+    ParamSpec,
+    Placement,
+    Topology,
+    part_region,
+)
 from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.config import WeightSyncConfig
 
@@ -54,6 +62,8 @@ class GroupSpec:
     timeout_s: float
 
 
+TpSizeFn = Callable[[str], int]
+"""tp_size(target) -> tensor-parallel ranks of that replica (each joins as a destination)."""
 JoinFn = Callable[[str, GroupSpec, int], str]
 """join(target, spec, replica_index) -> the replica's plan hash (blocks until formed)."""
 ReceiveFn = Callable[[str, int], int]
@@ -76,6 +86,23 @@ def replicated_topology(table: Sequence[tuple[str, tuple[int, ...], str]]) -> To
     )
 
 
+def weight_sync_topology(
+    table: Sequence[tuple[str, tuple[int, ...], str]],
+    replica_tp_sizes: Sequence[int],
+    dims: LlamaDims | None,
+) -> Topology:
+    """The topology both sides plan with: whole tensors when every replica is TP 1 (any
+    model), else each TP rank's slices of a Llama (``vllm_sliced_topology``)."""
+    if all(int(t) == 1 for t in replica_tp_sizes):
+        return replicated_topology(table)
+    if dims is None:
+        raise ValueError(
+            "tensor-parallel rollout replicas need a Llama-architecture model for the "
+            "resharding plan"
+        )
+    return vllm_sliced_topology(dims)
+
+
 def make_executor(
     kind: str, plan: TransferPlan, group: WeightSyncGroup
 ) -> DistExecutor | NaiveExecutor:
@@ -93,28 +120,41 @@ def free_port(host: str) -> int:
 
 
 class DistReceiver:
-    """Rollout side: joins groups and receives whole weights into fresh tensors."""
+    """Rollout side, one per destination rank (a replica's TP rank): joins groups and
+    receives that rank's part of the weights (whole tensors at TP 1) into fresh tensors."""
 
-    def __init__(self, module: nn.Module, device: torch.device) -> None:
-        self._table = param_table(module)
+    def __init__(
+        self,
+        table: Sequence[tuple[str, tuple[int, ...], str]],
+        device: torch.device,
+        tp_rank: int = 0,
+        dims: LlamaDims | None = None,
+    ) -> None:
+        self._table = list(table)
         self._device = device
+        self._tp_rank = tp_rank
+        self._dims = dims
         self._group: WeightSyncGroup | None = None
         self._executor: DistExecutor | NaiveExecutor | None = None
         self.plan: TransferPlan | None = None
+        self.tp_size = 1
 
     def join(self, spec: GroupSpec, replica_index: int) -> str:
         self.close()
         plan = make_plan(
-            replicated_topology(self._table),
+            weight_sync_topology(self._table, spec.replica_tp_sizes, self._dims),
             spec.num_src_ranks,
             list(spec.replica_tp_sizes),
             spec.bucket_bytes,
         )
+        self.tp_size = int(spec.replica_tp_sizes[replica_index])
+        if not 0 <= self._tp_rank < self.tp_size:
+            raise ValueError(f"tp rank {self._tp_rank} outside replica TP size {self.tp_size}")
         group = init_weight_sync_group(
             spec.store_host,
             spec.store_port,
             plan.world_size,
-            plan.group_rank(replica_index, 0),
+            plan.group_rank(replica_index, self._tp_rank),
             spec.backend,
             spec.timeout_s,
             group_name=spec.group_name,
@@ -129,6 +169,19 @@ class DistReceiver:
         self._group, self.plan = group, plan
         self._executor = make_executor(spec.executor, plan, group)
         return plan.content_hash()
+
+    def vocab_rows(self, name: str) -> tuple[int, tuple[int, int]] | None:
+        """(full rows, this rank's [start, stop)) of a vocabulary-split tensor, else None."""
+        if self.plan is None:
+            return None
+        topology = self.plan.topology
+        for dest in topology.dests:
+            if dest.name == name and dest.parts[0].placement is Placement.VOCAB:
+                spec = topology.param(dest.parts[0].source)
+                region = part_region(dest.parts[0], spec, self.tp_size, self._tp_rank)
+                assert region is not None
+                return spec.shape[0], region
+        return None
 
     def receive(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
         if self._executor is None or self._group is None:
@@ -169,13 +222,20 @@ class DistPublisher:
         return "nccl" if self.device.type == "cuda" else "gloo"
 
     def publish(
-        self, targets: Sequence[str], version: int, join: JoinFn | None, receive: ReceiveFn | None
+        self,
+        targets: Sequence[str],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        tp_size: TpSizeFn | None = None,
     ) -> WeightUpdateReport:
-        """Sends the current weights to every target; one rebuild-and-retry on failure."""
+        """Sends the current weights to every target; one rebuild-and-retry on failure.
+        ``join``, ``receive`` and ``tp_size`` reach the replicas (rank 0 only; ``tp_size``
+        None: every replica is TP 1)."""
         start = time.perf_counter()
         for attempt in (1, 2):
             try:
-                num_bytes = self._publish_once(tuple(targets), version, join, receive)
+                num_bytes = self._publish_once(tuple(targets), version, join, receive, tp_size)
                 return WeightUpdateReport(version, num_bytes, time.perf_counter() - start)
             except Exception as exc:
                 if attempt == 2:
@@ -184,12 +244,17 @@ class DistPublisher:
         raise AssertionError("unreachable")
 
     def _publish_once(
-        self, targets: tuple[str, ...], version: int, join: JoinFn | None, receive: ReceiveFn | None
+        self,
+        targets: tuple[str, ...],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        tp_size: TpSizeFn | None,
     ) -> int:
         ok, num_bytes, error = True, 0, ""
         try:
             if self._group is None or targets != self._targets:
-                self._build(targets, join)
+                self._build(targets, join, tp_size)
             assert self._executor is not None
             futures: list[Future[int]] = []
             if self.rank == 0:
@@ -209,26 +274,31 @@ class DistPublisher:
             )
         return num_bytes
 
-    def _build(self, targets: tuple[str, ...], join: JoinFn | None) -> None:
+    def _build(
+        self, targets: tuple[str, ...], join: JoinFn | None, tp_size: TpSizeFn | None
+    ) -> None:
         self._abort()
         self._generation += 1
         meeting: list[Any] = [
             free_port(self.config.store_host),
             f"ws{self._generation}-{uuid.uuid4().hex[:8]}",
+            [int(tp_size(t)) if tp_size is not None else 1 for t in targets]
+            if self.rank == 0
+            else [],
         ]
         if dist.is_initialized() and self.world_size > 1:
-            # Learner ranks agree on rank 0's meeting point over their own group.
+            # Learner ranks agree on rank 0's meeting point and replicas over their own group.
             dist.broadcast_object_list(meeting, src=0)
-        port, name = int(meeting[0]), str(meeting[1])
-        topology = replicated_topology(param_table(self.module))
-        plan = make_plan(topology, self.world_size, [1] * len(targets), self.config.bucket_bytes)
+        port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
+        topology = weight_sync_topology(param_table(self.module), tp_sizes, self._dims())
+        plan = make_plan(topology, self.world_size, list(tp_sizes), self.config.bucket_bytes)
         spec = GroupSpec(
             self.config.store_host,
             port,
             name,
             self.backend,
             self.world_size,
-            tuple([1] * len(targets)),
+            tp_sizes,
             self.config.bucket_bytes,
             self.config.executor,
             self.config.timeout_s,
@@ -263,6 +333,14 @@ class DistPublisher:
             len(targets),
             plan.content_hash()[:12],
         )
+
+    def _dims(self) -> LlamaDims | None:
+        """The model's Llama dims (for tensor-parallel destinations), None if not a Llama."""
+        config = getattr(self.module, "config", None)
+        if config is None or getattr(config, "model_type", "") != "llama":
+            return None
+        dtype = str(next(self.module.parameters()).dtype).removeprefix("torch.")
+        return llama_dims_from_config(config, dtype)
 
     def _abort(self) -> None:
         if self._group is not None:

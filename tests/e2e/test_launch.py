@@ -175,8 +175,23 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
         (),
         ("learner.nproc_per_node=2", "rollout.replicas=2"),
         ("coordinator.max_staleness=2", "learner.off_policy=tis", "coordinator.num_steps=200"),
+        ("rollout.engine=vllm",),
+        (
+            "rollout.engine=vllm",
+            "coordinator.max_staleness=2",
+            "learner.off_policy=tis",
+            "coordinator.num_steps=200",
+        ),
+        ("rollout.engine=vllm", "rollout.tensor_parallel_size=2"),
     ],
-    ids=["quickstart", "fsdp2-two-replicas", "async-staleness2-tis"],
+    ids=[
+        "quickstart",
+        "fsdp2-two-replicas",
+        "async-staleness2-tis",
+        "vllm",
+        "vllm-async-staleness2-tis",
+        "vllm-tp2",
+    ],
 )
 def test_quickstart_learns(tmp_path, overrides):
     run_dir = tmp_path / "run"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
+from hybridflow.types import RolloutStatus, TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.weights.base import WeightSender
 from hybridflow.weights.config import WeightSyncConfig
 
@@ -22,6 +22,8 @@ class WeightSyncReplica(Protocol):
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
 
     def receive_weights(self, policy_version: int, timeout_s: float) -> int: ...
+
+    def status(self) -> RolloutStatus: ...
 
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ class LearnerCore:
             self.worker.policy_version,
             lambda t, spec, i: self._replica(t).join_weight_sync(spec, i),
             lambda t, version: self._replica(t).receive_weights(version, cfg.timeout_s),
+            lambda t: self._replica(t).status().tensor_parallel_size,
         )
 
     def _replica(self, target: str) -> WeightSyncReplica:

