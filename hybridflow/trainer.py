@@ -56,7 +56,7 @@ class RLTrainer:
         from hybridflow.services.reward.scorers import RewardScorer
         from hybridflow.services.rollout.engine import HFEngine
         from hybridflow.services.rollout.local import LocalRollout
-        from hybridflow.weights.base import LocalWeightSender
+        from hybridflow.weights.base import LocalWeightSender, SendPublisher
 
         path = resolve_model_path(str(actor))
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -66,8 +66,10 @@ class RLTrainer:
         )
         learner_cfg.validate()
         self.rollout = LocalRollout(HFEngine(path, seed=seed), str(actor))
-        self.learner = LearnerCore(LearnerWorker(learner_cfg, path))
-        self.learner.attach_sender("local", LocalWeightSender(self.rollout))
+        worker = LearnerWorker(learner_cfg, path)
+        publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
+        publisher.attach("local", LocalWeightSender(self.rollout))
+        self.learner = LearnerCore(worker, publisher=publisher)
         self.reward = RewardScorer()
         self.reward.registry.register(
             _DATA_SOURCE, lambda response, _truth, extra: reward_fn(extra["prompt"], response)

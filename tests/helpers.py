@@ -18,14 +18,20 @@ def start_rollout_server(
     from hybridflow.services.rollout.engine import HFEngine
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
-    from hybridflow.v1 import rollout_pb2_grpc
+    from hybridflow.v1 import rollout_pb2_grpc, weight_sync_pb2_grpc
+    from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
+    from hybridflow.weights.servicer import WeightSyncServicer
 
     rollout = LocalRollout(HFEngine(model_path, seed=seed), str(model_path))
     servicer = RolloutServicer(rollout, prompts_per_message=4, max_bytes=max_bytes)
+    weights = WeightSyncServicer(rollout, max_bytes)
+
+    def register(server: object) -> None:
+        rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)
+        weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(weights, server)
+
     server = start_server(
-        ServerConfig(max_message_bytes=max_bytes),
-        lambda s: rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, s),
-        [SERVICE_NAME],
+        ServerConfig(max_message_bytes=max_bytes), register, [SERVICE_NAME, WEIGHT_SYNC_SERVICE]
     )
     return server, rollout
 
@@ -39,19 +45,16 @@ def start_learner_server(
     from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.v1 import learner_pb2, learner_pb2_grpc
-    from hybridflow.weights.grpc_stream import GrpcWeightSender
+    from hybridflow.weights.client import GrpcWeightSyncClient
 
     cfg = LearnerConfig(**config)  # type: ignore[arg-type]
     worker = LearnerWorker(cfg, model_path)
-    from hybridflow.services.rollout.client import GrpcRolloutClient
-
     channel = ChannelConfig(max_message_bytes=max_bytes)
     core = LearnerCore(
         worker,
         0,
-        lambda a: GrpcWeightSender(a, channel),
         weight_sync,  # type: ignore[arg-type]
-        lambda a: GrpcRolloutClient(a, channel),
+        lambda a: GrpcWeightSyncClient(a, channel),
     )
     servicer = LearnerServicer(
         dispatch=core.dispatch,

@@ -89,7 +89,9 @@ def tokens_per_s(engine: Any, prompts: list[list[int]], n: int, max_new: int) ->
     return sum(len(c.token_ids) for g in groups for c in g) / elapsed
 
 
-def bench_model(name: str, path: Path, threads: int, repeats: int) -> dict[str, Any]:
+def bench_model(
+    name: str, path: Path, threads: int, repeats: int, device: str = "cpu"
+) -> dict[str, Any]:
     import torch
 
     from hybridflow.services.rollout.engine import HFEngine
@@ -97,10 +99,10 @@ def bench_model(name: str, path: Path, threads: int, repeats: int) -> dict[str, 
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    engines: dict[str, Any] = {"hf": HFEngine(path)}
+    engines: dict[str, Any] = {"hf": HFEngine(path, device=device)}
     load_s = {"hf": time.perf_counter() - start}
     start = time.perf_counter()
-    engines["vllm"] = VLLMEngine(path, num_threads=threads, kv_cache_gib=2)
+    engines["vllm"] = VLLMEngine(path, device=device, num_threads=threads, kv_cache_gib=2)
     load_s["vllm"] = time.perf_counter() - start
     rates: dict[str, dict[str, list[float]]] = {w: {e: [] for e in engines} for w in WORKLOADS}
     for workload, (num_prompts, n, max_new) in WORKLOADS.items():
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="tiny,100m", help="comma list: tiny, 100m")
     parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args(argv)
 
@@ -139,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.results / time.strftime("engines_%Y%m%d_%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"suite": "engines", "threads": args.threads, "models": {}}
+    summary: dict[str, Any] = {
+        "suite": "engines",
+        "threads": args.threads,
+        "device": args.device,
+        "models": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             if name == "tiny":
@@ -148,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                 path = build_100m(Path(tmp) / "llama-100m")
             else:
                 parser.error(f"unknown model {name!r}")
-            summary["models"][name] = bench_model(name, path, args.threads, args.repeats)
+            summary["models"][name] = bench_model(
+                name, path, args.threads, args.repeats, args.device
+            )
     summary.update(environment())
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\n{'model':6} {'workload':24} {'hf tok/s':>10} {'vllm tok/s':>11} {'vllm/hf':>8}")

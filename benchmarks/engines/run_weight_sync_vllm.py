@@ -74,19 +74,12 @@ def stop(proc: subprocess.Popen) -> None:
 def make_core(worker: Any, variant: str) -> Any:
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.core import LearnerCore
-    from hybridflow.services.rollout.client import GrpcRolloutClient
+    from hybridflow.weights.client import GrpcWeightSyncClient
     from hybridflow.weights.config import WeightSyncConfig
-    from hybridflow.weights.grpc_stream import GrpcWeightSender
 
     channel = ChannelConfig(max_message_bytes=1 << 30, timeout_s=600)
     cfg = WeightSyncConfig(**VARIANTS[variant], timeout_s=600)  # type: ignore[arg-type]
-    return LearnerCore(
-        worker,
-        0,
-        lambda a: GrpcWeightSender(a, channel),
-        cfg,
-        lambda a: GrpcRolloutClient(a, channel),
-    )
+    return LearnerCore(worker, 0, cfg, lambda a: GrpcWeightSyncClient(a, channel))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 Rank 0 (sender) holds every parameter in full, as the learner's rank 0 does after
 ``full_state_dict_items`` (the FSDP all-gather that produces them is not timed here, which
-favours gRPC), and calls ``RolloutService.UpdateWeights`` through ``GrpcWeightSender``:
+favours gRPC), and calls ``WeightSyncService.UpdateWeights`` through ``GrpcWeightSyncClient``:
 ``iter_weight_chunks`` on the way out, the project's server (``start_server``) and
 ``receive_weights`` into its preallocated flat buffer on the way in. The receiver's servicer
 does the real receive and keeps the views; it does not copy them into a model (the real
@@ -54,7 +54,7 @@ def _max_bytes(model_bytes: int) -> int:
 def _send(spec: VariantSpec) -> dict[str, Any]:
     from benchmarks.weight_sync.models import full_tensors, get_model, topology_of
     from hybridflow.rpc.config import ChannelConfig
-    from hybridflow.weights.grpc_stream import GrpcWeightSender
+    from hybridflow.weights.client import GrpcWeightSyncClient
 
     topology = topology_of(get_model(spec.model))
     store = _store(spec)
@@ -68,7 +68,7 @@ def _send(spec: VariantSpec) -> dict[str, Any]:
         chunk_bytes=spec.chunk_bytes,
     )
     config.validate()
-    sender = GrpcWeightSender(address, config)
+    sender = GrpcWeightSyncClient(address, config)
     starts, ends, reply = [], [], None
     for i in range(spec.num_warmup + spec.num_syncs):
         t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def _receive(spec: VariantSpec) -> dict[str, Any]:
     from benchmarks.weight_sync.models import full_tensors, get_model, topology_of
     from hybridflow.rpc.config import ServerConfig
     from hybridflow.rpc.server import start_server
-    from hybridflow.v1 import rollout_pb2_grpc
+    from hybridflow.v1 import weight_sync_pb2_grpc
 
     servicer_cls = _servicer_class()
     topology = topology_of(get_model(spec.model))
@@ -109,7 +109,9 @@ def _receive(spec: VariantSpec) -> dict[str, Any]:
     store = _store(spec)
     running = start_server(
         ServerConfig(max_message_bytes=max_bytes, max_workers=2),
-        lambda server: rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server),
+        lambda server: weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(
+            servicer, server
+        ),
         [servicer_cls.SERVICE_NAME],
     )
     try:
@@ -138,13 +140,13 @@ def _servicer_class() -> Any:
     """Built lazily so this module imports without grpc (the spawn target lives here)."""
     import grpc
 
-    from hybridflow.v1 import rollout_pb2, rollout_pb2_grpc
+    from hybridflow.v1 import weight_sync_pb2, weight_sync_pb2_grpc
     from hybridflow.weights.grpc_stream import receive_weights
 
-    class WeightReceiver(rollout_pb2_grpc.RolloutServiceServicer):
+    class WeightReceiver(weight_sync_pb2_grpc.WeightSyncServiceServicer):
         """UpdateWeights only: the real ``receive_weights``; keeps the last tensors."""
 
-        SERVICE_NAME = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_name
+        SERVICE_NAME = weight_sync_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
 
         def __init__(self, max_bytes: int) -> None:
             self.max_bytes = max_bytes
@@ -154,13 +156,13 @@ def _servicer_class() -> Any:
 
         def UpdateWeights(  # noqa: N802 (grpc method name)
             self, request_iterator: Any, context: grpc.ServicerContext
-        ) -> rollout_pb2.UpdateWeightsResponse:
+        ) -> weight_sync_pb2.UpdateWeightsResponse:
             start = time.perf_counter()
             self.last = []  # drop the previous buffer first, as a model swap would
             version, tensors, num_bytes = receive_weights(request_iterator, self.max_bytes)
             self.last, self.last_num_bytes = tensors, num_bytes
             self.num_updates += 1
-            return rollout_pb2.UpdateWeightsResponse(
+            return weight_sync_pb2.UpdateWeightsResponse(
                 policy_version=version,
                 num_bytes=num_bytes,
                 duration_s=time.perf_counter() - start,

@@ -42,9 +42,9 @@ MODELS: dict[str, BenchModel] = {
         LlamaDims(
             hidden=64,
             intermediate=256,
-            num_heads=4,
-            num_kv_heads=4,
-            head_dim=16,
+            num_heads=2,
+            num_kv_heads=2,
+            head_dim=32,
             vocab=102,
             num_layers=2,
             tie_embeddings=True,

@@ -25,27 +25,19 @@ _sym_db = _symbol_database.Default()
 from hybridflow.v1 import common_pb2 as hybridflow_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhybridflow/v1/rollout.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\xe7\x01\n\x15JoinWeightSyncRequest\x12\x12\n\nstore_host\x18\x01 \x01(\t\x12\x12\n\nstore_port\x18\x02 \x01(\x05\x12\x12\n\ngroup_name\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x15\n\rnum_src_ranks\x18\x05 \x01(\x05\x12\x18\n\x10replica_tp_sizes\x18\x06 \x03(\x05\x12\x15\n\rreplica_index\x18\x07 \x01(\x05\x12\x14\n\x0c\x62ucket_bytes\x18\x08 \x01(\x03\x12\x10\n\x08\x65xecutor\x18\t \x01(\t\x12\x11\n\ttimeout_s\x18\n \x01(\x01\"C\n\x16JoinWeightSyncResponse\x12\x11\n\tplan_hash\x18\x01 \x01(\t\x12\x16\n\x0e\x62ytes_per_sync\x18\x02 \x01(\x03\"/\n\x15ReceiveWeightsRequest\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\"\x82\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12*\n\x07prompts\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12/\n\x08sampling\x18\x03 \x01(\x0b\x32\x1d.hybridflow.v1.SamplingParams\"\x88\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1a\n\x12\x66irst_prompt_index\x18\x02 \x01(\x03\x12\x13\n\x0bnum_prompts\x18\x03 \x01(\x03\x12/\n\x0b\x63ompletions\x18\x04 \x01(\x0b\x32\x1a.hybridflow.v1.Completions\"V\n\x15UpdateWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tnum_bytes\x18\x02 \x01(\x03\x12\x12\n\nduration_s\x18\x03 \x01(\x01\"\xc0\x01\n\x0bRolloutInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x14\n\x0c\x65os_token_id\x18\x04 \x01(\x05\x12\x12\n\nvocab_size\x18\x05 \x01(\x03\x12\x14\n\x0cnum_requests\x18\x06 \x01(\x03\x12\x1c\n\x14num_generated_tokens\x18\x07 \x01(\x03\x12\x1c\n\x14tensor_parallel_size\x18\x08 \x01(\x05\x32\xae\x03\n\x0eRolloutService\x12M\n\x08Generate\x12\x1e.hybridflow.v1.GenerateRequest\x1a\x1f.hybridflow.v1.GenerateResponse0\x01\x12S\n\rUpdateWeights\x12\x1a.hybridflow.v1.WeightChunk\x1a$.hybridflow.v1.UpdateWeightsResponse(\x01\x12;\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.RolloutInfo\x12]\n\x0eJoinWeightSync\x12$.hybridflow.v1.JoinWeightSyncRequest\x1a%.hybridflow.v1.JoinWeightSyncResponse\x12\\\n\x0eReceiveWeights\x12$.hybridflow.v1.ReceiveWeightsRequest\x1a$.hybridflow.v1.UpdateWeightsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhybridflow/v1/rollout.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x82\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12*\n\x07prompts\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12/\n\x08sampling\x18\x03 \x01(\x0b\x32\x1d.hybridflow.v1.SamplingParams\"\x88\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1a\n\x12\x66irst_prompt_index\x18\x02 \x01(\x03\x12\x13\n\x0bnum_prompts\x18\x03 \x01(\x03\x12/\n\x0b\x63ompletions\x18\x04 \x01(\x0b\x32\x1a.hybridflow.v1.Completions\"\xc0\x01\n\x0bRolloutInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x14\n\x0c\x65os_token_id\x18\x04 \x01(\x05\x12\x12\n\nvocab_size\x18\x05 \x01(\x03\x12\x14\n\x0cnum_requests\x18\x06 \x01(\x03\x12\x1c\n\x14num_generated_tokens\x18\x07 \x01(\x03\x12\x1c\n\x14tensor_parallel_size\x18\x08 \x01(\x05\x32\x9c\x01\n\x0eRolloutService\x12M\n\x08Generate\x12\x1e.hybridflow.v1.GenerateRequest\x1a\x1f.hybridflow.v1.GenerateResponse0\x01\x12;\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.RolloutInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hybridflow.v1.rollout_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOINWEIGHTSYNCREQUEST']._serialized_start=75
-  _globals['_JOINWEIGHTSYNCREQUEST']._serialized_end=306
-  _globals['_JOINWEIGHTSYNCRESPONSE']._serialized_start=308
-  _globals['_JOINWEIGHTSYNCRESPONSE']._serialized_end=375
-  _globals['_RECEIVEWEIGHTSREQUEST']._serialized_start=377
-  _globals['_RECEIVEWEIGHTSREQUEST']._serialized_end=424
-  _globals['_GENERATEREQUEST']._serialized_start=427
-  _globals['_GENERATEREQUEST']._serialized_end=557
-  _globals['_GENERATERESPONSE']._serialized_start=560
-  _globals['_GENERATERESPONSE']._serialized_end=696
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=698
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=784
-  _globals['_ROLLOUTINFO']._serialized_start=787
-  _globals['_ROLLOUTINFO']._serialized_end=979
-  _globals['_ROLLOUTSERVICE']._serialized_start=982
-  _globals['_ROLLOUTSERVICE']._serialized_end=1412
+  _globals['_GENERATEREQUEST']._serialized_start=75
+  _globals['_GENERATEREQUEST']._serialized_end=205
+  _globals['_GENERATERESPONSE']._serialized_start=208
+  _globals['_GENERATERESPONSE']._serialized_end=344
+  _globals['_ROLLOUTINFO']._serialized_start=347
+  _globals['_ROLLOUTINFO']._serialized_end=539
+  _globals['_ROLLOUTSERVICE']._serialized_start=542
+  _globals['_ROLLOUTSERVICE']._serialized_end=698
 # @@protoc_insertion_point(module_scope)

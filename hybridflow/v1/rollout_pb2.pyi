@@ -1,49 +1,10 @@
 from hybridflow.v1 import common_pb2 as _common_pb2
-from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from collections.abc import Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class JoinWeightSyncRequest(_message.Message):
-    __slots__ = ("store_host", "store_port", "group_name", "backend", "num_src_ranks", "replica_tp_sizes", "replica_index", "bucket_bytes", "executor", "timeout_s")
-    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
-    STORE_PORT_FIELD_NUMBER: _ClassVar[int]
-    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
-    NUM_SRC_RANKS_FIELD_NUMBER: _ClassVar[int]
-    REPLICA_TP_SIZES_FIELD_NUMBER: _ClassVar[int]
-    REPLICA_INDEX_FIELD_NUMBER: _ClassVar[int]
-    BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
-    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
-    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
-    store_host: str
-    store_port: int
-    group_name: str
-    backend: str
-    num_src_ranks: int
-    replica_tp_sizes: _containers.RepeatedScalarFieldContainer[int]
-    replica_index: int
-    bucket_bytes: int
-    executor: str
-    timeout_s: float
-    def __init__(self, store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., group_name: _Optional[str] = ..., backend: _Optional[str] = ..., num_src_ranks: _Optional[int] = ..., replica_tp_sizes: _Optional[_Iterable[int]] = ..., replica_index: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., executor: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
-
-class JoinWeightSyncResponse(_message.Message):
-    __slots__ = ("plan_hash", "bytes_per_sync")
-    PLAN_HASH_FIELD_NUMBER: _ClassVar[int]
-    BYTES_PER_SYNC_FIELD_NUMBER: _ClassVar[int]
-    plan_hash: str
-    bytes_per_sync: int
-    def __init__(self, plan_hash: _Optional[str] = ..., bytes_per_sync: _Optional[int] = ...) -> None: ...
-
-class ReceiveWeightsRequest(_message.Message):
-    __slots__ = ("policy_version",)
-    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
-    policy_version: int
-    def __init__(self, policy_version: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "prompts", "sampling")
@@ -66,16 +27,6 @@ class GenerateResponse(_message.Message):
     num_prompts: int
     completions: _common_pb2.Completions
     def __init__(self, request_id: _Optional[str] = ..., first_prompt_index: _Optional[int] = ..., num_prompts: _Optional[int] = ..., completions: _Optional[_Union[_common_pb2.Completions, _Mapping]] = ...) -> None: ...
-
-class UpdateWeightsResponse(_message.Message):
-    __slots__ = ("policy_version", "num_bytes", "duration_s")
-    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
-    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
-    DURATION_S_FIELD_NUMBER: _ClassVar[int]
-    policy_version: int
-    num_bytes: int
-    duration_s: float
-    def __init__(self, policy_version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., duration_s: _Optional[float] = ...) -> None: ...
 
 class RolloutInfo(_message.Message):
     __slots__ = ("model", "engine", "policy_version", "eos_token_id", "vocab_size", "num_requests", "num_generated_tokens", "tensor_parallel_size")

@@ -40,25 +40,10 @@ class RolloutServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_rollout__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.GenerateResponse.FromString,
                 _registered_method=True)
-        self.UpdateWeights = channel.stream_unary(
-                '/hybridflow.v1.RolloutService/UpdateWeights',
-                request_serializer=hybridflow_dot_v1_dot_common__pb2.WeightChunk.SerializeToString,
-                response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.FromString,
-                _registered_method=True)
         self.GetInfo = channel.unary_unary(
                 '/hybridflow.v1.RolloutService/GetInfo',
                 request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.RolloutInfo.FromString,
-                _registered_method=True)
-        self.JoinWeightSync = channel.unary_unary(
-                '/hybridflow.v1.RolloutService/JoinWeightSync',
-                request_serializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncRequest.SerializeToString,
-                response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncResponse.FromString,
-                _registered_method=True)
-        self.ReceiveWeights = channel.unary_unary(
-                '/hybridflow.v1.RolloutService/ReceiveWeights',
-                request_serializer=hybridflow_dot_v1_dot_rollout__pb2.ReceiveWeightsRequest.SerializeToString,
-                response_deserializer=hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.FromString,
                 _registered_method=True)
 
 
@@ -73,31 +58,8 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def UpdateWeights(self, request_iterator, context):
-        """Replaces the weights (gRPC weight transport): a WeightHeader then raw chunks. Applied
-        between decode steps / requests; the service reports the new version.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def GetInfo(self, request, context):
         """What this replica serves.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def JoinWeightSync(self, request, context):
-        """Joins the torch.distributed weight-sync group with the learner ranks (blocks until the
-        whole group has formed and every party checked the transfer plan's hash).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ReceiveWeights(self, request, context):
-        """Receives one set of weights over the weight-sync group (the learner sends concurrently).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,25 +73,10 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     request_deserializer=hybridflow_dot_v1_dot_rollout__pb2.GenerateRequest.FromString,
                     response_serializer=hybridflow_dot_v1_dot_rollout__pb2.GenerateResponse.SerializeToString,
             ),
-            'UpdateWeights': grpc.stream_unary_rpc_method_handler(
-                    servicer.UpdateWeights,
-                    request_deserializer=hybridflow_dot_v1_dot_common__pb2.WeightChunk.FromString,
-                    response_serializer=hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.SerializeToString,
-            ),
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
                     request_deserializer=hybridflow_dot_v1_dot_common__pb2.Empty.FromString,
                     response_serializer=hybridflow_dot_v1_dot_rollout__pb2.RolloutInfo.SerializeToString,
-            ),
-            'JoinWeightSync': grpc.unary_unary_rpc_method_handler(
-                    servicer.JoinWeightSync,
-                    request_deserializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncRequest.FromString,
-                    response_serializer=hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncResponse.SerializeToString,
-            ),
-            'ReceiveWeights': grpc.unary_unary_rpc_method_handler(
-                    servicer.ReceiveWeights,
-                    request_deserializer=hybridflow_dot_v1_dot_rollout__pb2.ReceiveWeightsRequest.FromString,
-                    response_serializer=hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -170,33 +117,6 @@ class RolloutService:
             _registered_method=True)
 
     @staticmethod
-    def UpdateWeights(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_unary(
-            request_iterator,
-            target,
-            '/hybridflow.v1.RolloutService/UpdateWeights',
-            hybridflow_dot_v1_dot_common__pb2.WeightChunk.SerializeToString,
-            hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
     def GetInfo(request,
             target,
             options=(),
@@ -213,60 +133,6 @@ class RolloutService:
             '/hybridflow.v1.RolloutService/GetInfo',
             hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
             hybridflow_dot_v1_dot_rollout__pb2.RolloutInfo.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def JoinWeightSync(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/hybridflow.v1.RolloutService/JoinWeightSync',
-            hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncRequest.SerializeToString,
-            hybridflow_dot_v1_dot_rollout__pb2.JoinWeightSyncResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ReceiveWeights(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/hybridflow.v1.RolloutService/ReceiveWeights',
-            hybridflow_dot_v1_dot_rollout__pb2.ReceiveWeightsRequest.SerializeToString,
-            hybridflow_dot_v1_dot_rollout__pb2.UpdateWeightsResponse.FromString,
             options,
             channel_credentials,
             insecure,

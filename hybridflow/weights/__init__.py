@@ -1,10 +1,19 @@
-"""Weight transports from the learner to rollout replicas, behind one small interface.
+"""Weight transports: how the learner's weights reach the rollout replicas.
 
-The learner hands a transport ``(name, full tensor)`` pairs and a version; the transport
-gets them into the replica's engine. Implementations: in-process (``LocalWeightSender``) and
-gRPC streaming (``GrpcWeightSender``). A transport knows nothing of models or optimizers.
+``WeightPublisher`` (``base``) is the one interface; ``make_publisher`` (``publishers``)
+chooses the implementation from ``weight_sync``: whole weights in-process or streamed over
+gRPC (``SendPublisher``), or FSDP shards over a torch.distributed group along the resharding
+plan (``dist.DistPublisher``). Replicas serve ``WeightSyncService`` (``servicer``); the
+learner reaches them through ``client.GrpcWeightSyncClient``. Importing this package does
+not import torch.
 """
 
-from hybridflow.weights.base import LocalWeightSender, WeightSender, WeightSink
+from hybridflow.weights.base import (
+    LocalWeightSender,
+    SendPublisher,
+    WeightPublisher,
+    WeightSender,
+    WeightSink,
+)
 
-__all__ = ["LocalWeightSender", "WeightSender", "WeightSink"]
+__all__ = ["LocalWeightSender", "SendPublisher", "WeightPublisher", "WeightSender", "WeightSink"]

@@ -9,8 +9,9 @@ gather-and-broadcast oracle runs instead (``executor: naive``).
 
 A sync that fails or times out aborts the group on every learner rank (they agree through an
 all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
-This module knows nothing of gRPC: the learner passes ``join`` / ``receive`` callables that
-reach the replicas.
+This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
+(``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
+``join`` / ``receive`` / ``tp_size`` callables.
 """
 
 from __future__ import annotations
@@ -42,24 +43,11 @@ from hybridflow.resharding.topology import (
     part_region,
 )
 from hybridflow.types import WeightUpdateReport
+from hybridflow.weights.base import ReplicaWeightClient
 from hybridflow.weights.config import WeightSyncConfig
+from hybridflow.weights.spec import GroupSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """Everything a replica needs to join a weight-sync group and compute the same plan."""
-
-    store_host: str
-    store_port: int
-    group_name: str
-    backend: str
-    num_src_ranks: int
-    replica_tp_sizes: tuple[int, ...]
-    bucket_bytes: int
-    executor: str
-    timeout_s: float
 
 
 TpSizeFn = Callable[[str], int]
@@ -209,6 +197,9 @@ class DistPublisher:
     world_size: int
     module: nn.Module
     device: torch.device
+    client_factory: Callable[[str], ReplicaWeightClient] | None = None
+    """Rank 0: reaches each replica's WeightSyncService (join, receive, TP size)."""
+    _clients: dict[str, ReplicaWeightClient] = field(default_factory=dict)
     _group: WeightSyncGroup | None = None
     _executor: DistExecutor | NaiveExecutor | None = None
     _targets: tuple[str, ...] = ()
@@ -221,7 +212,27 @@ class DistPublisher:
             return self.config.backend
         return "nccl" if self.device.type == "cuda" else "gloo"
 
-    def publish(
+    def publish(self, targets: Sequence[str], version: int) -> WeightUpdateReport:
+        """Sends the current weights to every target (the WeightPublisher interface)."""
+        if self.rank != 0:
+            return self.publish_with(targets, version, None, None)
+        timeout_s = self.config.timeout_s
+        return self.publish_with(
+            targets,
+            version,
+            lambda t, spec, i: self._client(t).join_weight_sync(spec, i),
+            lambda t, v: self._client(t).receive_weights(v, timeout_s),
+            lambda t: self._client(t).tensor_parallel_size(),
+        )
+
+    def _client(self, target: str) -> ReplicaWeightClient:
+        if target not in self._clients:
+            if self.client_factory is None:
+                raise ValueError(f"no way to reach replica {target!r} for a weight sync")
+            self._clients[target] = self.client_factory(target)
+        return self._clients[target]
+
+    def publish_with(
         self,
         targets: Sequence[str],
         version: int,
@@ -352,6 +363,9 @@ class DistPublisher:
             self._group.close()
         self._group, self._executor, self._targets = None, None, ()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

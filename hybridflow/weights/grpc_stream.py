@@ -6,13 +6,10 @@ receiver preallocates one flat buffer of ``total_bytes`` and views each tensor o
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from hybridflow.rpc.codec import dtype_name, tensor_nbytes, tensor_to_bytes
-from hybridflow.rpc.config import ChannelConfig
-from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -89,31 +86,3 @@ def receive_weights(
         raw = flat[meta.offset_bytes : meta.offset_bytes + meta.num_bytes]
         tensors.append((meta.name, raw.view(getattr(torch, meta.dtype)).reshape(list(meta.shape))))
     return header.policy_version, tensors, received
-
-
-class GrpcWeightSender:
-    """Streams weights to a rollout replica's UpdateWeights RPC."""
-
-    def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
-        from hybridflow.rpc.channel import make_channel
-        from hybridflow.v1 import rollout_pb2_grpc
-
-        self.address = address
-        self._config = config or ChannelConfig()
-        self._channel = make_channel(address, self._config)
-        self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
-
-    def send(
-        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
-    ) -> WeightUpdateReport:
-        start = time.perf_counter()
-        reply = self._stub.UpdateWeights(
-            iter_weight_chunks(named_tensors, policy_version, self._config.chunk_bytes),
-            timeout=self._config.timeout_s,
-        )
-        return WeightUpdateReport(
-            reply.policy_version, reply.num_bytes, time.perf_counter() - start
-        )
-
-    def close(self) -> None:
-        self._channel.close()

@@ -120,10 +120,10 @@ def test_rollout_bad_input_is_invalid_argument(services, mutate, field):
 def test_rollout_rejects_wrong_weights_and_keeps_serving(services):
     import torch
 
-    from hybridflow.weights.grpc_stream import GrpcWeightSender
+    from hybridflow.weights.client import GrpcWeightSyncClient
 
     rollout, _, rollout_server, _, _ = services
-    sender = GrpcWeightSender(rollout_server.address)
+    sender = GrpcWeightSyncClient(rollout_server.address)
     before = rollout.status().policy_version
     with pytest.raises(grpc.RpcError) as err:
         sender.send([("model.embed_tokens.weight", torch.zeros(3, 3))], 99)

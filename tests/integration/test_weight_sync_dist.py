@@ -59,7 +59,7 @@ def test_parity_after_every_sync_and_replanning(tiny_model_path, executor, bucke
             for r in rollouts[: len(targets)]:
                 assert r.status().policy_version == version + 1
                 assert probe_parity(r, learner) <= 1e-4
-        assert core._dist._generation == 2  # built once, rebuilt once for the new replica set
+        assert core._publisher._generation == 2  # built once, rebuilt once for the new replica set
     finally:
         for s in [learner_server, *servers]:
             s.stop(0)

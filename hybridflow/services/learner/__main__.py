@@ -29,8 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
-    from hybridflow.services.rollout.client import GrpcRolloutClient
-    from hybridflow.weights.grpc_stream import GrpcWeightSender
+    from hybridflow.weights.client import GrpcWeightSyncClient
 
     try:
         path = resolve_model_path(job.model)
@@ -42,9 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     core = LearnerCore(
         worker,
         dist_info.rank,
-        lambda address: GrpcWeightSender(address, channel),
         job.weight_sync,
-        lambda address: GrpcRolloutClient(address, channel),
+        lambda address: GrpcWeightSyncClient(address, channel),
     )
     relay = CommandRelay(core.dispatch, group=control_group() if dist_info.is_distributed else None)
     if dist_info.rank != 0:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.services.rollout.engines import build_engine
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
-    from hybridflow.v1 import rollout_pb2_grpc
+    from hybridflow.v1 import rollout_pb2_grpc, weight_sync_pb2_grpc
+    from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
+    from hybridflow.weights.servicer import WeightSyncServicer
 
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
@@ -36,11 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rollout = LocalRollout(engine, job.model, cfg.engine, cfg.in_flight_weights)
     servicer = RolloutServicer(rollout, cfg.prompts_per_message, cfg.server.max_message_bytes)
-    running = start_server(
-        cfg.server,
-        lambda s: rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, s),
-        [SERVICE_NAME],
-    )
+    weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes)
+
+    def register(server: grpc.Server) -> None:
+        rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)
+        weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(weights, server)
+
+    running = start_server(cfg.server, register, [SERVICE_NAME, WEIGHT_SYNC_SERVICE])
     if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
         engine.on_dead = lambda reason: running.set_serving(False)
     if args.port_file:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.rollout import convert
 from hybridflow.types import Completion, RolloutStatus, SamplingParams
-from hybridflow.v1 import common_pb2, rollout_pb2, rollout_pb2_grpc
-
-if TYPE_CHECKING:
-    from hybridflow.weights.dist import GroupSpec
+from hybridflow.v1 import common_pb2, rollout_pb2_grpc
 
 
 class RolloutClient(Protocol):
@@ -55,20 +52,6 @@ class GrpcRolloutClient:
     def status(self) -> RolloutStatus:
         reply = self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)
         return convert.status_from_proto(reply)
-
-    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
-        """Blocks until the weight-sync group has formed; returns the replica's plan hash."""
-        reply = self._stub.JoinWeightSync(
-            convert.group_spec_to_proto(spec, replica_index), timeout=spec.timeout_s + 10
-        )
-        return str(reply.plan_hash)
-
-    def receive_weights(self, policy_version: int, timeout_s: float) -> int:
-        """Blocks while the replica receives one sync; returns the bytes it received."""
-        reply = self._stub.ReceiveWeights(
-            rollout_pb2.ReceiveWeightsRequest(policy_version=policy_version), timeout=timeout_s
-        )
-        return int(reply.num_bytes)
 
     def close(self) -> None:
         self._channel.close()

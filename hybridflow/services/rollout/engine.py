@@ -34,7 +34,8 @@ from hybridflow.services.rollout.sampler import sample_tokens
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
-    from hybridflow.weights.dist import DistReceiver, GroupSpec
+    from hybridflow.weights.dist import DistReceiver
+    from hybridflow.weights.spec import GroupSpec
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -16,7 +16,7 @@ from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUp
 if TYPE_CHECKING:
     import torch
 
-    from hybridflow.weights.dist import GroupSpec
+    from hybridflow.weights.spec import GroupSpec
 
 
 StagedWeights = Sequence[tuple[str, "torch.Tensor"]] | None
@@ -123,6 +123,14 @@ class LocalRollout:
     def _check_weights(self, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
         """Bad names or shapes fail the sender's call, not a later request."""
         self.engine.check_weights(named_tensors)
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.engine.tensor_parallel_size
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
 
     @property
     def pending_version(self) -> int | None:

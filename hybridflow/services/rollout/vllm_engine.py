@@ -40,7 +40,7 @@ from hybridflow.types import Completion, SamplingParams
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
 
-    from hybridflow.weights.dist import GroupSpec
+    from hybridflow.weights.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,11 @@ class VLLMEngine:
         from vllm.v1.engine.llm_engine import LLMEngine
 
         hf_config = AutoConfig.from_pretrained(path)
+        if getattr(hf_config, "model_type", "") != "llama":
+            raise ValueError(
+                f"rollout.engine=vllm takes Llama-architecture checkpoints for now (weight "
+                f"updates map Llama's tensors); {path} is {hf_config.model_type!r}"
+            )
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
         args = EngineArgs(
             model=str(path),

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hybridflow.resharding.llama import LlamaDims, llama_dims_from_config, llama_topology
-from hybridflow.weights.dist import DistReceiver, GroupSpec
+from hybridflow.weights.dist import DistReceiver
+from hybridflow.weights.spec import GroupSpec
 
 TableRow = tuple[str, tuple[int, ...], str]
 

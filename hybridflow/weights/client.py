@@ -1,0 +1,64 @@
+"""The learner's handle on one replica's WeightSyncService (gRPC)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from hybridflow.rpc.channel import make_channel
+from hybridflow.rpc.config import ChannelConfig
+from hybridflow.types import WeightUpdateReport
+from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
+from hybridflow.weights.convert import group_spec_to_proto
+from hybridflow.weights.grpc_stream import iter_weight_chunks
+from hybridflow.weights.spec import GroupSpec
+
+if TYPE_CHECKING:
+    import torch
+
+
+class GrpcWeightSyncClient:
+    """Streams whole weights to a replica, or drives its part of a torch.distributed sync."""
+
+    def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
+        self.address = address
+        self._config = config or ChannelConfig()
+        self._channel = make_channel(address, self._config)
+        self._stub = weight_sync_pb2_grpc.WeightSyncServiceStub(self._channel)
+
+    def send(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
+    ) -> WeightUpdateReport:
+        """The gRPC transport: every tensor, streamed in chunks; returns once applied/staged."""
+        start = time.perf_counter()
+        reply = self._stub.UpdateWeights(
+            iter_weight_chunks(named_tensors, policy_version, self._config.chunk_bytes),
+            timeout=self._config.timeout_s,
+        )
+        return WeightUpdateReport(
+            reply.policy_version, reply.num_bytes, time.perf_counter() - start
+        )
+
+    def tensor_parallel_size(self) -> int:
+        """Destination ranks this replica brings to a weight-sync group."""
+        reply = self._stub.Describe(common_pb2.Empty(), timeout=self._config.timeout_s)
+        return int(reply.tensor_parallel_size) or 1
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
+        """Blocks until the weight-sync group has formed; returns the replica's plan hash."""
+        reply = self._stub.JoinWeightSync(
+            group_spec_to_proto(spec, replica_index), timeout=spec.timeout_s + 10
+        )
+        return str(reply.plan_hash)
+
+    def receive_weights(self, policy_version: int, timeout_s: float) -> int:
+        """Blocks while the replica receives one sync; returns the bytes it received."""
+        reply = self._stub.ReceiveWeights(
+            weight_sync_pb2.ReceiveWeightsRequest(policy_version=policy_version),
+            timeout=timeout_s,
+        )
+        return int(reply.num_bytes)
+
+    def close(self) -> None:
+        self._channel.close()

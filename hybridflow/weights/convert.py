@@ -1,0 +1,45 @@
+"""Weight-sync protos <-> domain types (the one place both meet)."""
+
+from __future__ import annotations
+
+from hybridflow.v1 import weight_sync_pb2
+from hybridflow.weights.spec import GroupSpec
+
+
+def group_spec_to_proto(
+    spec: GroupSpec, replica_index: int
+) -> weight_sync_pb2.JoinWeightSyncRequest:
+    return weight_sync_pb2.JoinWeightSyncRequest(
+        store_host=spec.store_host,
+        store_port=spec.store_port,
+        group_name=spec.group_name,
+        backend=spec.backend,
+        num_src_ranks=spec.num_src_ranks,
+        replica_tp_sizes=list(spec.replica_tp_sizes),
+        replica_index=replica_index,
+        bucket_bytes=spec.bucket_bytes,
+        executor=spec.executor,
+        timeout_s=spec.timeout_s,
+    )
+
+
+def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSpec:
+    if not msg.store_host or not 0 < msg.store_port < 65536:
+        raise ValueError("store_host / store_port: a reachable TCPStore address is required")
+    if msg.backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be gloo or nccl, got {msg.backend!r}")
+    if not 0 <= msg.replica_index < len(msg.replica_tp_sizes):
+        raise ValueError(f"replica_index {msg.replica_index} outside replica_tp_sizes")
+    if msg.num_src_ranks < 1 or msg.timeout_s <= 0 or msg.bucket_bytes <= 0:
+        raise ValueError("num_src_ranks, timeout_s and bucket_bytes must be positive")
+    return GroupSpec(
+        store_host=msg.store_host,
+        store_port=msg.store_port,
+        group_name=msg.group_name,
+        backend=msg.backend,
+        num_src_ranks=msg.num_src_ranks,
+        replica_tp_sizes=tuple(msg.replica_tp_sizes),
+        bucket_bytes=msg.bucket_bytes,
+        executor=msg.executor,
+        timeout_s=msg.timeout_s,
+    )

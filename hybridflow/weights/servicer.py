@@ -1,0 +1,89 @@
+"""gRPC face of a weight receiver (a rollout replica): proto → domain → receiver → proto.
+
+Served by the rollout process beside its RolloutService; the learner reaches replicas only
+through this service (``hybridflow.weights.client``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import grpc
+
+from hybridflow.rpc.errors import handle_errors
+from hybridflow.types import WeightUpdateReport
+from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
+from hybridflow.weights.convert import group_spec_from_proto
+from hybridflow.weights.grpc_stream import receive_weights
+from hybridflow.weights.spec import GroupSpec
+
+if TYPE_CHECKING:
+    import torch
+
+SERVICE_NAME = weight_sync_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
+
+
+class WeightReceiver(Protocol):
+    """What serves weights: ``LocalRollout`` (over either engine)."""
+
+    @property
+    def tensor_parallel_size(self) -> int: ...
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def load_weights(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
+    ) -> WeightUpdateReport: ...
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
+
+    def receive_weights(self, policy_version: int) -> WeightUpdateReport: ...
+
+
+class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
+    def __init__(self, receiver: WeightReceiver, max_bytes: int) -> None:
+        self._receiver = receiver
+        self._max_bytes = max_bytes
+
+    @handle_errors
+    def UpdateWeights(
+        self, request_iterator: Iterator[common_pb2.WeightChunk], context: grpc.ServicerContext
+    ) -> weight_sync_pb2.UpdateWeightsResponse:
+        start = time.perf_counter()
+        version, tensors, num_bytes = receive_weights(request_iterator, self._max_bytes)
+        self._receiver.load_weights(tensors, version)
+        return weight_sync_pb2.UpdateWeightsResponse(
+            policy_version=version, num_bytes=num_bytes, duration_s=time.perf_counter() - start
+        )
+
+    @handle_errors
+    def Describe(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> weight_sync_pb2.WeightSyncInfo:
+        return weight_sync_pb2.WeightSyncInfo(
+            tensor_parallel_size=self._receiver.tensor_parallel_size,
+            policy_version=self._receiver.policy_version,
+        )
+
+    @handle_errors
+    def JoinWeightSync(
+        self, request: weight_sync_pb2.JoinWeightSyncRequest, context: grpc.ServicerContext
+    ) -> weight_sync_pb2.JoinWeightSyncResponse:
+        plan_hash = self._receiver.join_weight_sync(
+            group_spec_from_proto(request), request.replica_index
+        )
+        return weight_sync_pb2.JoinWeightSyncResponse(plan_hash=plan_hash)
+
+    @handle_errors
+    def ReceiveWeights(
+        self, request: weight_sync_pb2.ReceiveWeightsRequest, context: grpc.ServicerContext
+    ) -> weight_sync_pb2.UpdateWeightsResponse:
+        report = self._receiver.receive_weights(request.policy_version)
+        return weight_sync_pb2.UpdateWeightsResponse(
+            policy_version=report.policy_version,
+            num_bytes=report.num_bytes,
+            duration_s=report.duration_s,
+        )
