@@ -104,9 +104,14 @@ def bench_model(
     start = time.perf_counter()
     engines["vllm"] = VLLMEngine(path, device=device, num_threads=threads, kv_cache_gib=2)
     load_s["vllm"] = time.perf_counter() - start
-    rates: dict[str, dict[str, list[float]]] = {w: {e: [] for e in engines} for w in WORKLOADS}
+    max_len = engines["vllm"].max_model_len
+    rates: dict[str, dict[str, list[float]]] = {}
     for workload, (num_prompts, n, max_new) in WORKLOADS.items():
         prompts = prompts_for(path, num_prompts)
+        if max(map(len, prompts)) + max_new > max_len:
+            print(f"[{name}] {workload}: skipped (longer than the model's {max_len} positions)")
+            continue
+        rates[workload] = {e: [] for e in engines}
         for engine in engines.values():  # warm-up (vLLM's first batch of a shape is slow)
             tokens_per_s(engine, prompts, n, min(max_new, 8))
         for _ in range(repeats):

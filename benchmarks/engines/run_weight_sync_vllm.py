@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -69,6 +70,28 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def dist_split(log_path: Path, syncs: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Per dist variant, median seconds the replica spent receiving vs applying (vLLM's
+    reload) over the timed syncs, from the rollout service's log (syncs appear in schedule
+    order: per round, each dist variant's untimed first sync then its timed ones)."""
+    pattern = re.compile(r"received \d+ bytes in ([\d.]+) s, staged/applied in ([\d.]+) s")
+    found = [tuple(map(float, m.groups())) for m in pattern.finditer(log_path.read_text())]
+    per: dict[str, list[tuple[float, ...]]] = {"planner": [], "naive": []}
+    i = 0
+    for _ in range(rounds):
+        for variant in per:
+            per[variant] += found[i + 1 : i + 1 + syncs]
+            i += 1 + syncs
+    return {
+        v: {
+            "receive_s": statistics.median(r for r, _ in rows),
+            "apply_s": statistics.median(a for _, a in rows),
+        }
+        for v, rows in per.items()
+        if rows
+    }
 
 
 def make_core(worker: Any, variant: str) -> Any:
@@ -134,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             stop(proc)
             (out / "rollout.log").write_bytes(log_path.read_bytes())
     med = {v: statistics.median(s) for v, s in seconds.items()}
+    split = dist_split(out / "rollout.log", args.syncs, args.rounds)
     summary = {
         "suite": "weight_sync_vllm",
         "model": args.model,
@@ -142,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_per_sync": med,
         "repeats_s": seconds,
         "bytes_per_tp_rank": bytes_per_rank,
+        "dist_receive_vs_apply_s": split,
         "ratios": {
             "naive_over_planner_s": med["naive"] / med["planner"],
             "grpc_over_planner_s": med["grpc"] / med["planner"],
@@ -154,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'variant':8} {'s/sync':>8} {'MiB per TP rank':>16}")
     for v in VARIANTS:
         print(f"{v:8} {med[v]:8.3f} {bytes_per_rank[v] / MIB:16.1f}")
-    print(json.dumps(summary["ratios"], indent=2))
+    print(json.dumps({"ratios": summary["ratios"], "dist_receive_vs_apply_s": split}, indent=2))
     print(f"results: {out}", file=sys.stderr)
     return 0
 

