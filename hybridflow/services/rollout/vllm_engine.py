@@ -27,7 +27,8 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -80,6 +81,24 @@ def _cpu_thread_binding(tensor_parallel_size: int, num_threads: int) -> str:
     return "|".join(groups)
 
 
+@contextmanager
+def _engine_env(values: dict[str, str]) -> Iterator[None]:
+    """vLLM reads these while it builds the engine and spawns its workers: set them for that
+    long only (a value the user set wins), so they never leak into later child processes."""
+    saved = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        if saved[key] is None or key == "VLLM_ENABLE_V1_MULTIPROCESSING":
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
 class VLLMEngine:
     """One vLLM replica (``tensor_parallel_size`` worker processes) sampling for token ids."""
 
@@ -100,14 +119,20 @@ class VLLMEngine:
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         require_vllm(device)
-        on_cpu = not device.startswith("cuda")
+        self.device = torch.device(device)
         # The engine core runs in this process so we can step it; workers are processes.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if on_cpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
-            os.environ.setdefault(
-                "VLLM_CPU_OMP_THREADS_BIND", _cpu_thread_binding(tensor_parallel_size, num_threads)
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        if not device.startswith("cuda"):
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))
+            env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_thread_binding(
+                tensor_parallel_size, num_threads
             )
+        with _engine_env(env):
+            self._build(path, dtype, seed, tensor_parallel_size, max_model_len)
+
+    def _build(
+        self, path: Path, dtype: str, seed: int, tensor_parallel_size: int, max_model_len: int
+    ) -> None:
         from transformers import AutoConfig
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
@@ -140,7 +165,6 @@ class VLLMEngine:
         self.on_dead: Callable[[str], None] | None = None
         """Called once, from a watcher thread, when the engine dies."""
         self._watch_workers()
-        self.device = torch.device(device)
         self.tensor_parallel_size = tensor_parallel_size
         eos = hf_config.eos_token_id
         if isinstance(eos, list):
