@@ -30,6 +30,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hybridflow.services.rollout.requests import check_token_request
 from hybridflow.services.rollout.sampler import sample_tokens
 from hybridflow.types import Completion, SamplingParams
 
@@ -115,25 +116,9 @@ class HFEngine:
 
     # ------------------------------------------------------------------ generation
 
-    def _check_prompts(self, prompts: list[list[int]]) -> None:
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"prompts[{i}] is empty")
-            bad = [t for t in prompt if not 0 <= int(t) < self.vocab_size]
-            if bad:
-                raise ValueError(
-                    f"prompts[{i}] has token id {bad[0]} outside [0, {self.vocab_size})"
-                )
-
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions for each prompt (outer list: prompts, in order)."""
-        params.validate()
-        self._check_prompts(prompts)
-        for i, stop in enumerate(params.stop_token_ids):
-            if not 0 <= stop < self.vocab_size:
-                raise ValueError(
-                    f"sampling.stop_token_ids[{i}]={stop} outside [0, {self.vocab_size})"
-                )
+        check_token_request(prompts, params, self.vocab_size)
         if not prompts:
             return []
         with self._lock:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hybridflow.errors import Unavailable
+from hybridflow.services.rollout.requests import check_token_request
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
@@ -228,8 +229,8 @@ class VLLMEngine:
     # ------------------------------------------------------------------ generation
 
     def check_request(self, prompts: list[list[int]], params: SamplingParams) -> None:
-        """ValueError naming what this engine cannot do the way the contract says."""
-        params.validate()
+        """ValueError naming a bad request or what this engine cannot do the contract's way."""
+        check_token_request(prompts, params, self.vocab_size)
         if params.top_p < 1.0:
             raise ValueError(
                 "sampling.top_p < 1 is not supported by the vllm engine: vLLM reports log-probs "
@@ -240,19 +241,7 @@ class VLLMEngine:
                 f"sampling.temperature {params.temperature} is below {GREEDY_BELOW}, where vLLM "
                 "samples greedily; use 0 for greedy"
             )
-        for i, stop in enumerate(params.stop_token_ids):
-            if not 0 <= stop < self.vocab_size:
-                raise ValueError(
-                    f"sampling.stop_token_ids[{i}]={stop} outside [0, {self.vocab_size})"
-                )
         for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"prompts[{i}] is empty")
-            bad = [t for t in prompt if not 0 <= int(t) < self.vocab_size]
-            if bad:
-                raise ValueError(
-                    f"prompts[{i}] has token id {bad[0]} outside [0, {self.vocab_size})"
-                )
             if len(prompt) + params.max_new_tokens > self.max_model_len:
                 raise ValueError(
                     f"prompts[{i}]: {len(prompt)} tokens + max_new_tokens "

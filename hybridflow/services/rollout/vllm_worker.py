@@ -131,11 +131,7 @@ class WeightSyncWorker:
 
     def _reload(self, named_tensors: list[tuple[str, torch.Tensor]], sharded: bool) -> None:
         with _presharded_linears(self.model_runner.get_model(), sharded):
-            self.reload_weights(weights_iterator=_iterate(named_tensors))
-
-
-def _iterate(named_tensors: list[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-    yield from named_tensors
+            self.reload_weights(weights_iterator=iter(named_tensors))
 
 
 @contextmanager
