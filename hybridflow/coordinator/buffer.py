@@ -8,6 +8,9 @@ Invariants (tested in tests/unit/coordinator/test_async.py):
 - Batches are taken oldest policy version first, FIFO within a version.
 - A group more than ``max_staleness`` versions behind the learner is never trained: it is
   handed back for re-generation and counted (``dropped_stale``); nothing is lost.
+- Every prompt handed out and not yet trained is in exactly one place: in flight (admitted
+  by a dispatcher, not yet back), buffered (scored), or re-queued. ``pending()`` lists them
+  all: what a checkpoint must regenerate on resume.
 Thread-safe; no clients, no RL math.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
@@ -66,15 +70,22 @@ class GroupBuffer:
         self._groups: list[tuple[int, int, ScoredGroup]] = []  # (version, arrival, group)
         self._arrivals = 0
         self._requeued: list[Prompt] = []
+        self._in_flight: dict[int, Prompt] = {}  # id(prompt) -> prompt
         self.stats = BufferStats()
 
     def __len__(self) -> int:
         with self.lock:
             return len(self._groups)
 
+    def start_flight(self, prompts: list[Prompt]) -> None:
+        """Prompts a dispatcher just admitted (caller holds ``lock``)."""
+        for p in prompts:
+            self._in_flight[id(p)] = p
+
     def put(self, groups: list[ScoredGroup]) -> None:
         with self.lock:
             for g in groups:
+                self._in_flight.pop(id(g.prompt), None)
                 version = min(c.policy_version for c in g.completions)
                 self._groups.append((version, self._arrivals, g))
                 self._arrivals += 1
@@ -83,6 +94,8 @@ class GroupBuffer:
     def requeue(self, prompts: list[Prompt]) -> None:
         """Prompts to generate again (failed replica or stale); their slots are freed."""
         with self.lock:
+            for p in prompts:
+                self._in_flight.pop(id(p), None)
             self._requeued.extend(prompts)
             self.admission.give_back(len(prompts))
             self.admit.notify_all()
@@ -131,6 +144,25 @@ class GroupBuffer:
         with self.lock:
             self.admit.notify_all()
             self.ready.notify_all()
+
+    def pending(self) -> list[Prompt]:
+        """Every prompt handed out and not trained (in flight, buffered, re-queued), in
+        hand-out order when prompts carry a ``seq`` (cursor hand-outs do). Caller holds
+        ``lock`` (a checkpoint reads this and the cursor as one snapshot)."""
+        prompts = [
+            *self._in_flight.values(),
+            *(g.prompt for _, _, g in self._groups),
+            *self._requeued,
+        ]
+        return sorted(prompts, key=lambda p: getattr(p, "seq", 0))
+
+    def restore(self, requeued: Sequence[Prompt], num_started: int, published_step: int) -> None:
+        """Resume: what was pending at the checkpoint is generated again first."""
+        with self.lock:
+            self._requeued = list(requeued)
+            self.admission.num_started = num_started
+            self.admission.published_step = published_step
+            self.admit.notify_all()
 
     def drain(self) -> tuple[list[ScoredGroup], list[Prompt]]:
         """What is left at the end: finished-but-untrained groups and re-queued prompts."""

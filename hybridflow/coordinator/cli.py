@@ -32,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="dotted override, e.g. --set coordinator.num_steps=10",
     )
     run.add_argument("--run-dir", help="output directory (default: <deploy.run_root>/<timestamp>)")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its newest complete checkpoint",
+    )
     for name, text in (
         ("status", "show the job's state and last metrics"),
         ("pause", "pause after the current step"),
@@ -46,11 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "run":
         from hybridflow.coordinator.run import run_job
 
-        return run_job(args.config, args.set, args.run_dir)
+        if args.resume and not args.run_dir:
+            parser.error("--resume needs --run-dir")
+        return run_job(args.config, args.set, args.run_dir, resume=args.resume)
     return control_command(args)
 
 
@@ -98,6 +106,8 @@ def control_command(args: argparse.Namespace) -> int:
             f"policy v{status.policy_version}"
             + (f"  reward {reward:.3f}" if reward is not None else "")
         )
+        if status.waiting_for:
+            print(f"waiting for: {status.waiting_for}")
         if status.error:
             print(f"error: {status.error}")
         print(f"run dir: {status.run_dir}")

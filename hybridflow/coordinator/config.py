@@ -66,7 +66,17 @@ class CoordinatorConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     """Control API (status / pause / resume / stop)."""
     save_checkpoint: bool = True
-    """Save the final policy as a Hugging Face checkpoint under the run dir."""
+    """Save the final policy as a Hugging Face checkpoint (<run dir>/checkpoints/final)."""
+    checkpoint_every: int = 50
+    """Steps between resumable checkpoints (learner train state + schedule state); one is
+    also written on stop / SIGTERM and at the end. 0: only on stop and at the end."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints kept (older ones are removed)."""
+    replica_rejoin_timeout_s: float = 300.0
+    """How long a failed rollout replica is waited for (the launcher restarts it) before it
+    stays out of the rotation; while no replica serves, the job waits this long."""
+    service_wait_s: float = 120.0
+    """How long an unreachable reward service is retried (it may be restarting)."""
     progress: bool = True
     """Show a progress bar with live reward."""
 
@@ -78,3 +88,10 @@ class CoordinatorConfig:
             raise ValueError("coordinator.max_staleness must be >= 0")
         if self.prompts_per_request < 0:
             raise ValueError("coordinator.prompts_per_request must be >= 0")
+        if self.checkpoint_every < 0:
+            raise ValueError("coordinator.checkpoint_every must be >= 0")
+        if self.keep_checkpoints < 1:
+            raise ValueError("coordinator.keep_checkpoints must be >= 1")
+        for name in ("replica_rejoin_timeout_s", "service_wait_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"coordinator.{name} must be >= 0")

@@ -22,6 +22,8 @@ class JobStatus:
     last_metrics: dict[str, float] = field(default_factory=dict)
     run_dir: str = ""
     error: str = ""
+    waiting_for: str = ""
+    """What the job is blocked on (a restarting replica, ...); empty when it is not."""
 
 
 class JobControl:
@@ -42,6 +44,7 @@ class JobControl:
                 dict(s.last_metrics),
                 s.run_dir,
                 s.error,
+                s.waiting_for,
             )
 
     @property
@@ -75,6 +78,11 @@ class JobControl:
                 self._status.state = "stopping"
             self._cond.notify_all()
         return self.status()
+
+    def set_waiting(self, what: str) -> None:
+        """Shows in ``status`` what the job waits on ("" when it no longer waits)."""
+        with self._cond:
+            self._status.waiting_for = what
 
     def step_done(self, step: int, policy_version: int, metrics: dict[str, float]) -> None:
         with self._cond:

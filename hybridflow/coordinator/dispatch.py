@@ -1,8 +1,15 @@
 """Keeps one rollout replica busy: admit prompts, generate, score, hand groups to the buffer.
 
 One thread per replica. A replica that fails (anything but INVALID_ARGUMENT) has its
-in-flight prompts re-queued for the others and is taken out of the rotation; bad input or a
-reward-service failure is fatal and reported to the trainer loop through ``error``.
+in-flight prompts re-queued for the others and is taken out of the rotation (``failed``);
+with a ``rejoin`` callback it keeps probing, and once the replica is back (the launcher
+restarts it on its port) and has the current weights, it serves again. Bad input is fatal
+and reported to the trainer loop through ``error``; a reward service that is unreachable is
+retried for ``service_wait_s`` (it may be restarting) before that is fatal too.
+
+Each request carries a seed derived from the job seed and its first hand-out, so the same
+prompts under the same weights sample the same completions (a resumed run repeats the
+uninterrupted one).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -21,9 +29,11 @@ from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
 from hybridflow.services.reward.client import RewardClient
 from hybridflow.services.rollout.client import RolloutClient
-from hybridflow.types import SamplingParams
+from hybridflow.types import SamplingParams, ScoreResult
 
 log = logging.getLogger(__name__)
+
+_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class ReplicaDispatcher(threading.Thread):
@@ -39,7 +49,12 @@ class ReplicaDispatcher(threading.Thread):
         prompts_per_request: int,
         stop: threading.Event,
         events: EventLog | None = None,
+        rejoin: Callable[[int], bool] | None = None,
+        rejoin_timeout_s: float = 0.0,
+        service_wait_s: float = 0.0,
     ) -> None:
+        """``rejoin(index)``: True once replica ``index`` is healthy again and has the current
+        weights; probed every few seconds for ``rejoin_timeout_s`` after a failure."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.rollout = rollout
@@ -51,6 +66,10 @@ class ReplicaDispatcher(threading.Thread):
         self.prompts_per_request = prompts_per_request
         self.stop_event = stop
         self.events = events or EventLog(None)
+        self.rejoin = rejoin
+        self.rejoin_timeout_s = rejoin_timeout_s
+        self.service_wait_s = service_wait_s
+        self.num_rejoined = 0
         self.busy_s = 0.0
         """Seconds spent generating."""
         self.num_requeued = 0
@@ -66,8 +85,9 @@ class ReplicaDispatcher(threading.Thread):
                 room = min(self.prompts_per_request, buf.admission.capacity())
                 if room > 0:
                     prompts = buf.take_requeued(room)
-                    prompts += self.cursor.take(room - len(prompts))
+                    prompts += self.cursor.take_handouts(room - len(prompts))
                     buf.admission.start(len(prompts))
+                    buf.start_flight(prompts)
                     return prompts
                 buf.admit.wait(0.5)
         return []
@@ -79,26 +99,32 @@ class ReplicaDispatcher(threading.Thread):
             if not prompts:
                 return
             request += 1
+            params = self.params
+            if params.seed is not None:
+                first = int(getattr(prompts[0], "seq", 0))
+                params = replace(params, seed=(params.seed * 1_000_003 + first) % 2**31)
             wall_start = time.time()
             start = time.perf_counter()
             try:
                 groups = self.rollout.generate(
-                    [p.prompt_ids for p in prompts], self.params, f"r{self.index}-{request}"
+                    [p.prompt_ids for p in prompts], params, f"r{self.index}-{request}"
                 )
             except grpc.RpcError as exc:
                 self.buffer.requeue(prompts)
                 self.num_requeued += len(prompts)
                 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # type: ignore[attr-defined]
                     self.error = exc
-                else:
-                    log.warning(
-                        "replica %d failed (%s); its %d prompts are re-queued",
-                        self.index,
-                        exc,
-                        len(prompts),
-                    )
-                    self.failed = True
-                return
+                    return
+                log.warning(
+                    "replica %d failed (%s); its %d prompts are re-queued",
+                    self.index,
+                    _describe(exc),
+                    len(prompts),
+                )
+                self.failed = True
+                if not self._wait_for_rejoin():
+                    return
+                continue
             self.busy_s += time.perf_counter() - start
             gen_end = time.time()
             self.events.record(
@@ -111,7 +137,7 @@ class ReplicaDispatcher(threading.Thread):
                 policy_version=groups[0][0].policy_version if groups else -1,
             )
             try:
-                results = self.reward.score_batch(score_items(prompts, groups, self.decode))
+                results = self._score(score_items(prompts, groups, self.decode))
                 self.events.record(
                     "score", gen_end, time.time(), replica=self.index, num_items=len(results)
                 )
@@ -121,6 +147,50 @@ class ReplicaDispatcher(threading.Thread):
                 self.error = exc
                 return
 
+    def _score(self, items: list[Any]) -> list[ScoreResult]:
+        """Scores, retrying while the reward service is unreachable (being restarted) for
+        up to ``service_wait_s``."""
+        deadline = time.monotonic() + self.service_wait_s
+        while True:
+            try:
+                return self.reward.score_batch(items)
+            except grpc.RpcError as exc:
+                code = exc.code()  # type: ignore[attr-defined]
+                if code not in _TRANSIENT or time.monotonic() > deadline:
+                    raise
+                if self.stop_event.is_set():
+                    raise
+                log.warning("reward service unreachable (%s); retrying", _describe(exc))
+                self.stop_event.wait(1.0)
+
+    def _wait_for_rejoin(self) -> bool:
+        """Probes until the replica is back with the current weights; False if it is not
+        back within ``rejoin_timeout_s`` (or the job stops): it stays out of the rotation."""
+        if self.rejoin is None or self.rejoin_timeout_s <= 0:
+            return False
+        deadline = time.monotonic() + self.rejoin_timeout_s
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            if self.stop_event.wait(2.0):
+                return False
+            try:
+                ok = self.rejoin(self.index)
+            except Exception as exc:  # noqa: BLE001 — not back yet; probe again
+                log.info("replica %d not back yet: %s", self.index, exc)
+                ok = False
+            if ok:
+                log.info("replica %d is back with the current weights", self.index)
+                self.failed = False
+                self.num_rejoined += 1
+                return True
+        log.error("replica %d did not come back within %.0fs", self.index, self.rejoin_timeout_s)
+        return False
+
     def idle_ratio(self) -> float:
         wall = time.perf_counter() - self.started_at
         return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
+
+
+def _describe(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else ""
+    return f"{getattr(code, 'name', code)}: {details}" if code is not None else str(exc)

@@ -12,6 +12,14 @@ Invariants (tested in tests/unit/coordinator/):
   (admission control + oldest-first batches + a check at consumption).
 - ``max_staleness = 0`` with ``sync_every = 1`` is synchronous on-policy PPO on this path.
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
+- Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
+  state and the schedule's state are saved together (``checkpoint.py``); ``resume=True``
+  continues from the newest complete one with every prompt of an epoch trained exactly once
+  across the crash (what was pending is regenerated). ``trained.jsonl`` is the audit: one
+  line per trained group (step, epoch, prompt index, hand-out seq, policy version).
+- A failed replica leaves the weight-sync set at once and rejoins (current weights first)
+  when it is back; with no replica serving, the job waits ``replica_rejoin_timeout_s``
+  (shown in ``status``) instead of hanging.
 """
 
 from __future__ import annotations
@@ -23,12 +31,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TextIO
+
+import grpc
 
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
+from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
-from hybridflow.coordinator.cursor import PromptCursor
-from hybridflow.coordinator.dataflow import Prompt, rollout_metrics, train_samples
+from hybridflow.coordinator.cursor import CursorState, PromptCursor
+from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
@@ -56,6 +68,11 @@ class RunSummary:
     rollout_idle_ratio: float
     learner_idle_ratio: float
     checkpoint: str
+    """The final policy as a Hugging Face checkpoint ("" when not saved)."""
+    resumed_from_step: int = 0
+    """Step of the checkpoint this run continued from (0: a fresh start)."""
+    last_checkpoint: str = ""
+    """Newest resumable checkpoint directory."""
 
 
 class TrainingJob:
@@ -66,7 +83,11 @@ class TrainingJob:
         records: Sequence[Prompt],
         run_dir: Path,
         control: JobControl | None = None,
+        resume: bool = False,
+        checkpoint_root: Path | None = None,
     ) -> None:
+        """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
+        (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all."""
         if config.sync_every - 1 > config.max_staleness:
             raise ValueError(
                 f"coordinator.sync_every={config.sync_every} lets samples lag "
@@ -74,17 +95,28 @@ class TrainingJob:
             )
         self.config = config
         self.services = services
+        self.num_rows = len(records)
         self.cursor = PromptCursor(records, config.seed)
         self.run_dir = run_dir
+        self.resume = resume
+        self.checkpoints = (
+            CheckpointStore(checkpoint_root, config.keep_checkpoints)
+            if checkpoint_root is not None
+            else None
+        )
+        if resume and self.checkpoints is None:
+            raise ValueError("resume needs checkpoints (learner.checkpoint_dir is not set)")
         self.control = control or JobControl(config.num_steps, str(run_dir))
         self.params = SamplingParams(
             temperature=config.sampling.temperature,
             top_p=config.sampling.top_p,
             max_new_tokens=config.sampling.max_new_tokens,
             n=config.group_size,
+            seed=config.seed,
         )
         self.buffer = GroupBuffer(Admission(config.prompts_per_step, config.max_staleness))
         self._stop = threading.Event()
+        self._learner_lock = threading.Lock()  # trainer loop and rejoining dispatchers
         self.events = EventLog(run_dir / "events.jsonl")
         per_request = config.prompts_per_request or max(
             1, config.prompts_per_step // len(services.rollouts)
@@ -101,42 +133,181 @@ class TrainingJob:
                 per_request,
                 self._stop,
                 self.events,
+                rejoin=self._rejoin,
+                rejoin_timeout_s=config.replica_rejoin_timeout_s,
+                service_wait_s=config.service_wait_s,
             )
             for i, r in enumerate(services.rollouts)
         ]
+        self.state = CoordinatorState(
+            step=0,
+            policy_version=0,
+            versions_per_step=1,
+            cursor_epoch=0,
+            cursor_position=0,
+            pending=[],
+            num_started=0,
+            num_rows=self.num_rows,
+        )
+        self._requeued_before = 0  # re-queues counted by the runs before a resume
 
-    def _next_batch(self, version: int) -> list | None:
-        """Blocks for a batch; raises if the dispatchers can no longer make one."""
+    # ------------------------------------------------------------------ replicas
+    def _rejoin(self, index: int) -> bool:
+        """A failed replica is back when it answers; it gets the current weights first."""
+        self.services.rollouts[index].status()
+        with self._learner_lock:
+            self.services.learner.publish_weights([self.services.weight_targets[index]])
+        return True
+
+    def _live_targets(self) -> list[str]:
+        return [t for t, d in zip(self.services.weight_targets, self.dispatchers) if not d.failed]
+
+    def _publish(self) -> None:
+        """Weights to every live replica; a replica that fails the publish leaves the set
+        (its dispatcher notices and waits for it to come back)."""
+        for _ in range(len(self.dispatchers) + 1):
+            targets = self._live_targets()
+            if not targets:
+                return  # nobody to send to; rejoining replicas get weights when back
+            try:
+                with self._learner_lock:
+                    self.services.learner.publish_weights(targets)
+                return
+            except grpc.RpcError as exc:
+                dead = [i for i, d in enumerate(self.dispatchers) if not d.failed and not _alive(d)]
+                if not dead:
+                    raise
+                for i in dead:
+                    log.warning("replica %d unreachable during a weight publish (%s)", i, exc)
+                    self.dispatchers[i].failed = True
+        raise RuntimeError("weight publish kept failing")
+
+    def _next_batch(self, version: int) -> list[ScoredGroup] | None:
+        """Blocks for a batch; waits (bounded) while no replica serves; raises if the
+        dispatchers can no longer make one."""
         cfg = self.config
+        waiting_since: float | None = None
         while True:
             batch = self.buffer.take_batch(cfg.prompts_per_step, version, cfg.max_staleness, 0.5)
             if batch is not None:
+                self.control.set_waiting("")
                 return batch
             for d in self.dispatchers:
                 if d.error is not None:
                     raise RuntimeError(f"dispatcher {d.index}: {d.error}") from d.error
+            if all(not d.is_alive() for d in self.dispatchers):
+                raise RuntimeError(
+                    "every rollout replica failed and none came back within "
+                    f"coordinator.replica_rejoin_timeout_s={cfg.replica_rejoin_timeout_s:g}"
+                )
             if all(d.failed for d in self.dispatchers):
-                raise RuntimeError("every rollout replica failed")
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                    log.warning("no rollout replica serving: waiting for one to come back")
+                self.control.set_waiting(
+                    "a rollout replica to come back "
+                    f"({time.monotonic() - waiting_since:.0f}s of "
+                    f"{cfg.replica_rejoin_timeout_s:g}s)"
+                )
+            else:
+                waiting_since = None
+                self.control.set_waiting("")
             if self.control.stop_requested:
                 return None
 
+    # ------------------------------------------------------------------ checkpoints
+    def _restore(self) -> None:
+        """Continues from the newest complete checkpoint (if any): learner state, cursor,
+        pending prompts first in line, counters; logs rewound to its step."""
+        assert self.checkpoints is not None
+        state = self.checkpoints.latest()
+        if state is None:
+            log.info(
+                "resume: no complete checkpoint under %s; starting at step 1", self.checkpoints.root
+            )
+            rewind_jsonl(self.run_dir / "metrics.jsonl", 0)
+            rewind_jsonl(self.run_dir / "trained.jsonl", 0)
+            return
+        if state.num_rows != self.num_rows:
+            raise ValueError(
+                f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
+                f"now has {self.num_rows}"
+            )
+        with self._learner_lock:
+            version = self.services.learner.load_train_state(
+                self.checkpoints.learner_name(state.step)
+            )
+        if version != state.policy_version:
+            raise RuntimeError(
+                f"resume: learner restored version {version}, checkpoint says "
+                f"{state.policy_version}"
+            )
+        self.cursor.restore(CursorState(state.cursor_epoch, state.cursor_position))
+        pending = [self.cursor.handout(index, epoch, seq) for epoch, index, seq in state.pending]
+        self.buffer.restore(pending, state.num_started, state.step)
+        self.buffer.admission.max_staleness_steps = (
+            self.config.max_staleness // state.versions_per_step
+        )
+        self.buffer.stats.dropped_stale = state.num_dropped_stale
+        self.buffer.stats.staleness.update({int(k): v for k, v in state.staleness.items()})
+        self._requeued_before = state.num_requeued
+        rewind_jsonl(self.run_dir / "metrics.jsonl", state.step)
+        rewind_jsonl(self.run_dir / "trained.jsonl", state.step)
+        self.state = state
+        log.info(
+            "resumed from step %d (policy v%d, %d prompts to regenerate)",
+            state.step,
+            version,
+            len(pending),
+        )
+
+    def _checkpoint(self, step: int) -> str:
+        """Learner train state, then the schedule's state (which completes the checkpoint)."""
+        if self.checkpoints is None:
+            return ""
+        if self.checkpoints.is_complete(step):
+            return str(self.checkpoints.root / self.checkpoints.step_name(step))
+        with self._learner_lock:
+            self.services.learner.save_train_state(self.checkpoints.learner_name(step))
+        with self.buffer.lock:
+            pending = self.buffer.pending()
+            cursor = self.cursor.state
+            self.state.cursor_epoch, self.state.cursor_position = cursor.epoch, cursor.position
+            self.state.pending = [[p.epoch, p.index, p.seq] for p in pending]  # type: ignore[attr-defined]
+            self.state.num_started = self.buffer.admission.num_started - len(pending)
+        self.state.num_requeued = self._requeued_before + sum(
+            d.num_requeued for d in self.dispatchers
+        )
+        self.state.num_dropped_stale = self.buffer.stats.dropped_stale
+        self.state.staleness = {str(k): v for k, v in self.buffer.stats.staleness.items()}
+        path = self.checkpoints.commit(self.state)
+        self.events.record("checkpoint", time.time(), time.time(), step=step)
+        return str(path)
+
+    # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
         cfg = self.config
+        if self.resume:
+            self._restore()
+        st = self.state
+        first_step = st.step + 1
         metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
+        audit = (self.run_dir / "trained.jsonl").open("a")
         progress = Progress(cfg.num_steps, cfg.progress)
-        rewards: list[float] = []
-        samples = 0
-        version = 0
-        versions_per_step = 1
-        learner_busy_s = 0.0
+        version = st.policy_version
         gen_s_seen = 0.0
         start = time.perf_counter()
+        wall_before = st.wall_s
         self.control.start()
+        if st.step > 0:
+            self.control.step_done(st.step, version, {})
+            self._publish()  # fresh replicas get the restored weights before generating
         for d in self.dispatchers:
             d.start()
         checkpoint = ""
+        last_checkpoint = ""
         try:
-            for step in range(1, cfg.num_steps + 1):
+            for step in range(first_step, cfg.num_steps + 1):
                 if not self.control.wait_to_continue():
                     progress.message(f"stop requested: ending after step {step - 1}")
                     break
@@ -148,30 +319,26 @@ class TrainingJob:
                 t1 = time.perf_counter()
                 w1 = time.time()
                 train_batch = train_samples(batch, first_group_id=step * cfg.prompts_per_step)
-                result = self.services.learner.train_step(train_batch)
+                with self._learner_lock:
+                    result = self.services.learner.train_step(train_batch)
                 t2 = time.perf_counter()
                 w2 = time.time()
                 self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
                 if step == 1:
-                    versions_per_step = max(1, result.policy_version - version)
+                    st.versions_per_step = max(1, result.policy_version - version)
                     self.buffer.admission.max_staleness_steps = (
-                        cfg.max_staleness // versions_per_step
+                        cfg.max_staleness // st.versions_per_step
                     )
                 version = result.policy_version
                 if step % cfg.sync_every == 0:
                     # A failed replica leaves the set: the weight-sync group is re-planned.
-                    targets = [
-                        t
-                        for t, d in zip(self.services.weight_targets, self.dispatchers)
-                        if not d.failed
-                    ]
-                    self.services.learner.publish_weights(targets)
+                    self._publish()
                     self.buffer.publish(step)
                     self.events.record("sync", w2, time.time(), step=step, version=version)
                 t3 = time.perf_counter()
-                learner_busy_s += t3 - t1
+                st.learner_busy_s += t3 - t1
                 gen_s = sum(d.busy_s for d in self.dispatchers)
-                wall = t3 - start
+                wall = wall_before + t3 - start
                 stats = self.buffer.stats
                 metrics = {
                     **rollout_metrics(batch),
@@ -187,23 +354,31 @@ class TrainingJob:
                     / (t3 - t0),
                     "perf/samples_per_s": len(train_batch) / (t3 - t0),
                     "async/dropped_stale": float(stats.dropped_stale),
-                    "async/requeued": float(sum(d.num_requeued for d in self.dispatchers)),
+                    "async/requeued": float(
+                        self._requeued_before + sum(d.num_requeued for d in self.dispatchers)
+                    ),
                     "async/buffered": float(len(self.buffer)),
                     "async/rollout_idle_ratio": sum(d.idle_ratio() for d in self.dispatchers)
                     / len(self.dispatchers),
-                    "async/learner_idle_ratio": 1.0 - learner_busy_s / wall,
+                    "async/learner_idle_ratio": 1.0 - st.learner_busy_s / wall,
                     "training/epoch": float(self.cursor.state.epoch),
                 }
                 gen_s_seen = gen_s
-                rewards.append(metrics["critic/score/mean"])
-                samples += len(train_batch)
+                st.rewards.append(metrics["critic/score/mean"])
+                st.num_samples += len(train_batch)
+                st.step, st.policy_version = step, version
+                st.wall_s = wall
+                _write_audit(audit, step, batch, version)
                 metrics_log.write(step, metrics)
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    last_checkpoint = self._checkpoint(step)
                 self.control.step_done(step, version, metrics)
-                progress.update(step, rewards[-1], f"v{version}")
-            if cfg.save_checkpoint and rewards:
-                checkpoint = self.services.learner.save_checkpoint(
-                    str((self.run_dir / "checkpoint").resolve())
-                )
+                progress.update(step, st.rewards[-1], f"v{version}")
+            if st.step > 0:
+                last_checkpoint = self._checkpoint(st.step)  # on stop and at the end
+            if cfg.save_checkpoint and st.step >= first_step and self.checkpoints is not None:
+                with self._learner_lock:
+                    checkpoint = self.services.learner.save_checkpoint("final")
             self.control.finish()
         except Exception as exc:
             self.control.finish(f"{type(exc).__name__}: {exc}")
@@ -214,25 +389,57 @@ class TrainingJob:
             for d in self.dispatchers:
                 d.join(timeout=60)
             metrics_log.close()
+            audit.close()
             self.events.close()
-        wall = time.perf_counter() - start
+        wall = wall_before + time.perf_counter() - start
         leftover, requeued = self.buffer.drain()
-        tail = rewards[-20:]
+        tail = st.rewards[-20:]
         summary = RunSummary(
-            num_steps=len(rewards),
-            reward_start=rewards[0] if rewards else 0.0,
+            num_steps=len(st.rewards),
+            reward_start=st.rewards[0] if st.rewards else 0.0,
             reward_end=sum(tail) / len(tail) if tail else 0.0,
             wall_s=wall,
-            samples_per_s=samples / wall if wall else 0.0,
+            samples_per_s=st.num_samples / wall if wall else 0.0,
             policy_version=version,
-            num_requeued=sum(d.num_requeued for d in self.dispatchers),
+            num_requeued=self._requeued_before + sum(d.num_requeued for d in self.dispatchers),
             num_dropped_stale=self.buffer.stats.dropped_stale,
             num_untrained_at_end=len(leftover) + len(requeued),
             staleness_histogram={str(k): v for k, v in sorted(self.buffer.stats.staleness.items())},
             rollout_idle_ratio=sum(d.idle_ratio() for d in self.dispatchers)
             / len(self.dispatchers),
-            learner_idle_ratio=1.0 - learner_busy_s / wall if wall else 0.0,
+            learner_idle_ratio=1.0 - st.learner_busy_s / wall if wall else 0.0,
             checkpoint=checkpoint,
+            resumed_from_step=first_step - 1,
+            last_checkpoint=last_checkpoint,
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
+
+
+def _alive(dispatcher: ReplicaDispatcher) -> bool:
+    """Whether the dispatcher's replica answers a status call now."""
+    try:
+        dispatcher.rollout.status()
+    except grpc.RpcError:
+        return False
+    return True
+
+
+def _write_audit(audit: TextIO, step: int, batch: Sequence[ScoredGroup], version: int) -> None:
+    """One line per trained group: what the kill harness counts (once per epoch)."""
+    for g in batch:
+        p = g.prompt
+        audit.write(
+            json.dumps(
+                {
+                    "step": step,
+                    "epoch": getattr(p, "epoch", 0),
+                    "index": p.index,
+                    "seq": getattr(p, "seq", -1),
+                    "generated_version": min(c.policy_version for c in g.completions),
+                    "version": version,
+                }
+            )
+            + "\n"
+        )
+    audit.flush()

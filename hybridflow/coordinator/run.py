@@ -9,10 +9,19 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import grpc
+
 log = logging.getLogger("coordinator")
 
 
-def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | None) -> int:
+def run_job(
+    config_path: str | None,
+    overrides: list[str],
+    run_dir_arg: str | None,
+    resume: bool = False,
+) -> int:
+    """Runs (``resume``: continues from the newest complete checkpoint in the run dir) the
+    job; returns the exit code: 0 done, 1 failed (one line names the cause), 2 bad config."""
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError, dump_yaml
 
@@ -110,8 +119,19 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
         f"run dir: {run_dir}  (control: hybridflow-coordinator status --run-dir {run_dir})",
         file=sys.stderr,
     )
+    checkpoint_root = Path(job.learner.checkpoint_dir) if job.learner.checkpoint_dir else None
+    if checkpoint_root is None:
+        log.warning("learner.checkpoint_dir is not set: no checkpoints, no resume")
     try:
-        summary = TrainingJob(cfg, services, dataset.records, run_dir, control).run()
+        summary = TrainingJob(
+            cfg, services, dataset.records, run_dir, control, resume, checkpoint_root
+        ).run()
+    except (RuntimeError, ValueError, grpc.RpcError) as exc:
+        log.debug("job failed", exc_info=True)
+        print(f"job failed: {_one_line(exc)}", file=sys.stderr)
+        if checkpoint_root is not None:
+            print(f"resume with: deploy/launch.sh --resume {run_dir}", file=sys.stderr)
+        return 1
     finally:
         server.stop(1.0)
         services.close()
@@ -126,6 +146,14 @@ def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | No
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    """A failure as one line: gRPC errors by status and details, not a traceback."""
+    cause = exc.__cause__ or exc
+    if isinstance(cause, grpc.RpcError) and hasattr(cause, "code"):
+        return f"{cause.code().name}: {cause.details()}"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _record_own_cpu(run_dir: Path) -> None:

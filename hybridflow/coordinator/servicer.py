@@ -20,6 +20,7 @@ def status_to_proto(status: JobStatus) -> coordinator_pb2.CoordinatorStatus:
         last_metrics=status.last_metrics,
         run_dir=status.run_dir,
         error=status.error,
+        waiting_for=status.waiting_for,
     )
 
 
@@ -32,6 +33,7 @@ def status_from_proto(msg: coordinator_pb2.CoordinatorStatus) -> JobStatus:
         last_metrics=dict(msg.last_metrics),
         run_dir=msg.run_dir,
         error=msg.error,
+        waiting_for=msg.waiting_for,
     )
 
 

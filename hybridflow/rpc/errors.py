@@ -1,7 +1,8 @@
 """Maps domain exceptions to gRPC status codes, in one place for every servicer.
 
 ValueError (bad input) → INVALID_ARGUMENT with the message; ``hybridflow.errors.Unavailable``
-(a dead engine) → UNAVAILABLE with its cause; anything else → INTERNAL and a logged traceback.
+(a dead engine) → UNAVAILABLE with its cause; FileExistsError / FileNotFoundError (checkpoints)
+→ ALREADY_EXISTS / NOT_FOUND; anything else → INTERNAL and a logged traceback.
 The process keeps answering either way.
 """
 
@@ -24,6 +25,10 @@ def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> An
     if isinstance(exc, ValueError):
         log.warning("%s: invalid argument: %s", method, exc)
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if isinstance(exc, FileExistsError):
+        context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+    if isinstance(exc, FileNotFoundError):
+        context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
     if isinstance(exc, Unavailable):
         log.error("%s: unavailable: %s", method, exc)
         context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))

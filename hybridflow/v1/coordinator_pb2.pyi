@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CoordinatorStatus(_message.Message):
-    __slots__ = ("state", "step", "total_steps", "policy_version", "last_metrics", "run_dir", "error")
+    __slots__ = ("state", "step", "total_steps", "policy_version", "last_metrics", "run_dir", "error", "waiting_for")
     class LastMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class CoordinatorStatus(_message.Message):
     LAST_METRICS_FIELD_NUMBER: _ClassVar[int]
     RUN_DIR_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
     state: str
     step: int
     total_steps: int
@@ -30,4 +31,5 @@ class CoordinatorStatus(_message.Message):
     last_metrics: _containers.ScalarMap[str, float]
     run_dir: str
     error: str
-    def __init__(self, state: _Optional[str] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., policy_version: _Optional[int] = ..., last_metrics: _Optional[_Mapping[str, float]] = ..., run_dir: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    waiting_for: str
+    def __init__(self, state: _Optional[str] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., policy_version: _Optional[int] = ..., last_metrics: _Optional[_Mapping[str, float]] = ..., run_dir: _Optional[str] = ..., error: _Optional[str] = ..., waiting_for: _Optional[str] = ...) -> None: ...

@@ -86,6 +86,20 @@ class SaveCheckpointResponse(_message.Message):
     policy_version: int
     def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
+class TrainStateRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class TrainStateResponse(_message.Message):
+    __slots__ = ("path", "policy_version")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    policy_version: int
+    def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ...) -> None: ...
+
 class LearnerInfo(_message.Message):
     __slots__ = ("model", "algorithm", "policy_version", "world_size")
     MODEL_FIELD_NUMBER: _ClassVar[int]

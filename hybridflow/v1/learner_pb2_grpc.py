@@ -60,6 +60,16 @@ class LearnerServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_learner__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_learner__pb2.SaveCheckpointResponse.FromString,
                 _registered_method=True)
+        self.SaveTrainState = channel.unary_unary(
+                '/hybridflow.v1.LearnerService/SaveTrainState',
+                request_serializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateResponse.FromString,
+                _registered_method=True)
+        self.LoadTrainState = channel.unary_unary(
+                '/hybridflow.v1.LearnerService/LoadTrainState',
+                request_serializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateResponse.FromString,
+                _registered_method=True)
         self.GetInfo = channel.unary_unary(
                 '/hybridflow.v1.LearnerService/GetInfo',
                 request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
@@ -105,6 +115,21 @@ class LearnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveTrainState(self, request, context):
+        """Saves the whole train state (weights, optimizer states, RNG, policy version) on every
+        rank, under the learner's checkpoint directory; what LoadTrainState resumes from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadTrainState(self, request, context):
+        """Restores a train state written by SaveTrainState (resume after a crash or a stop).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetInfo(self, request, context):
         """What this learner runs.
         """
@@ -139,6 +164,16 @@ def add_LearnerServiceServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=hybridflow_dot_v1_dot_learner__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=hybridflow_dot_v1_dot_learner__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
+            'SaveTrainState': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveTrainState,
+                    request_deserializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateResponse.SerializeToString,
+            ),
+            'LoadTrainState': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadTrainState,
+                    request_deserializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_learner__pb2.TrainStateResponse.SerializeToString,
             ),
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
@@ -281,6 +316,60 @@ class LearnerService:
             '/hybridflow.v1.LearnerService/SaveCheckpoint',
             hybridflow_dot_v1_dot_learner__pb2.SaveCheckpointRequest.SerializeToString,
             hybridflow_dot_v1_dot_learner__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveTrainState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.LearnerService/SaveTrainState',
+            hybridflow_dot_v1_dot_learner__pb2.TrainStateRequest.SerializeToString,
+            hybridflow_dot_v1_dot_learner__pb2.TrainStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadTrainState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.LearnerService/LoadTrainState',
+            hybridflow_dot_v1_dot_learner__pb2.TrainStateRequest.SerializeToString,
+            hybridflow_dot_v1_dot_learner__pb2.TrainStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

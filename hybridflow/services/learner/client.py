@@ -26,6 +26,14 @@ class LearnerClient(Protocol):
 
     def save_checkpoint(self, path: str) -> str: ...
 
+    def save_train_state(self, name: str) -> int:
+        """Saves everything needed to resume under ``name``; returns the policy version."""
+        ...
+
+    def load_train_state(self, name: str) -> int:
+        """Restores the train state saved under ``name``; returns its policy version."""
+        ...
+
 
 class GrpcLearnerClient:
     def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
@@ -69,6 +77,18 @@ class GrpcLearnerClient:
             learner_pb2.SaveCheckpointRequest(path=path), timeout=self._config.timeout_s
         )
         return str(reply.path)
+
+    def save_train_state(self, name: str) -> int:
+        reply = self._stub.SaveTrainState(
+            learner_pb2.TrainStateRequest(name=name), timeout=self._config.timeout_s
+        )
+        return int(reply.policy_version)
+
+    def load_train_state(self, name: str) -> int:
+        reply = self._stub.LoadTrainState(
+            learner_pb2.TrainStateRequest(name=name), timeout=self._config.timeout_s
+        )
+        return int(reply.policy_version)
 
     def info(self) -> learner_pb2.LearnerInfo:
         return self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)

@@ -87,6 +87,9 @@ class LearnerConfig:
     """CUDA_VISIBLE_DEVICES of the learner processes, e.g. "0,1" (empty: inherit)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
+    checkpoint_dir: str = ""
+    """The only directory checkpoint RPCs write to or read from (deploy/launch.sh sets
+    <run dir>/checkpoints); empty refuses them."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
@@ -75,9 +76,33 @@ class LearnerCore:
             )
         return self._publisher.publish(targets, self.worker.policy_version)
 
-    def save_checkpoint(self, path: str) -> str:
+    def save_checkpoint(self, name: str) -> str:
+        """The actor as a Hugging Face checkpoint under ``learner.checkpoint_dir/name`` (a new
+        directory: an existing one is never overwritten)."""
+        path = self.checkpoint_path(name)
+        if path.exists():
+            raise FileExistsError(f"checkpoint {name!r} already exists")
         self.worker.save_checkpoint(path)
-        return path
+        return str(path)
+
+    def save_train_state(self, name: str) -> int:
+        """Everything needed to resume, under ``learner.checkpoint_dir/name`` (every rank)."""
+        from hybridflow.services.learner.train_state import save_train_state
+
+        save_train_state(self.worker, self.checkpoint_path(name))
+        return self.worker.policy_version
+
+    def load_train_state(self, name: str) -> int:
+        """Restores a train state saved under ``name``; returns the restored policy version."""
+        from hybridflow.services.learner.train_state import load_train_state
+
+        return load_train_state(self.worker, self.checkpoint_path(name))
+
+    def checkpoint_path(self, name: str) -> Path:
+        """``name`` resolved inside ``learner.checkpoint_dir``; ValueError if it leaves it."""
+        from hybridflow.services.learner.checkpoint_paths import resolve_checkpoint_target
+
+        return resolve_checkpoint_target(self.worker.config.checkpoint_dir, name)
 
     def shutdown(self) -> None:
         if self._publisher is not None:
@@ -98,6 +123,8 @@ _COMMANDS = frozenset(
         "full_weights",
         "publish_weights",
         "save_checkpoint",
+        "save_train_state",
+        "load_train_state",
         "shutdown",
     }
 )

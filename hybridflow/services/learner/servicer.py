@@ -107,6 +107,20 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         )
 
     @handle_errors
+    def SaveTrainState(
+        self, request: learner_pb2.TrainStateRequest, context: grpc.ServicerContext
+    ) -> learner_pb2.TrainStateResponse:
+        version = self._run("save_train_state", request.name)
+        return learner_pb2.TrainStateResponse(path=request.name, policy_version=version)
+
+    @handle_errors
+    def LoadTrainState(
+        self, request: learner_pb2.TrainStateRequest, context: grpc.ServicerContext
+    ) -> learner_pb2.TrainStateResponse:
+        version = self._run("load_train_state", request.name)
+        return learner_pb2.TrainStateResponse(path=request.name, policy_version=version)
+
+    @handle_errors
     def GetInfo(
         self, request: common_pb2.Empty, context: grpc.ServicerContext
     ) -> learner_pb2.LearnerInfo:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
@@ -67,13 +68,21 @@ class FakeReward:
 
 
 class FakeLearner:
-    def __init__(self, rollouts: list[FakeRollout]) -> None:
+    """Counts versions; its train state (the version) is a real file under ``root``, laid
+    out like the learner's (``<name>/COMPLETE``), so resume runs against it."""
+
+    def __init__(self, rollouts: list[FakeRollout], root: Path | None = None) -> None:
         self.version = 0
         self.batches: list[list[TrainSample]] = []
         self.rollouts = rollouts
         self.checkpoints: list[str] = []
+        self.root = root
+        self.fail_at_step: int | None = None
+        """train_step raises UNAVAILABLE on this call number (a learner that died)."""
 
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
+        if self.fail_at_step is not None and len(self.batches) + 1 >= self.fail_at_step:
+            raise Unavailable()
         self.batches.append(samples)
         self.version += 1
         return TrainStepResult(self.version, {"actor/pg_loss": 0.1})
@@ -89,3 +98,16 @@ class FakeLearner:
     def save_checkpoint(self, path: str) -> str:
         self.checkpoints.append(path)
         return path
+
+    def save_train_state(self, name: str) -> int:
+        assert self.root is not None, "FakeLearner(root=...) to checkpoint"
+        directory = self.root / name
+        directory.mkdir(parents=True)
+        (directory / "version").write_text(str(self.version))
+        (directory / "COMPLETE").write_text("ok")
+        return self.version
+
+    def load_train_state(self, name: str) -> int:
+        assert self.root is not None
+        self.version = int((self.root / name / "version").read_text())
+        return self.version

@@ -57,12 +57,14 @@ def test_cursor_hands_out_each_row_once_per_epoch():
 def test_every_prompt_trained_exactly_once_per_epoch(tmp_path):
     svc, rollouts, learner = services()
     data = records(12)
-    job = TrainingJob(config(num_steps=3), svc, data, tmp_path)
+    learner.root = tmp_path / "checkpoints"
+    job = TrainingJob(config(num_steps=3), svc, data, tmp_path, checkpoint_root=learner.root)
     summary = job.run()
     trained = Counter(s.prompt_ids[0] for batch in learner.batches for s in batch)
     assert trained == Counter({r.prompt_ids[0]: 2 for r in data})  # group_size samples each
     assert summary.num_steps == 3 and summary.num_dropped_stale == 0
-    assert learner.checkpoints == [str((tmp_path / "checkpoint").resolve())]
+    assert learner.checkpoints == ["final"]
+    assert summary.last_checkpoint == str(learner.root / "step_00000003")
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
     assert json.loads((tmp_path / "summary.json").read_text())["num_steps"] == 3
@@ -125,9 +127,14 @@ def test_stop_between_steps_saves_and_reports(tmp_path):
         return result
 
     learner.train_step = train_then_stop
-    summary = TrainingJob(config(), svc, records(40), tmp_path, control).run()
+    learner.root = tmp_path / "checkpoints"
+    summary = TrainingJob(
+        config(), svc, records(40), tmp_path, control, checkpoint_root=learner.root
+    ).run()
     assert summary.num_steps == 2 and len(learner.batches) == 2
-    assert control.status().state == "done" and learner.checkpoints
+    assert control.status().state == "done" and learner.checkpoints == ["final"]
+    # The stop wrote a resumable checkpoint of the last step (checkpoint_every is 50).
+    assert summary.last_checkpoint.endswith("step_00000002")
 
 
 def test_pause_blocks_until_resume(tmp_path):

@@ -1,0 +1,151 @@
+"""The coordinator's half of a checkpoint, and which checkpoints are complete.
+
+A checkpoint of step ``s`` is the directory ``<root>/step_<s>/`` holding
+- ``learner/``: the learner's train state (weights, optimizer, RNG of every rank), written by
+  the learner's ``SaveTrainState`` and marked complete by its own ``COMPLETE`` file;
+- ``coordinator.json``: the schedule's state (below), written last and atomically.
+A checkpoint is complete when both are there; anything else is a save cut short (a crash) and
+is ignored, then removed. The last ``keep_last`` complete checkpoints are kept.
+
+The coordinator's state is what continuing needs: the cursor (epoch, position), every prompt
+handed out and not trained (in flight, scored-but-untrained, re-queued: all regenerated on
+resume, in hand-out order), the admission count, the step and version, the per-step rewards
+and counters of the summary. The run's logs (metrics.jsonl, trained.jsonl) are rewound to the
+checkpoint's step on resume, so a step trained after the checkpoint and lost with the crash is
+trained again exactly once. Knows nothing of gRPC or the learner's file layout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+STATE_FILE = "coordinator.json"
+LEARNER_DIR = "learner"
+
+
+@dataclass
+class CoordinatorState:
+    step: int
+    """Last trained step."""
+    policy_version: int
+    """Learner policy version after that step."""
+    versions_per_step: int
+    """Optimizer steps per train step (measured at step 1)."""
+    cursor_epoch: int
+    cursor_position: int
+    pending: list[list[int]]
+    """[epoch, dataset index, hand-out seq] of every prompt handed out and not trained."""
+    num_started: int
+    """Admission's count of started groups, the pending ones excluded (they restart)."""
+    num_rows: int
+    """Dataset size: a resume against another dataset is refused."""
+    rewards: list[float] = field(default_factory=list)
+    """Mean reward of each trained step (the summary's start and end)."""
+    num_samples: int = 0
+    num_requeued: int = 0
+    num_dropped_stale: int = 0
+    staleness: dict[str, int] = field(default_factory=dict)
+    learner_busy_s: float = 0.0
+    wall_s: float = 0.0
+    """Training wall time before this checkpoint (summed over restarts)."""
+
+
+class CheckpointStore:
+    """Complete / partial checkpoints under one root; commit, find the latest, prune."""
+
+    def __init__(self, root: Path, keep_last: int = 2) -> None:
+        if keep_last < 1:
+            raise ValueError("coordinator.keep_checkpoints must be >= 1")
+        self.root = root
+        self.keep_last = keep_last
+
+    @staticmethod
+    def step_name(step: int) -> str:
+        return f"step_{step:08d}"
+
+    def learner_name(self, step: int) -> str:
+        """What the learner's SaveTrainState / LoadTrainState get (relative to its root)."""
+        return f"{self.step_name(step)}/{LEARNER_DIR}"
+
+    def is_complete(self, step: int) -> bool:
+        directory = self.root / self.step_name(step)
+        return (directory / STATE_FILE).exists() and (directory / LEARNER_DIR / "COMPLETE").exists()
+
+    def steps(self) -> list[int]:
+        """Steps with a checkpoint directory, complete or not, ascending."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for entry in self.root.iterdir():
+            match = _STEP_DIR.match(entry.name)
+            if match and entry.is_dir():
+                out.append(int(match.group(1)))
+        return sorted(out)
+
+    def complete_steps(self) -> list[int]:
+        return [s for s in self.steps() if self.is_complete(s)]
+
+    def commit(self, state: CoordinatorState) -> Path:
+        """Writes the coordinator's half after the learner's (which makes it complete)."""
+        directory = self.root / self.step_name(state.step)
+        if not (directory / LEARNER_DIR / "COMPLETE").exists():
+            raise RuntimeError(f"{directory}: the learner's train state is missing")
+        _atomic_write(directory / STATE_FILE, json.dumps(asdict(state)) + "\n")
+        self.prune()
+        return directory
+
+    def latest(self) -> CoordinatorState | None:
+        """The newest complete checkpoint's state, or None."""
+        for step in reversed(self.complete_steps()):
+            path = self.root / self.step_name(step) / STATE_FILE
+            try:
+                return CoordinatorState(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+        return None
+
+    def prune(self) -> None:
+        """Keeps the newest ``keep_last`` complete checkpoints; removes older ones and any
+        partial one older than the newest complete."""
+        complete = self.complete_steps()
+        keep = set(complete[-self.keep_last :])
+        newest = complete[-1] if complete else -1
+        for step in self.steps():
+            if step in keep or step > newest:
+                continue  # a newer partial one may be a save in progress
+            shutil.rmtree(self.root / self.step_name(step), ignore_errors=True)
+
+
+def rewind_jsonl(path: Path, last_step: int) -> int:
+    """Drops lines of a per-step JSONL log whose ``step`` is past ``last_step`` (steps trained
+    after the checkpoint and lost with the crash); returns the lines kept."""
+    if not path.exists():
+        return 0
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            step = int(json.loads(line).get("step", 0))
+        except (ValueError, AttributeError):
+            continue  # a line cut short by the crash
+        if step <= last_step:
+            kept.append(line)
+    _atomic_write(path, "".join(f"{line}\n" for line in kept))
+    return len(kept)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
