@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +71,9 @@ def save_train_state(worker: LearnerWorker, directory: Path) -> None:
         shutil.rmtree(directory)
     _barrier()
     directory.mkdir(parents=True, exist_ok=True)
-    dcp.save(_state(worker), checkpoint_id=directory / "dcp", no_dist=not _distributed())
+    with warnings.catch_warnings():  # a single process saving without a group is intended
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(_state(worker), checkpoint_id=directory / "dcp", no_dist=not _distributed())
     extras = {
         "policy_version": worker.policy_version,
         "torch_rng": torch.get_rng_state(),
@@ -88,7 +91,9 @@ def load_train_state(worker: LearnerWorker, directory: Path) -> int:
     if not (directory / COMPLETE).exists():
         raise FileNotFoundError(f"{directory} is not a complete learner checkpoint")
     state = _state(worker)
-    dcp.load(state, checkpoint_id=directory / "dcp", no_dist=not _distributed())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=directory / "dcp", no_dist=not _distributed())
     for name, (module, optim) in _trainables(worker).items():
         set_state_dict(
             module,

@@ -29,9 +29,7 @@ def _services(root, num_replicas=2):
 
 
 def _config(**kw):
-    base = dict(
-        num_steps=9, prompts_per_step=4, group_size=2, checkpoint_every=2, progress=False
-    )
+    base = dict(num_steps=9, prompts_per_step=4, group_size=2, checkpoint_every=2, progress=False)
     base.update(kw)
     return CoordinatorConfig(**base)
 
