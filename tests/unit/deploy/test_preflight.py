@@ -250,3 +250,16 @@ def test_launch_refuses_a_bad_job_before_starting_anything(tmp_path):
     ]
     assert not run_dir.exists()  # no logs/, no port files: nothing was started
     assert time.monotonic() - start < 120  # (deadline only; services would take minutes)
+
+
+def test_preflight_imports_no_torch_transformers_or_grpc():
+    code = (
+        "import sys; from hybridflow.deploy.preflight import problems; "
+        f"assert problems({str(QUICKSTART)!r}) == []; "
+        "print(sorted(m for m in ('torch', 'transformers', 'grpc') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (out.returncode, out.stdout) == (0, "[]\n"), out.stderr
