@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridflow.config.loader import load_config
+from hybridflow.config.ranges import above, raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.reward.config import RewardConfig
@@ -26,6 +27,14 @@ class DeployConfig:
     """Each run writes runs/<timestamp>/ under this directory."""
     health_timeout_s: float = 600.0
     """Seconds to wait for every service's health check."""
+
+    def validate(self) -> None:
+        raise_problems(
+            [
+                None if self.run_root else "deploy.run_root: must be a non-empty path",
+                above("deploy.health_timeout_s", self.health_timeout_s, 0),
+            ]
+        )
 
 
 @dataclass

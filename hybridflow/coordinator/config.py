@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hybridflow.config.ranges import above, at_least, raise_problems, within
 from hybridflow.rpc.config import ChannelConfig, ServerConfig
 
 
@@ -19,6 +20,14 @@ class SamplingConfig:
     """Longest response."""
 
     def validate(self) -> None:
+        raise_problems(
+            [
+                above("coordinator.sampling.temperature", self.temperature, 0),
+                above("coordinator.sampling.top_p", self.top_p, 0)
+                or within("coordinator.sampling.top_p", self.top_p, 0, 1),
+                at_least("coordinator.sampling.max_new_tokens", self.max_new_tokens, 1),
+            ]
+        )
         if self.temperature <= 0:
             raise ValueError("coordinator.sampling.temperature must be > 0 for RL training")
         if not 0 < self.top_p <= 1:
@@ -37,6 +46,9 @@ class CoordinatorConfig:
     """Rows to generate for builtin datasets (files use all their rows)."""
     max_prompt_tokens: int = 512
     """Longer prompts are dropped (and counted)."""
+    max_prompt_bytes: int = 64 * 1024
+    """A dataset row whose prompt is longer than this (UTF-8 bytes of its text) is an error
+    naming the row, found before anything is tokenised (preflight and dataset loading)."""
     seed: int = 0
     """Seed of the prompt order (shuffled anew each epoch) and sampling."""
     num_steps: int = 100
@@ -81,6 +93,25 @@ class CoordinatorConfig:
     """Show a progress bar with live reward."""
 
     def validate(self) -> None:
+        raise_problems(
+            [
+                *(
+                    at_least(f"coordinator.{name}", getattr(self, name), 1)
+                    for name in (
+                        "data_size",
+                        "max_prompt_tokens",
+                        "max_prompt_bytes",
+                        "num_steps",
+                        "prompts_per_step",
+                        "group_size",
+                        "sync_every",
+                    )
+                ),
+                at_least("coordinator.seed", self.seed, 0),
+                at_least("coordinator.prompts_per_request", self.prompts_per_request, 0),
+                at_least("coordinator.max_staleness", self.max_staleness, 0),
+            ]
+        )
         for name in ("data_size", "num_steps", "prompts_per_step", "group_size", "sync_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"coordinator.{name} must be >= 1")

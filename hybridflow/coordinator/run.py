@@ -33,6 +33,10 @@ def run_job(
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    from hybridflow.deploy.preflight import check_job, report
+
+    if report(check_job(job, ports=["coordinator.server"])):  # services already hold theirs
+        return 2
     cfg = job.coordinator
     missing = [
         n
@@ -82,6 +86,7 @@ def run_job(
         cfg.data_size if cfg.data.startswith("builtin:") else None,
         cfg.seed,
         cfg.max_prompt_tokens,
+        cfg.max_prompt_bytes,
     )
     log.info(
         "dataset %s: %d prompts (%d dropped as too long)",

@@ -12,7 +12,11 @@ tokenizer whose config sets ``add_bos_token`` gets its BOS prepended (once), as 
 expects. EOS is never added.
 
 Bad rows raise ValueError naming the file, the line (JSONL) or row (parquet) and the field.
-Prompts longer than ``max_prompt_tokens`` are dropped and counted, never silently.
+Prompts longer than ``max_prompt_tokens`` are dropped and counted, never silently. A prompt
+longer than ``max_prompt_bytes`` (UTF-8 bytes of its text, chat contents summed) is an error
+naming the row, raised before tokenising; JSONL lines are read with a bounded buffer, so a
+huge line is refused without being held in memory. ``check_prompt_rows`` runs the same row
+checks without a tokenizer and reports every bad row (preflight uses it).
 This module knows nothing about rollout, rewards or the coordinator's cursor.
 """
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ logger = logging.getLogger(__name__)
 BUILTIN_DATASETS = ("builtin:arith",)
 DEFAULT_BUILTIN_NUM = 1024
 """Rows generated for a builtin dataset when ``num`` is None."""
+LINE_SLACK_BYTES = 1024 * 1024
+"""JSONL lines may exceed the prompt limit by this much (other fields) plus JSON escaping."""
 
 
 @dataclass
@@ -67,12 +73,13 @@ def load_prompt_dataset(
     num: int | None = None,
     seed: int = 0,
     max_prompt_tokens: int | None = None,
+    max_prompt_bytes: int | None = None,
 ) -> list[PromptRecord]:
     """Records of ``spec``; over-long prompts are dropped and the count logged at WARNING.
 
     See ``read_prompt_dataset`` for the arguments; use it to get the dropped count as a value.
     """
-    dataset = read_prompt_dataset(spec, tokenizer, num, seed, max_prompt_tokens)
+    dataset = read_prompt_dataset(spec, tokenizer, num, seed, max_prompt_tokens, max_prompt_bytes)
     if dataset.num_dropped_too_long:
         logger.warning(
             "dataset %s: dropped %d prompts longer than max_prompt_tokens=%s (kept %d)",
@@ -90,6 +97,7 @@ def read_prompt_dataset(
     num: int | None = None,
     seed: int = 0,
     max_prompt_tokens: int | None = None,
+    max_prompt_bytes: int | None = None,
 ) -> PromptDataset:
     """Load and tokenise a dataset.
 
@@ -99,18 +107,22 @@ def read_prompt_dataset(
     seed: seeds the generation of builtin datasets (files are read in order; shuffle per epoch
         with ``epoch_order``).
     max_prompt_tokens: drop (and count) prompts with more tokens than this (None: keep all).
+    max_prompt_bytes: a prompt text longer than this is a ValueError naming the row, raised
+        before it is tokenised (None: no limit).
     """
     if num is not None and num < 0:
         raise ValueError(f"num must be >= 0 or None, got {num}")
     if max_prompt_tokens is not None and max_prompt_tokens < 1:
         raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {max_prompt_tokens}")
-    rows = _iter_rows(spec, num, seed)
+    if max_prompt_bytes is not None and max_prompt_bytes < 1:
+        raise ValueError(f"max_prompt_bytes must be >= 1 or None, got {max_prompt_bytes}")
+    rows = _iter_rows(spec, num, seed, _line_limit(max_prompt_bytes))
     records: list[PromptRecord] = []
     num_dropped = 0
     for index, (where, row) in enumerate(rows):
         if num is not None and len(records) >= num:
             break
-        record = _row_to_record(row, where, index, tokenizer)
+        record = _row_to_record(row, where, index, tokenizer, max_prompt_bytes)
         if max_prompt_tokens is not None and len(record.prompt_ids) > max_prompt_tokens:
             num_dropped += 1
             continue
@@ -145,7 +157,62 @@ def iter_epochs(
         epoch += 1
 
 
-def _iter_rows(spec: str, num: int | None, seed: int) -> Iterator[tuple[str, Any]]:
+def check_prompt_rows(
+    spec: str,
+    max_prompt_bytes: int | None = None,
+    needs_ground_truth: Callable[[str], bool | None] | None = None,
+    max_problems: int = 20,
+) -> list[str]:
+    """Every problem of a dataset file, without tokenising: one line each, naming the row.
+
+    Checks that the file exists, is readable and has rows, that each row parses and has its
+    fields, that prompts fit ``max_prompt_bytes``, and, through ``needs_ground_truth``
+    (data_source -> True: its scorer needs a ground truth, None: no scorer at all), that the
+    reward service can score it. Streams the file; stops listing after ``max_problems``.
+    """
+    problems: list[str] = []
+    num_bad = 0
+    num_rows = 0
+    try:
+        rows = _iter_rows(spec, None, 0, _line_limit(max_prompt_bytes), keep_going=True)
+        for where, row in rows:
+            num_rows += 1
+            try:
+                if isinstance(row, ValueError):  # a line that did not parse
+                    raise row
+                _, data_source, ground_truth, _ = _row_fields(row, where, max_prompt_bytes)
+                need = needs_ground_truth(data_source) if needs_ground_truth else False
+                if need is None:
+                    raise ValueError(f"{where}: no reward scorer for data_source {data_source!r}")
+                if need and ground_truth is None:
+                    raise ValueError(
+                        f'{where}: missing field "reward_model.ground_truth" (the '
+                        f"{data_source!r} scorer needs one)"
+                    )
+            except ValueError as exc:
+                num_bad += 1
+                if len(problems) < max_problems:
+                    problems.append(str(exc))
+    except (ValueError, OSError) as exc:  # the file itself: missing, unreadable, corrupt
+        return [*problems, str(exc)]
+    if num_bad > len(problems):
+        problems.append(f"{spec}: {num_bad - len(problems)} more bad rows not listed")
+    if num_rows == 0:
+        problems.append(f"{spec}: the dataset has no rows")
+    return problems
+
+
+def _line_limit(max_prompt_bytes: int | None) -> int | None:
+    return None if max_prompt_bytes is None else 8 * max_prompt_bytes + LINE_SLACK_BYTES
+
+
+def _iter_rows(
+    spec: str,
+    num: int | None,
+    seed: int,
+    max_line_bytes: int | None = None,
+    keep_going: bool = False,
+) -> Iterator[tuple[str, Any]]:
     """(location for error messages, raw row) pairs of ``spec``."""
     if spec.startswith("builtin:"):
         if spec != "builtin:arith":
@@ -162,24 +229,57 @@ def _iter_rows(spec: str, num: int | None, seed: int) -> Iterator[tuple[str, Any
             f"dataset {spec!r}: no such file (expected builtin:arith, .jsonl, .parquet)"
         )
     suffix = path.suffix.lower()
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"dataset {spec!r}: cannot read: {exc.strerror or exc}") from exc
     if suffix == ".jsonl":
-        return _iter_jsonl(path)
+        return _iter_jsonl(path, max_line_bytes, keep_going)
     if suffix == ".parquet":
         return _iter_parquet(path)
     raise ValueError(f"dataset {spec!r}: unsupported file type {suffix!r} (use .jsonl or .parquet)")
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+def _iter_jsonl(
+    path: Path, max_line_bytes: int | None = None, keep_going: bool = False
+) -> Iterator[tuple[str, Any]]:
+    """Rows of a JSONL file; a line over ``max_line_bytes`` is refused unread (skipped in
+    bounded chunks), so a huge line never sits in memory. A bad line raises ValueError, or
+    with ``keep_going`` is yielded as that ValueError in place of the row."""
+    limit = -1 if max_line_bytes is None else max_line_bytes + 1
+    with path.open("rb") as f:
+        line_no = 0
+        while True:
+            raw = f.readline(limit)
+            if not raw:
+                return
+            line_no += 1
             where = f"{path}:{line_no}"
+            if not raw.strip() and (max_line_bytes is None or len(raw) <= max_line_bytes):
+                continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
-            yield where, row
+                yield where, _parse_line(f, raw, where, max_line_bytes)
+            except ValueError as exc:
+                if not keep_going:
+                    raise
+                yield where, exc
+
+
+def _parse_line(f: Any, raw: bytes, where: str, max_line_bytes: int | None) -> Any:
+    if max_line_bytes is not None and len(raw) > max_line_bytes and raw[-1:] != b"\n":
+        while raw and raw[-1:] != b"\n":  # skip the rest of the line in bounded reads
+            raw = f.readline(1024 * 1024)
+        raise ValueError(
+            f"{where}: line longer than {max_line_bytes} bytes (prompt limit "
+            f"coordinator.max_prompt_bytes={(max_line_bytes - LINE_SLACK_BYTES) // 8})"
+        )
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not UTF-8: {exc.reason}") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
@@ -197,7 +297,37 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
             row_no += 1
 
 
-def _row_to_record(row: Any, where: str, index: int, tokenizer: Any) -> PromptRecord:
+def _row_to_record(
+    row: Any, where: str, index: int, tokenizer: Any, max_prompt_bytes: int | None = None
+) -> PromptRecord:
+    prompt, data_source, ground_truth, extra_info = _row_fields(row, where, max_prompt_bytes)
+    if isinstance(prompt, str):
+        text = prompt
+        ids = _encode_plain(tokenizer, text)
+    else:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                f"{where}: field 'prompt' is a chat message list but the tokenizer has no "
+                "chat_template; use plain-string prompts or a tokenizer with a chat template"
+            )
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if not ids:
+        raise ValueError(f"{where}: field 'prompt' tokenises to zero tokens")
+    return PromptRecord(
+        prompt_text=text,
+        prompt_ids=ids,
+        data_source=data_source,
+        ground_truth=ground_truth,
+        extra_info=extra_info,
+        index=index,
+    )
+
+
+def _row_fields(
+    row: Any, where: str, max_prompt_bytes: int | None
+) -> tuple[str | list[dict[str, str]], str, str | None, dict[str, Any]]:
+    """(prompt, data_source, ground truth, extra_info) of a row, checked; no tokenizer."""
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected an object per row, got {type(row).__name__}")
     data_source = row.get("data_source")
@@ -211,31 +341,25 @@ def _row_to_record(row: Any, where: str, index: int, tokenizer: Any) -> PromptRe
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError(f"{where}: field 'prompt' is an empty string")
-        text = prompt
-        ids = _encode_plain(tokenizer, text)
+        checked: str | list[dict[str, str]] = prompt
+        size = len(prompt.encode("utf-8"))
     elif isinstance(prompt, list):
-        messages = _check_messages(prompt, where)
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                f"{where}: field 'prompt' is a chat message list but the tokenizer has no "
-                "chat_template; use plain-string prompts or a tokenizer with a chat template"
-            )
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        checked = _check_messages(prompt, where)
+        size = sum(len(m["content"].encode("utf-8")) for m in checked)
     else:
         raise ValueError(
             f"{where}: field 'prompt' must be a string or a list of chat messages, "
             f"got {type(prompt).__name__}"
         )
-    if not ids:
-        raise ValueError(f"{where}: field 'prompt' tokenises to zero tokens")
-    return PromptRecord(
-        prompt_text=text,
-        prompt_ids=ids,
-        data_source=data_source,
-        ground_truth=_ground_truth(row.get("reward_model"), where),
-        extra_info=_extra_info(row.get("extra_info"), where),
-        index=index,
+    if max_prompt_bytes is not None and size > max_prompt_bytes:
+        raise ValueError(
+            f"{where}: prompt is {size} bytes, over coordinator.max_prompt_bytes={max_prompt_bytes}"
+        )
+    return (
+        checked,
+        data_source,
+        _ground_truth(row.get("reward_model"), where),
+        _extra_info(row.get("extra_info"), where),
     )
 
 

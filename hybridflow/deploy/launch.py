@@ -35,11 +35,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError
+    from hybridflow.deploy.preflight import check_job, config_problems, report
 
     try:
         job = load_job_config(args.config, args.set)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    except ConfigError:
+        return report(config_problems(args.config, args.set))  # every problem, exit 2
+    if report(check_job(job)):  # ports, model, TLS files, data: before any service starts
         return 2
     run_dir = Path(args.run_dir or Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S"))
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hybridflow.config.ranges import above, at_least, raise_problems, within
+
 MIB = 1024 * 1024
 
 
@@ -31,6 +33,14 @@ class ServerConfig:
     """Environment variable holding a shared token; when it is set, every call must carry it."""
 
     def validate(self) -> None:
+        raise_problems(
+            [
+                within("server.port", self.port, 0, 65535),
+                at_least("server.max_message_bytes", self.max_message_bytes, MIB),
+                within("server.max_workers", self.max_workers, 1, 1024),
+                at_least("server.grace_s", self.grace_s, 0),
+            ]
+        )
         if not 0 <= self.port < 65536:
             raise ValueError(f"server.port must be in [0, 65535], got {self.port}")
         if self.max_message_bytes < MIB:
@@ -63,6 +73,15 @@ class ChannelConfig:
     """Environment variable holding the shared token sent with every call (if set)."""
 
     def validate(self) -> None:
+        raise_problems(
+            [
+                at_least("channel.max_message_bytes", self.max_message_bytes, MIB),
+                above("channel.timeout_s", self.timeout_s, 0),
+                within("channel.retries", self.retries, 0, 100),
+                at_least("channel.initial_backoff_s", self.initial_backoff_s, 0),
+                within("channel.chunk_bytes", self.chunk_bytes, 64 * 1024, 4 * MIB),
+            ]
+        )
         if self.timeout_s <= 0:
             raise ValueError("channel.timeout_s must be > 0")
         if not 64 * 1024 <= self.chunk_bytes <= 4 * MIB:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hybridflow.config.ranges import above, at_least, raise_problems
+
 MIB = 1024 * 1024
 
 
@@ -27,6 +29,12 @@ class WeightSyncConfig:
     """Deadline of one sync (and of forming the group); past it the group is rebuilt."""
 
     def validate(self) -> None:
+        raise_problems(
+            [
+                at_least("weight_sync.bucket_bytes", self.bucket_bytes, 4096),
+                above("weight_sync.timeout_s", self.timeout_s, 0),
+            ]
+        )
         if self.bucket_bytes < 4096:
             raise ValueError("weight_sync.bucket_bytes must be at least 4096")
         if self.timeout_s <= 0:

@@ -234,3 +234,36 @@ def test_builtin_char_tokenizer_round_trip(tmp_path: Path) -> None:
     assert chat.prompt_text == plain.prompt_text == "3+4="
     assert chat.prompt_ids == plain.prompt_ids == tokenizer.encode("3+4=", add_special_tokens=False)
     assert len(plain.prompt_ids) == 4
+
+
+class CountingTokenizer:
+    """The real test tokenizer, counting what it is asked to encode."""
+
+    def __init__(self) -> None:
+        self.inner = make_tokenizer()
+        self.encoded: list[str] = []
+        self.chat_template = self.inner.chat_template
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        self.encoded.append(text)
+        return list(self.inner.encode(text, add_special_tokens=add_special_tokens))
+
+
+def test_an_oversized_prompt_is_refused_before_tokenising(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    rows = [{"prompt": "1+1=", "data_source": "arith"}, {"prompt": "x" * 5000, "data_source": "a"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tokenizer = CountingTokenizer()
+    with pytest.raises(ValueError, match=rf"{path}:2: prompt is 5000 bytes, over .*=4096"):
+        read_prompt_dataset(str(path), tokenizer, max_prompt_bytes=4096)
+    assert tokenizer.encoded == ["1+1="]  # the big row never reached the tokenizer
+    # Without a limit the same file loads.
+    assert len(read_prompt_dataset(str(path), tokenizer).records) == 2
+
+
+def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    line = json.dumps({"prompt": "y" * (3 * 1024 * 1024), "data_source": "arith"})
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=rf"{path}:1: line longer than \d+ bytes"):
+        read_prompt_dataset(str(path), make_tokenizer(), max_prompt_bytes=1024)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hybridflow.config.ranges import at_least, raise_problems
 from hybridflow.rpc.config import ServerConfig
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -92,7 +93,22 @@ class LearnerConfig:
     <run dir>/checkpoints); empty refuses them."""
 
     def validate(self) -> None:
-        """Raise ValueError naming the first bad field."""
+        """Raise ValueError naming the bad fields (ranges: all at once; then the first)."""
+        raise_problems(
+            [
+                *(
+                    at_least(f"learner.{name}", getattr(self, name), 1)
+                    for name in (
+                        "micro_batch_size",
+                        "ppo_epochs",
+                        "num_mini_batches",
+                        "num_threads",
+                        "nproc_per_node",
+                    )
+                ),
+                at_least("learner.seed", self.seed, 0),
+            ]
+        )
         if self.algorithm not in ("grpo", "ppo"):
             raise ValueError(f"learner.algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
         _positive("lr", self.lr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hybridflow.config.ranges import at_least, raise_problems, within
 from hybridflow.rpc.config import ServerConfig
 
 GSM8K_METHODS = ("strict", "flexible")
@@ -40,6 +41,13 @@ class RewardConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
+        raise_problems(
+            [
+                within("reward.format_score", self.format_score, -1.0, 1.0),
+                at_least("reward.num_threads", self.num_threads, 1),
+                at_least("reward.max_batch_size", self.max_batch_size, 1),
+            ]
+        )
         for data_source, path in self.scorers.items():
             if not isinstance(data_source, str) or not data_source:
                 raise ValueError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hybridflow.config.ranges import at_least, raise_problems
 from hybridflow.rpc.config import ServerConfig
 
 
@@ -42,6 +43,17 @@ class RolloutConfig:
     """Listening socket and transport limits."""
 
     def validate(self) -> None:
+        raise_problems(
+            [
+                at_least("rollout.tensor_parallel_size", self.tensor_parallel_size, 1),
+                at_least("rollout.max_model_len", self.max_model_len, 0),
+                at_least("rollout.kv_cache_gib", self.kv_cache_gib, 1),
+                at_least("rollout.seed", self.seed, 0),
+                at_least("rollout.num_threads", self.num_threads, 1),
+                at_least("rollout.replicas", self.replicas, 1),
+                at_least("rollout.prompts_per_message", self.prompts_per_message, 1),
+            ]
+        )
         if self.replicas < 1:
             raise ValueError("rollout.replicas must be >= 1")
         if self.devices and len(self.devices) != self.replicas:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -111,3 +113,85 @@ class FakeLearner:
         assert self.root is not None
         self.version = int((self.root / name / "version").read_text())
         return self.version
+
+class InvalidArgument(grpc.RpcError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.INVALID_ARGUMENT
+
+    def details(self) -> str:
+        return self.message
+
+
+class HandOutOrder:
+    """Makes the replicas' requests generate and land in the buffer in hand-out order.
+
+    Thread scheduling decides when a dispatcher calls ``generate`` after admitting prompts,
+    so without this a request admitted first may be generated after a weight publish and
+    arrive newer than one admitted after it (oldest-first training then takes the later
+    one first). Here a request waits in ``generate`` until every prompt handed out before it
+    is in the buffer (``wrap_put`` counts them), so policy versions and arrivals follow the
+    cursor's order whatever the machine's load. ``open()`` lets everything through (the run
+    is ending). ``expected`` is the hand-out sequence of prompt ids (a twin cursor's).
+    """
+
+    def __init__(self, expected: list[list[int]], timeout_s: float = 60.0) -> None:
+        self._expected = expected
+        self._timeout_s = timeout_s
+        self._cond = threading.Condition()
+        self._next = 0  # prompts put into the buffer so far
+        self._busy = False  # a request is between its turn and its put
+        self._open = False
+        self.num_in_order = 0
+        """Requests that went through in turn (before ``open``)."""
+
+    def _is_next(self, prompts: list[list[int]]) -> bool:
+        return self._expected[self._next : self._next + len(prompts)] == prompts
+
+    def wait_turn(self, prompts: Sequence[Sequence[int]]) -> None:
+        wanted = [list(p) for p in prompts]
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._open or (not self._busy and self._is_next(wanted)),
+                self._timeout_s,
+            )
+            if not ok:  # reported to the trainer loop as a fatal dispatcher error
+                raise InvalidArgument(
+                    f"request {wanted} never became next (put so far: {self._next})"
+                )
+            if not self._open:
+                self._busy = True
+                self.num_in_order += 1
+
+    def wrap_put(self, put: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
+        """``GroupBuffer.put`` that also moves the turn on once the groups are in."""
+
+        def counted_put(groups: list[Any]) -> None:
+            put(groups)
+            with self._cond:
+                if self._busy:
+                    self._next += len(groups)
+                    self._busy = False
+                self._cond.notify_all()
+
+        return counted_put
+
+    def open(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+
+class OrderedRollout(FakeRollout):
+    """A FakeRollout that generates only when ``HandOutOrder`` says it is its turn."""
+
+    def __init__(self, order: HandOutOrder) -> None:
+        super().__init__()
+        self.order = order
+
+    def generate(self, prompts, params, request_id=""):
+        self.order.wait_turn(prompts)
+        return super().generate(prompts, params, request_id)

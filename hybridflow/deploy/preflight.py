@@ -1,0 +1,266 @@
+"""Preflight: check a job's config and data before any service starts.
+
+``problems(config_path, overrides)`` returns every problem found, one line each naming the
+key, file or row: values out of range (every section, all at once), fixed ports already in
+use, the model, TLS files, and the dataset (readable, non-empty, every row parsed, fields
+present, ground truths where the row's scorer needs one, prompts within
+``coordinator.max_prompt_bytes``). ``deploy/launch.sh`` and ``hybridflow-coordinator run``
+call it right after loading the config; ``python -m hybridflow.deploy.preflight --config X``
+prints the problems and exits 2, or prints "ok".
+
+It does not tokenise, load models or import torch/transformers/grpc (it must stay fast), and
+it does not know how services use what it checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hybridflow.config.job import JobConfig, load_job_config
+from hybridflow.config.loader import ConfigError, apply_override, from_dict
+
+EXIT_PROBLEMS = 2
+"""Exit status when preflight finds a problem."""
+
+
+def problems(config_path: str | Path | None, overrides: Sequence[str] = ()) -> list[str]:
+    """Every problem of the job at ``config_path`` with ``overrides``; empty when all is well."""
+    try:
+        job = load_job_config(config_path, overrides)
+    except ConfigError:
+        return config_problems(config_path, overrides)
+    return check_job(job)
+
+
+def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
+    """Problems of a loaded (valid) job config: ports, model, TLS files, dataset.
+
+    ports: the server keys whose fixed port must be free (None: every service's; the
+    coordinator, started after the services, checks only its own).
+    """
+    return [
+        *_port_problems(job, ports),
+        *_model_problems(job.model),
+        *_tls_problems(job),
+        *_data_problems(job),
+    ]
+
+
+def config_problems(config_path: str | Path | None, overrides: Sequence[str] = ()) -> list[str]:
+    """Every config error, one line each: each section is checked even when another fails."""
+    source = str(config_path) if config_path is not None else "<defaults>"
+    try:
+        raw: dict[str, Any] = {}
+        if config_path is not None:
+            path = Path(config_path)
+            if not path.is_file():
+                raise ConfigError(f"config file not found: {path}")
+            loaded = yaml.safe_load(path.read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"{source}: top level must be a mapping")
+            raw = loaded
+        for override in overrides:
+            apply_override(raw, override)
+    except (ConfigError, yaml.YAMLError, OSError) as exc:
+        return [f"config error: {_strip_source(str(exc), source)}"]
+    lines = _collect(JobConfig, raw, source, "")
+    if not lines:  # the collector missed it: the loader's own message, never nothing
+        try:
+            load_job_config(config_path, overrides)
+        except ConfigError as exc:
+            lines = _strip_source(str(exc), source).splitlines()
+    return [f"config error: {line}" for line in dict.fromkeys(lines)]
+
+
+def _collect(cls: type, raw: Any, source: str, prefix: str) -> list[str]:
+    """Problems of dataclass ``cls`` built from ``raw``: nested sections first, each on its
+    own; then ``cls`` with broken sections left at their defaults (lines naming a broken
+    section are dropped then, they would only echo the defaults)."""
+    if not isinstance(raw, dict):
+        return [f"{prefix.rstrip('.') or '<root>'}: must be a mapping"]
+    found: list[str] = []
+    clean = dict(raw)
+    broken: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        sub = hints.get(f.name)
+        if f.name in raw and isinstance(sub, type) and dataclasses.is_dataclass(sub):
+            sub_lines = _collect(sub, raw[f.name], source, f"{prefix}{f.name}.")
+            if sub_lines:
+                found += sub_lines
+                broken.append(f"{prefix}{f.name}.")
+                del clean[f.name]
+    try:
+        from_dict(cls, clean, source, prefix)
+    except ConfigError as exc:
+        for line in _strip_source(str(exc), source).splitlines():
+            line = _qualify(line, prefix)
+            if not any(b in line for b in broken):
+                found.append(line)
+    return found
+
+
+def _strip_source(message: str, source: str) -> str:
+    head = f"{source}: "
+    return message[len(head) :] if message.startswith(head) else message
+
+
+def _qualify(line: str, prefix: str) -> str:
+    """'server.port: ...' raised by rollout.server becomes 'rollout.server.port: ...'."""
+    if not prefix or line.startswith(prefix) or line.startswith("'"):
+        return line
+    parent, _, last = prefix.rstrip(".").rpartition(".")
+    if line.startswith(last + ".") and parent:
+        return f"{parent}.{line}"
+    return line
+
+
+def _servers(job: JobConfig) -> list[tuple[str, Any]]:
+    return [
+        ("rollout.server", job.rollout.server),
+        ("reward.server", job.reward.server),
+        ("learner.server", job.learner.server),
+        ("coordinator.server", job.coordinator.server),
+    ]
+
+
+def _port_problems(job: JobConfig, keys: Sequence[str] | None) -> list[str]:
+    found: list[str] = []
+    seen: dict[tuple[str, int], str] = {}
+    for key, server in _servers(job):
+        if server.port == 0 or (keys is not None and key not in keys):
+            continue
+        if key == "rollout.server" and job.rollout.replicas > 1:
+            found.append(
+                f"config error: {key}.port: fixed port {server.port} with rollout.replicas="
+                f"{job.rollout.replicas} (replicas cannot share a port; use 0)"
+            )
+            continue
+        where = (server.host, server.port)
+        if where in seen:
+            found.append(
+                f"config error: {key}.port: {server.port} on {server.host} is also {seen[where]}"
+            )
+            continue
+        seen[where] = f"{key}.port"
+        reason = _bind_fails(server.host, server.port)
+        if reason:
+            found.append(
+                f"config error: {key}.port: cannot listen on {server.host}:{server.port}: {reason}"
+            )
+    return found
+
+
+def _bind_fails(host: str, port: int) -> str:
+    """Why a listener on host:port cannot start ('' when it can); the socket is closed."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"unknown host ({exc.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no conflict
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
+
+
+def _model_problems(model: str) -> list[str]:
+    from hybridflow.models import BUILTIN_PREFIX
+    from hybridflow.models.builtin import SPECS
+
+    if model.startswith(BUILTIN_PREFIX):
+        name = model[len(BUILTIN_PREFIX) :]
+        if name not in SPECS:
+            return [f"config error: model: unknown builtin model {name!r}; known: {sorted(SPECS)}"]
+        return []
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return [f"config error: model: {model!r} is not a directory (nor builtin:tiny)"]
+    if not (path / "config.json").is_file():
+        return [f"config error: model: {model!r} has no config.json"]
+    return []
+
+
+def _tls_problems(job: JobConfig) -> list[str]:
+    files: list[tuple[str, str]] = []
+    for key, server in _servers(job):
+        for name in ("tls_cert", "tls_key", "tls_client_ca"):
+            files.append((f"{key}.{name}", getattr(server, name)))
+    channel = job.coordinator.channel
+    for name in ("tls_ca", "tls_cert", "tls_key"):
+        files.append((f"coordinator.channel.{name}", getattr(channel, name)))
+    found = []
+    for key, value in files:
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if not path.is_file():
+            found.append(f"config error: {key}: no such file {value!r}")
+        elif not os.access(path, os.R_OK):
+            found.append(f"config error: {key}: {value!r} is not readable")
+    return found
+
+
+def _data_problems(job: JobConfig) -> list[str]:
+    from hybridflow.data.datasets import BUILTIN_DATASETS, check_prompt_rows
+    from hybridflow.services.reward.registry import ScorerRegistry
+
+    spec = job.coordinator.data
+    if spec.startswith("builtin:"):
+        if spec not in BUILTIN_DATASETS:
+            return [
+                f"config error: coordinator.data: unknown builtin dataset {spec!r}; "
+                f"known: {list(BUILTIN_DATASETS)}"
+            ]
+        return []
+    try:
+        registry = ScorerRegistry(job.reward)
+    except ValueError as exc:  # a user scorer that does not import
+        return [f"config error: {exc}"]
+
+    def needs_ground_truth(data_source: str) -> bool | None:
+        scorer = registry.resolve(data_source)
+        return None if scorer is None else scorer.requires_ground_truth
+
+    try:
+        lines = check_prompt_rows(spec, job.coordinator.max_prompt_bytes, needs_ground_truth)
+    except ImportError as exc:  # parquet without pyarrow
+        lines = [f"{spec}: {exc}"]
+    return [f"data error: {line}" for line in lines]
+
+
+def report(found: Sequence[str]) -> int:
+    """Prints each problem on stderr; the exit status (0 or EXIT_PROBLEMS)."""
+    for line in found:
+        print(line, file=sys.stderr)
+    return EXIT_PROBLEMS if found else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hybridflow.deploy.preflight", description=__doc__
+    )
+    parser.add_argument("--config", default="deploy/configs/quickstart.yaml", help="job YAML")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    code = report(problems(args.config, args.set))
+    if code == 0:
+        print("ok")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
