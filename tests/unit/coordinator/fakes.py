@@ -114,6 +114,7 @@ class FakeLearner:
         self.version = int((self.root / name / "version").read_text())
         return self.version
 
+
 class InvalidArgument(grpc.RpcError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
