@@ -85,6 +85,9 @@ class RunSummary:
     """Of successful streamed requests, from due time to the first response."""
     send_lag_ms: Distribution | None = None
     """How late the generator sent requests compared with their due time."""
+    refused_ms: Distribution | None = None
+    """Of requests refused by load shedding (RESOURCE_EXHAUSTED), from send to the refusal:
+    how fast an overloaded service says no."""
     client_cpu_pct: float | None = None
     """CPU the generator process used over the whole run (warm-up included), in % of one
     core; set by the caller that owns the clock, None when not measured."""
@@ -159,4 +162,7 @@ def summarize(
             [r.first_result_s - r.scheduled_s for r in ok if r.first_result_s is not None]
         ),
         send_lag_ms=distribution_ms([r.sent_s - r.scheduled_s for r in measured]),
+        refused_ms=distribution_ms(
+            [r.end_s - r.sent_s for r in measured if r.code == "RESOURCE_EXHAUSTED"]
+        ),
     )

@@ -1,0 +1,195 @@
+"""Kill harness: run deploy/launch.sh on the tiny model, SIGKILL one process of the run at a
+chosen step, resume where the job cannot continue by itself, then audit what was trained.
+
+The audit reads ``trained.jsonl`` (one line per trained group: step, epoch, prompt index,
+hand-out seq, policy version) and the final checkpoint's list of prompts handed out and not
+trained: every hand-out must be trained exactly once or still pending (0 lost, 0 doubled),
+and no prompt may train twice within an epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = REPO / "deploy" / "launch.sh"
+
+NUM_STEPS = 10
+PROMPTS_PER_STEP = 8
+OVERRIDES = (
+    f"coordinator.num_steps={NUM_STEPS}",
+    f"coordinator.prompts_per_step={PROMPTS_PER_STEP}",
+    "coordinator.group_size=4",
+    "coordinator.data_size=24",
+    "coordinator.checkpoint_every=2",
+    "coordinator.progress=false",
+    "coordinator.save_checkpoint=false",
+    "coordinator.replica_rejoin_timeout_s=120",
+)
+# What each victim's command line contains (the launcher is launch.sh's python child).
+VICTIMS = {
+    "rollout": "hybridflow.services.rollout",
+    "reward": "hybridflow.services.reward",
+    "learner": "hybridflow.services.learner",
+    "coordinator": "hybridflow.coordinator",
+    "launcher": "hybridflow.deploy.launch",
+}
+RESUMED = ("learner", "coordinator", "launcher")
+"""Victims after whose death the job stops and is continued with --resume."""
+
+
+@dataclass
+class Trial:
+    victim: str
+    kill_after_step: int
+    run_dir: Path
+    pids: set[int] = field(default_factory=set)
+    exit_codes: list[int] = field(default_factory=list)
+    output: str = ""
+
+
+def launch(run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
+    args = [str(LAUNCH), *extra]
+    env = dict(os.environ, PYTHON=sys.executable)
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def process_tree(pid: int) -> dict[int, str]:
+    """pid and its descendants with their command lines (Linux /proc)."""
+    out: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            cmdline = Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ")
+            out[current] = cmdline.decode(errors="replace")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def trained_steps(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def run_trial(trial: Trial, timeout_s: float = 600.0) -> None:
+    """Launch, kill the victim once ``kill_after_step`` steps are trained, finish the run."""
+    deadline = time.monotonic() + timeout_s
+    proc = launch(trial.run_dir, "--run-dir", str(trial.run_dir), *_sets())
+    victim_pid = None
+    while victim_pid is None:
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended before the kill:\n{_read(proc)}")
+        if time.monotonic() > deadline:
+            _kill_tree(proc)
+            raise AssertionError(f"step {trial.kill_after_step} not reached in time")
+        tree = process_tree(proc.pid)
+        trial.pids.update(tree)
+        if trained_steps(trial.run_dir) >= trial.kill_after_step:
+            victim_pid = next(
+                (
+                    p
+                    for p, cmd in tree.items()
+                    if VICTIMS[trial.victim] in cmd and "bash" not in cmd
+                ),
+                None,
+            )
+        time.sleep(0.2)  # polling another process's files: nothing to wait on locally
+    os.kill(victim_pid, signal.SIGKILL)
+    trial.exit_codes.append(_wait(proc, deadline, trial))
+    if trial.victim in RESUMED:
+        _wait_gone(trial.pids, deadline)  # nothing of the first attempt may linger
+        proc = launch(trial.run_dir, "--resume", str(trial.run_dir))
+        trial.exit_codes.append(_wait(proc, deadline, trial))
+    _wait_gone(trial.pids, deadline)
+
+
+def audit(run_dir: Path, num_steps: int = NUM_STEPS, per_step: int = PROMPTS_PER_STEP) -> dict:
+    """Counts of the audit; raises AssertionError on a lost or doubled prompt."""
+    trained = [json.loads(x) for x in (run_dir / "trained.jsonl").read_text().splitlines()]
+    steps = Counter(r["step"] for r in trained)
+    assert steps == Counter({s: per_step for s in range(1, num_steps + 1)}), steps
+    per_epoch = Counter((r["epoch"], r["index"]) for r in trained)
+    doubled = [k for k, n in per_epoch.items() if n > 1]
+    assert not doubled, f"trained twice in one epoch: {doubled}"
+    seqs = Counter(r["seq"] for r in trained)
+    final = json.loads(
+        (run_dir / "checkpoints" / f"step_{num_steps:08d}" / "coordinator.json").read_text()
+    )
+    pending = {seq for _, _, seq in final["pending"]}
+    assert not pending & set(seqs), "a pending prompt was also trained"
+    handed_out = set(seqs) | pending
+    lost = set(range(max(handed_out) + 1)) - handed_out
+    assert not lost, f"hand-outs neither trained nor pending: {sorted(lost)}"
+    return {
+        "trained": len(trained),
+        "pending": len(pending),
+        "lost": len(lost),
+        "doubled": len(doubled),
+    }
+
+
+def _sets() -> list[str]:
+    out = []
+    for o in OVERRIDES:
+        out += ["--set", o]
+    return out
+
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float, trial: Trial) -> int:
+    try:
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        raise AssertionError(f"run did not finish in time:\n{_read(proc)}") from None
+    trial.output += _read(proc)
+    return code
+
+
+def _wait_gone(pids: set[int], deadline: float) -> None:
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            left = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in pids if alive(p)}
+            raise AssertionError(f"processes left behind: {left}")
+        time.sleep(0.2)
+
+
+def _read(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stdout is not None
+    return proc.stdout.read().decode(errors="replace")
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    for pid in process_tree(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

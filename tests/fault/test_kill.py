@@ -1,0 +1,37 @@
+"""SIGKILL each process of a run at some step; the run completes (after --resume where the
+learner, coordinator or launcher died) with 0 prompts lost, 0 trained twice per epoch, and no
+process left. The default suite kills each once; ``-m slow`` runs 5 seeded trials each."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.fault.harness import NUM_STEPS, RESUMED, VICTIMS, Trial, audit, run_trial
+
+
+def _check(trial: Trial) -> None:
+    run_trial(trial)
+    if trial.victim in RESUMED:
+        assert trial.exit_codes[0] != 0 and trial.exit_codes[1] == 0, trial.output
+        if trial.victim != "launcher":  # the launcher itself cannot say anything: it is dead
+            assert "--resume" in trial.output, trial.output
+    else:
+        assert trial.exit_codes == [0], trial.output
+    counts = audit(trial.run_dir)
+    assert counts["lost"] == 0 and counts["doubled"] == 0
+
+
+@pytest.mark.parametrize("victim", list(VICTIMS))
+def test_kill_once(victim: str, tmp_path: Path) -> None:
+    _check(Trial(victim, 3, tmp_path / victim))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(5))
+@pytest.mark.parametrize("victim", list(VICTIMS))
+def test_kill_at_random_moments(victim: str, trial: int, tmp_path: Path) -> None:
+    step = random.Random(f"{victim}-{trial}").randint(1, NUM_STEPS - 2)
+    _check(Trial(victim, step, tmp_path / victim))
