@@ -26,6 +26,21 @@ class DeployConfig:
     """Each run writes runs/<timestamp>/ under this directory."""
     health_timeout_s: float = 600.0
     """Seconds to wait for every service's health check."""
+    stop_timeout_s: float = 60.0
+    """On SIGTERM / Ctrl-C: seconds the coordinator gets to finish its step and save before
+    it is killed; the services then get their own drain grace."""
+    restart_budget: int = 3
+    """Restarts per rollout / reward service before the job stops."""
+    restart_backoff_s: float = 1.0
+    """Delay before a service's first restart; doubles with each further restart."""
+
+    def validate(self) -> None:
+        if self.stop_timeout_s < 0:
+            raise ValueError(f"deploy.stop_timeout_s must be >= 0, got {self.stop_timeout_s}")
+        if self.restart_budget < 0:
+            raise ValueError(f"deploy.restart_budget must be >= 0, got {self.restart_budget}")
+        if self.restart_backoff_s < 0:
+            raise ValueError(f"deploy.restart_backoff_s must be >= 0, got {self.restart_backoff_s}")
 
 
 @dataclass

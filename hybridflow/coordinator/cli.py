@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="dotted override, e.g. --set coordinator.num_steps=10",
     )
     run.add_argument("--run-dir", help="output directory (default: <deploy.run_root>/<timestamp>)")
+    run.add_argument(
+        "--resume", action="store_true", help="continue the run in --run-dir from its checkpoint"
+    )
     for name, text in (
         ("status", "show the job's state and last metrics"),
         ("pause", "pause after the current step"),
@@ -50,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from hybridflow.coordinator.run import run_job
 
-        return run_job(args.config, args.set, args.run_dir)
+        return run_job(args.config, args.set, args.run_dir, resume=args.resume)
     return control_command(args)
 
 
@@ -65,6 +69,9 @@ def control_command(args: argparse.Namespace) -> int:
             print(f"error: {addr_file} not found (is the job running?)", file=sys.stderr)
             return 2
         address = addr_file.read_text().strip()
+        token_file = Path(args.run_dir) / "token"  # the launcher's per-run token
+        if not os.environ.get("HYBRIDFLOW_TOKEN") and token_file.is_file():
+            os.environ["HYBRIDFLOW_TOKEN"] = token_file.read_text().strip()
 
     import grpc
 

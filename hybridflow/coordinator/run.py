@@ -12,9 +12,15 @@ from types import FrameType
 log = logging.getLogger("coordinator")
 
 
-def run_job(config_path: str | None, overrides: list[str], run_dir_arg: str | None) -> int:
+def run_job(
+    config_path: str | None, overrides: list[str], run_dir_arg: str | None, resume: bool = False
+) -> int:
+    """``resume``: continue the run in ``run_dir_arg`` from its last checkpoint."""
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError, dump_yaml
+    from hybridflow.deploy.lifeline import watch_parent
+
+    watch_parent()  # under deploy/launch.sh: end when the launcher does
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"
