@@ -173,7 +173,9 @@ class Supervisor:
         if self._stop_requests:
             if self._killed is not None:
                 return Outcome(1, f"coordinator killed: {self._killed}", stopped_by_request=True)
-            return Outcome(code, None, stopped_by_request=True)
+            if code != 0:
+                return Outcome(1, f"coordinator exited with code {code}", True)
+            return Outcome(0, None, stopped_by_request=True)
         if code == 0:
             return Outcome(0)
         # A coordinator that fails often does so because a service died first: name that.
