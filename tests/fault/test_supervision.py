@@ -36,8 +36,13 @@ def start_and_wait_for_training(tmp_path: Path, *overrides: str):  # type: ignor
     return proc, run_dir, output, procs
 
 
-def test_sigkill_launcher_leaves_no_process(tmp_path):
-    proc, run_dir, output, procs = start_and_wait_for_training(tmp_path, *LONG_RUN)
+@pytest.mark.parametrize(
+    "overrides",
+    [(), pytest.param(("learner.nproc_per_node=2",), marks=pytest.mark.slow)],
+    ids=["single-learner", "torchrun-2-ranks"],
+)
+def test_sigkill_launcher_leaves_no_process(tmp_path, overrides):
+    proc, run_dir, output, procs = start_and_wait_for_training(tmp_path, *LONG_RUN, *overrides)
     try:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
