@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridflow.config.loader import load_config
-from hybridflow.config.ranges import above, raise_problems
+from hybridflow.config.ranges import above, at_least, raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.reward.config import RewardConfig
@@ -27,12 +27,22 @@ class DeployConfig:
     """Each run writes runs/<timestamp>/ under this directory."""
     health_timeout_s: float = 600.0
     """Seconds to wait for every service's health check."""
+    stop_timeout_s: float = 60.0
+    """On SIGTERM / Ctrl-C: seconds the coordinator gets to finish its step and save before
+    it is killed; the services then get their own drain grace."""
+    restart_budget: int = 3
+    """Restarts per rollout / reward service before the job stops."""
+    restart_backoff_s: float = 1.0
+    """Delay before a service's first restart; doubles with each further restart."""
 
     def validate(self) -> None:
         raise_problems(
             [
                 None if self.run_root else "deploy.run_root: must be a non-empty path",
                 above("deploy.health_timeout_s", self.health_timeout_s, 0),
+                at_least("deploy.stop_timeout_s", self.stop_timeout_s, 0),
+                at_least("deploy.restart_budget", self.restart_budget, 0),
+                at_least("deploy.restart_backoff_s", self.restart_backoff_s, 0),
             ]
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -73,6 +74,9 @@ def control_command(args: argparse.Namespace) -> int:
             print(f"error: {addr_file} not found (is the job running?)", file=sys.stderr)
             return 2
         address = addr_file.read_text().strip()
+        token_file = Path(args.run_dir) / "token"  # the launcher's per-run token
+        if not os.environ.get("HYBRIDFLOW_TOKEN") and token_file.is_file():
+            os.environ["HYBRIDFLOW_TOKEN"] = token_file.read_text().strip()
 
     import grpc
 

@@ -24,6 +24,9 @@ def run_job(
     job; returns the exit code: 0 done, 1 failed (one line names the cause), 2 bad config."""
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError, dump_yaml
+    from hybridflow.deploy.lifeline import watch_parent
+
+    watch_parent()  # under deploy/launch.sh: end when the launcher does
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"

@@ -1,9 +1,21 @@
-"""``python -m hybridflow.deploy.launch``: what deploy/launch.sh runs.
+"""``python -m hybridflow.deploy.launch``: what deploy/launch.sh runs (it ``exec``s this).
 
-Starts every service, waits for health, runs the coordinator in the foreground, and stops
-every process it started when the coordinator ends, fails, or on Ctrl-C / SIGTERM.
-Ctrl-C reaches the coordinator directly (same terminal): it finishes its step, saves, exits.
-SIGTERM to the launcher is forwarded to the coordinator with the same effect.
+Starts every service, waits for health, runs the coordinator, and supervises them (see
+:mod:`hybridflow.deploy.supervisor`): a dead rollout or reward service is restarted on its
+address; a dead learner or coordinator stops the job with one line naming the cause and the
+command to resume. Every process started here dies with this one, even when it is SIGKILLed
+(:mod:`hybridflow.deploy.lifeline`).
+
+SIGTERM or Ctrl-C: the coordinator (in its own session, so only this process routes
+signals to it) gets SIGTERM, finishes its step and saves; it is killed after
+``deploy.stop_timeout_s``, then the services get SIGTERM and, after a grace, SIGKILL. A
+second SIGTERM / Ctrl-C kills what is left at once.
+
+``--resume RUN_DIR`` (or ``auto``: the newest run under ``deploy.run_root``) starts the job
+again in RUN_DIR with the config and overrides of its first launch (``launch.json``) and
+passes ``--resume`` to the coordinator. Extra ``--set`` overrides are allowed on resume
+(e.g. more steps); they are appended to the saved ones and kept for later resumes. A
+different ``--config`` is refused.
 """
 
 from __future__ import annotations
@@ -11,16 +23,31 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+DEFAULT_CONFIG = "deploy/configs/quickstart.yaml"
+TOKEN_ENV = "HYBRIDFLOW_TOKEN"
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="deploy/launch.sh", description=__doc__)
-    parser.add_argument("--config", default="deploy/configs/quickstart.yaml", help="job YAML")
+log = logging.getLogger("launch")
+
+
+class LaunchError(Exception):
+    """A problem with the command line or the run dir, reported as one line, exit 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="deploy/launch.sh",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help=f"job YAML (default {DEFAULT_CONFIG})")
     parser.add_argument(
         "--set",
         action="append",
@@ -29,69 +56,195 @@ def main(argv: list[str] | None = None) -> int:
         help="dotted override for every process (repeatable)",
     )
     parser.add_argument("--run-dir", help="output directory (default: runs/<timestamp>)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR|auto",
+        help="continue the run in RUN_DIR (auto: the newest under deploy.run_root)",
+    )
+    return parser
+
+
+def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | None]:
+    """(config path, overrides, run dir or None for a new timestamped one) for this launch."""
+    if not args.resume:
+        return (
+            args.config or DEFAULT_CONFIG,
+            list(args.set),
+            (Path(args.run_dir) if args.run_dir else None),
+        )
+    if args.run_dir:
+        raise LaunchError("give --resume RUN_DIR or --run-dir, not both")
+    if args.resume == "auto":
+        from hybridflow.config.job import load_job_config
+
+        root = Path(load_job_config(args.config or DEFAULT_CONFIG, args.set).deploy.run_root)
+        run_dir = newest_run(root)
+        if run_dir is None:
+            raise LaunchError(f"--resume auto: no run with a launch.json under {root}")
+    else:
+        run_dir = Path(args.resume)
+    if not run_dir.is_dir():
+        raise LaunchError(f"--resume: {run_dir} is not a directory")
+    if not (run_dir / "config.yaml").is_file():
+        raise LaunchError(
+            f"--resume: {run_dir}/config.yaml not found (its coordinator never started); "
+            "launch it afresh"
+        )
+    launch_file = run_dir / "launch.json"
+    if launch_file.is_file():
+        saved = json.loads(launch_file.read_text())
+        config, overrides = saved["config"], list(saved["overrides"])
+    else:  # a run from before launch.json: its resolved config stands in for both
+        config, overrides = str(run_dir / "config.yaml"), []
+    if args.config and args.config != config:
+        raise LaunchError(
+            f"--resume: {run_dir} was launched with --config {config}, not {args.config} "
+            "(drop --config; extra --set overrides are allowed)"
+        )
+    return config, [*overrides, *args.set], run_dir
+
+
+def newest_run(root: Path) -> Path | None:
+    """The run under ``root`` whose launch.json was written last (every launch rewrites it)."""
+    runs = [p.parent for p in root.glob("*/launch.json")]
+    return max(runs, key=lambda p: (p / "launch.json").stat().st_mtime, default=None)
+
+
+def write_launch_record(run_dir: Path, config: str, overrides: list[str], resume: bool) -> None:
+    """Saves what this launch used so ``--resume`` repeats it; one entry per launch."""
+    path = run_dir / "launch.json"
+    launches = json.loads(path.read_text())["launches"] if path.is_file() else []
+    launches.append({"time": time.time(), "resume": resume, "pid": os.getpid()})
+    record = {"config": config, "overrides": overrides, "launches": launches}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _run_token_env(run_dir: Path) -> dict[str, str]:
+    """The per-run auth token every child gets: none to add when ``HYBRIDFLOW_TOKEN`` is
+    already set (own deployments); else ``run_dir/token`` (mode 0600), created on the first
+    launch and reused on resume."""
+    if os.environ.get(TOKEN_ENV):
+        return {}
+    path = run_dir / "token"
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            raise LaunchError(f"{path} is readable by others; chmod 600 it") from None
+        token = path.read_text().strip()
+        if not token:
+            raise LaunchError(f"{path} is empty; delete it for a new token") from None
+        return {TOKEN_ENV: token}
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return {TOKEN_ENV: token}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
-    log = logging.getLogger("launch")
 
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError
     from hybridflow.deploy.preflight import check_job, config_problems, report
 
     try:
-        job = load_job_config(args.config, args.set)
+        config_path, overrides, run_dir_arg = resolve_launch(args)
+        job = load_job_config(config_path, overrides)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ConfigError:
-        return report(config_problems(args.config, args.set))  # every problem, exit 2
+        return report(config_problems(config_path, overrides))  # every problem, exit 2
     if report(check_job(job)):  # ports, model, TLS files, data: before any service starts
         return 2
-    run_dir = Path(args.run_dir or Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S"))
+    run_dir = run_dir_arg or Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
+    resume = bool(args.resume)
+    try:
+        env = _run_token_env(run_dir)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    write_launch_record(run_dir, config_path, overrides, resume)
+    if not job.learner.checkpoint_dir:  # the only place checkpoint RPCs may write
+        overrides = [*overrides, f"learner.checkpoint_dir={(run_dir / 'checkpoints').resolve()}"]
 
     from hybridflow.deploy.launcher import ServiceGroup
+    from hybridflow.deploy.lifeline import launcher_env
+    from hybridflow.deploy.supervisor import EventLog, Supervisor
     from hybridflow.models import resolve_model_path
 
-    coordinator: list[subprocess.Popen[bytes]] = []
+    env.update(launcher_env())
+    resume_hint = f"resume with: deploy/launch.sh --resume {run_dir}"
+    group = ServiceGroup(job, config_path, overrides, run_dir, env=env)
+    phase = ["starting"]
+    supervisor: list[Supervisor] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        if not coordinator:
-            raise KeyboardInterrupt  # still starting: abort; the with-block stops services
-        if signum == signal.SIGTERM:
-            coordinator[0].send_signal(signal.SIGTERM)  # it stops after its current step
-        # SIGINT: the coordinator shares our terminal and got the same Ctrl-C.
+        if phase[0] == "starting":
+            phase[0] = "stopping"
+            raise KeyboardInterrupt  # abort the start; the finally-block stops services
+        if phase[0] == "running" and supervisor:
+            supervisor[0].request_stop()
+            if supervisor[0].num_stop_requests < 2:
+                return
+        group.kill_now = True  # a second request, or one while stopping: kill the rest now
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
         log.info("model %s -> %s", job.model, resolve_model_path(job.model))  # builds builtin once
-        with ServiceGroup(job, args.config, list(args.set), run_dir) as group:
-            group.start()
-            log.info("waiting for %d services (logs in %s/logs)", len(group.processes), run_dir)
-            try:
-                addresses = group.wait_ready(job.deploy.health_timeout_s)
-            except (RuntimeError, TimeoutError) as exc:
-                log.error("%s", exc)
-                return 1
-            log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
-            cmd = [
-                sys.executable,
-                "-m",
-                "hybridflow.coordinator",
-                "run",
-                "--config",
-                args.config,
-                "--run-dir",
-                str(run_dir),
-            ]
-            for override in [*args.set, *group.address_overrides()]:
-                cmd += ["--set", override]
-            coordinator.append(subprocess.Popen(cmd))
-            code = coordinator[0].wait()
-            usage = group.resource_usage()
-            (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
-            log.info("coordinator exited with %d; stopping services", code)
+        group.start()
+        log.info("waiting for %d services (logs in %s/logs)", len(group.processes), run_dir)
+        try:
+            addresses = group.wait_ready(job.deploy.health_timeout_s)
+        except (RuntimeError, TimeoutError) as exc:
+            phase[0] = "stopping"
+            log.error("%s", exc)
+            return 1
+        log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
+        cmd = [sys.executable, "-m", "hybridflow.coordinator", "run"]
+        cmd += ["--config", config_path, "--run-dir", str(run_dir)]
+        for override in [*overrides, *group.address_overrides()]:
+            cmd += ["--set", override]
+        if resume:
+            cmd.append("--resume")
+        # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
+        coordinator = subprocess.Popen(cmd, env={**os.environ, **env}, start_new_session=True)
+        deploy = job.deploy
+        supervisor.append(
+            Supervisor(
+                group,
+                coordinator,
+                EventLog(run_dir / "supervisor.jsonl"),
+                restart_budget=deploy.restart_budget,
+                restart_backoff_s=deploy.restart_backoff_s,
+                stop_timeout_s=deploy.stop_timeout_s,
+                health_timeout_s=deploy.health_timeout_s,
+            )
+        )
+        phase[0] = "running"
+        outcome = supervisor[0].run()
+        phase[0] = "stopping"
+        usage = group.resource_usage()
+        (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
+        log.info("coordinator exited with %d; stopping services", coordinator.returncode)
     except KeyboardInterrupt:
-        log.warning("interrupted before the coordinator started; services stopped")
+        log.warning("interrupted before the coordinator started; stopping services")
         return 130
-    return code
+    finally:
+        phase[0] = "stopping"
+        group.stop()
+    if outcome.cause is not None:
+        print(f"{outcome.cause}; {resume_hint}", file=sys.stderr)
+        return 1
+    if outcome.stopped_by_request:
+        print(f"stopped on request; {resume_hint}", file=sys.stderr)
+    return outcome.code
 
 
 if __name__ == "__main__":

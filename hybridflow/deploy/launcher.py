@@ -3,6 +3,9 @@
 Each service runs in its own session (process group), so stopping ends the service and the
 children it started (torchrun's ranks) and nothing else. Ports come from the OS: each service
 writes its bound address to a port file that the launcher waits on, then checks health.
+A rollout or reward service can be started again on the address it had (``restart``), so
+clients reconnect without learning a new one. Every process gets ``env`` (the launcher's
+lifeline variables, the run token) on top of the launcher's environment.
 Knows the job config's deploy fields, not the services' internals.
 """
 
@@ -14,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,9 @@ class ServiceProcess:
     port_file: Path
     log_path: Path
     address: str = ""
+    cmd: list[str] = field(default_factory=list)
+    """The command without config args and port file (what ``restart`` runs again)."""
+    devices: str = ""
 
 
 @dataclass
@@ -42,8 +49,12 @@ class ServiceGroup:
     overrides: list[str]
     run_dir: Path
     python: str = sys.executable
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to every service's environment (lifeline pid, run token)."""
     processes: list[ServiceProcess] = field(default_factory=list)
     gpu_memory: GpuMemorySampler = field(default_factory=GpuMemorySampler)
+    kill_now: bool = False
+    """Set (from a signal handler) to cut the stop grace short: SIGKILL what is left."""
 
     def __enter__(self) -> ServiceGroup:
         return self
@@ -57,33 +68,79 @@ class ServiceGroup:
             args += ["--set", override]
         return args
 
-    def _spawn(self, name: str, cmd: list[str], devices: str = "") -> None:
+    def _spawn(
+        self, name: str, cmd: list[str], devices: str = "", extra: Sequence[str] = ()
+    ) -> ServiceProcess:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         port_file = self.run_dir / f"{name}.addr"
         port_file.unlink(missing_ok=True)
         log_path = logs / f"{name}.log"
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = devices
         env.setdefault("OMP_NUM_THREADS", "1")
-        full = [*cmd, *self._base_args(), "--port-file", str(port_file)]
+        full = [*cmd, *self._base_args()]
+        for override in extra:
+            full += ["--set", override]
+        full += ["--port-file", str(port_file)]
         with log_path.open("ab") as out:
             popen = subprocess.Popen(
                 full, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        self.processes.append(ServiceProcess(name, popen, port_file, log_path))
+        proc = ServiceProcess(name, popen, port_file, log_path, cmd=cmd, devices=devices)
         log.info("started %s (pid %d): %s", name, popen.pid, " ".join(full))
+        return proc
+
+    def live_processes(self) -> list[ServiceProcess]:
+        """The current process of each service (after restarts, the newest)."""
+        return list(self.processes)
+
+    def restart(self, proc: ServiceProcess) -> ServiceProcess:
+        """Starts ``proc``'s service again on the address it had; returns the new process
+        (which replaces ``proc``). Only rollout and reward services can be restarted."""
+        host, _, port_text = proc.address.rpartition(":")
+        if not port_text.isdigit():
+            raise ValueError(f"{proc.name} has no address to restart on ({proc.address!r})")
+        port = int(port_text)
+        if proc.name == "reward":
+            pin = f"reward.server.port={port}"
+        elif proc.name.startswith("rollout"):
+            # A replica adds its index to a fixed base port (see the rollout __main__).
+            pin = f"rollout.server.port={port - int(proc.name.removeprefix('rollout'))}"
+        else:
+            raise ValueError(f"{proc.name} cannot be restarted")
+        new = self._spawn(proc.name, proc.cmd, proc.devices, [pin])
+        new.address = proc.address
+        self.processes[self.processes.index(proc)] = new
+        return new
+
+    def check_ready(self, proc: ServiceProcess) -> bool:
+        """One non-blocking look: the port file is written and health answers SERVING."""
+        from hybridflow.rpc.channel import check_health, make_channel
+
+        if proc.popen.poll() is not None or not proc.port_file.exists():
+            return False
+        address = proc.port_file.read_text().strip()
+        if address != proc.address:
+            log.warning("%s came back on %s, not %s", proc.name, address, proc.address)
+            proc.address = address
+        channel = make_channel(address)
+        try:
+            return check_health(channel, timeout_s=1.0)
+        finally:
+            channel.close()
 
     def start(self) -> None:
         self.gpu_memory.start()  # samples peak GPU memory per process where nvidia-smi exists
         py = self.python
-        self._spawn("reward", [py, "-m", "hybridflow.services.reward"])
+        self.processes.append(self._spawn("reward", [py, "-m", "hybridflow.services.reward"]))
         world = self.job.learner.nproc_per_node
         if world > 1:
             learner_cmd = [
                 py,
                 "-m",
+                "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
                 "torch.distributed.run",
                 "--standalone",
                 f"--nproc-per-node={world}",
@@ -92,13 +149,15 @@ class ServiceGroup:
             ]
         else:
             learner_cmd = [py, "-m", "hybridflow.services.learner"]
-        self._spawn("learner", learner_cmd, self.job.learner.devices)
+        self.processes.append(self._spawn("learner", learner_cmd, self.job.learner.devices))
         devices = self.job.rollout.devices
         for i in range(self.job.rollout.replicas):
-            self._spawn(
-                f"rollout{i}",
-                [py, "-m", "hybridflow.services.rollout", "--replica-index", str(i)],
-                devices[i] if devices else "",
+            self.processes.append(
+                self._spawn(
+                    f"rollout{i}",
+                    [py, "-m", "hybridflow.services.rollout", "--replica-index", str(i)],
+                    devices[i] if devices else "",
+                )
             )
 
     def wait_ready(self, timeout_s: float) -> dict[str, str]:
@@ -155,16 +214,18 @@ class ServiceGroup:
 
     def _terminate(self, grace_s: float) -> None:
         """SIGTERM each service (torchrun forwards it to its ranks), then SIGKILL whatever is
-        left in its process group after grace_s."""
+        left in its process group after grace_s, or at once when ``kill_now`` is set."""
         for proc in self.processes:
             if proc.popen.poll() is None:
                 proc.popen.send_signal(signal.SIGTERM)
+                _signal_group(proc.popen, signal.SIGCONT)  # a stopped process must see it
         deadline = time.monotonic() + grace_s
         for proc in self.processes:
-            try:
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0fs; killing", proc.name, grace_s)
+            while proc.popen.poll() is None:
+                if time.monotonic() >= deadline or self.kill_now:
+                    log.warning("%s did not stop in time; killing", proc.name)
+                    break
+                time.sleep(0.1)  # another process's exit: nothing local to wait on
             _signal_group(proc.popen, signal.SIGKILL)  # stragglers in the group (torchrun ranks)
             proc.popen.wait()
         self.processes.clear()

@@ -1,4 +1,5 @@
-"""What every service's ``__main__`` does before its own work: args, logging, threads.
+"""What every service's ``__main__`` does before its own work: args, logging, threads, and
+``watch_parent`` (end with the launcher that started it; a no-op when started by hand).
 
 Kept free of torch and grpc at import time so ``--help`` is instant.
 """
@@ -9,6 +10,10 @@ import argparse
 import logging
 import os
 import sys
+
+from hybridflow.deploy.lifeline import watch_parent
+
+__all__ = ["service_arg_parser", "set_torch_threads", "setup_logging", "watch_parent"]
 
 
 def service_arg_parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -202,3 +202,40 @@ def test_quickstart_learns(tmp_path, overrides):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reward_end"] >= 0.9, summary
     assert summary["reward_end"] - summary["reward_start"] >= 0.4, summary
+
+
+def test_resume_relaunches_with_the_saved_config_and_overrides(tmp_path):
+    run_dir = tmp_path / "run"
+    first = launch(run_dir, "coordinator.num_steps=2", "coordinator.prompts_per_step=4")
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out.decode()
+    assert oct((run_dir / "token").stat().st_mode & 0o777) == "0o600"
+    token = (run_dir / "token").read_text()
+    env = dict(os.environ, PYTHON=sys.executable)
+    refused = subprocess.run(
+        [str(LAUNCH), "--resume", str(run_dir), "--config", "other.yaml"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "was launched with --config" in refused.stderr
+    again = subprocess.run(
+        [str(LAUNCH), "--resume", str(run_dir), "--set", "coordinator.num_steps=3"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    record = json.loads((run_dir / "launch.json").read_text())
+    assert record["overrides"] == [
+        "coordinator.num_steps=2",
+        "coordinator.prompts_per_step=4",
+        "coordinator.num_steps=3",
+    ]
+    assert [launch["resume"] for launch in record["launches"]] == [False, True]
+    assert (run_dir / "token").read_text() == token  # the same run keeps its token
+    assert "num_steps: 3" in (run_dir / "config.yaml").read_text()

@@ -9,10 +9,16 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridflow.services.bootstrap import service_arg_parser, set_torch_threads, setup_logging
+    from hybridflow.services.bootstrap import (
+        service_arg_parser,
+        set_torch_threads,
+        setup_logging,
+        watch_parent,
+    )
 
     parser = service_arg_parser("hybridflow-learner", "Serve the learner (rank 0) over gRPC.")
     args = parser.parse_args(argv)
+    watch_parent()
 
     from hybridflow.config.job import load_job_config
 

@@ -6,10 +6,11 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridflow.services.bootstrap import service_arg_parser, setup_logging
+    from hybridflow.services.bootstrap import service_arg_parser, setup_logging, watch_parent
 
     parser = service_arg_parser("hybridflow-reward", "Serve the reward scorers over gRPC.")
     args = parser.parse_args(argv)
+    watch_parent()
     log = setup_logging("reward")
 
     from hybridflow.config.job import load_job_config

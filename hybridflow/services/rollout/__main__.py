@@ -10,11 +10,17 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridflow.services.bootstrap import service_arg_parser, set_torch_threads, setup_logging
+    from hybridflow.services.bootstrap import (
+        service_arg_parser,
+        set_torch_threads,
+        setup_logging,
+        watch_parent,
+    )
 
     parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")
     parser.add_argument("--replica-index", type=int, default=0, help="index among replicas")
     args = parser.parse_args(argv)
+    watch_parent()
     log = setup_logging(f"rollout{args.replica_index}")
 
     from hybridflow.config.job import load_job_config
