@@ -95,6 +95,8 @@ class ReplicaDispatcher(threading.Thread):
     def run(self) -> None:
         request = 0
         while not self.stop_event.is_set():
+            if self.failed and not self._wait_for_rejoin():
+                return  # marked lost (e.g. by a failed weight publish) and not back
             prompts = self._admit()
             if not prompts:
                 return
@@ -118,13 +120,11 @@ class ReplicaDispatcher(threading.Thread):
                 log.warning(
                     "replica %d failed (%s); its %d prompts are re-queued",
                     self.index,
-                    _describe(exc),
+                    describe_error(exc),
                     len(prompts),
                 )
                 self.failed = True
-                if not self._wait_for_rejoin():
-                    return
-                continue
+                continue  # the loop waits for it to come back
             self.busy_s += time.perf_counter() - start
             gen_end = time.time()
             self.events.record(
@@ -160,7 +160,7 @@ class ReplicaDispatcher(threading.Thread):
                     raise
                 if self.stop_event.is_set():
                     raise
-                log.warning("reward service unreachable (%s); retrying", _describe(exc))
+                log.warning("reward service unreachable (%s); retrying", describe_error(exc))
                 self.stop_event.wait(1.0)
 
     def _wait_for_rejoin(self) -> bool:
@@ -190,7 +190,10 @@ class ReplicaDispatcher(threading.Thread):
         return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
 
 
-def _describe(exc: grpc.RpcError) -> str:
+def describe_error(exc: BaseException) -> str:
+    """One line: a gRPC error's status and the first line of its details."""
     code = exc.code() if hasattr(exc, "code") else None
+    if code is None:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
     details = exc.details() if hasattr(exc, "details") else ""
-    return f"{getattr(code, 'name', code)}: {details}" if code is not None else str(exc)
+    return f"{getattr(code, 'name', code)}: {(details or '').splitlines()[0] if details else ''}"

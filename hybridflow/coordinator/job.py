@@ -41,7 +41,7 @@ from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import CursorState, PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
-from hybridflow.coordinator.dispatch import ReplicaDispatcher
+from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.step import Services
@@ -163,9 +163,12 @@ class TrainingJob:
         return [t for t, d in zip(self.services.weight_targets, self.dispatchers) if not d.failed]
 
     def _publish(self) -> None:
-        """Weights to every live replica; a replica that fails the publish leaves the set
-        (its dispatcher notices and waits for it to come back)."""
-        for _ in range(len(self.dispatchers) + 1):
+        """Weights to every live replica. A replica that fails the publish and does not
+        answer leaves the set (its dispatcher waits for it to come back and rejoin); a
+        publish that fails while every replica answers (one was just restarted) is retried
+        for up to ``service_wait_s``."""
+        deadline = time.monotonic() + self.config.service_wait_s
+        while True:
             targets = self._live_targets()
             if not targets:
                 return  # nobody to send to; rejoining replicas get weights when back
@@ -175,12 +178,19 @@ class TrainingJob:
                 return
             except grpc.RpcError as exc:
                 dead = [i for i, d in enumerate(self.dispatchers) if not d.failed and not _alive(d)]
-                if not dead:
-                    raise
                 for i in dead:
-                    log.warning("replica %d unreachable during a weight publish (%s)", i, exc)
-                    self.dispatchers[i].failed = True
-        raise RuntimeError("weight publish kept failing")
+                    log.warning(
+                        "replica %d unreachable during a weight publish (%s); it rejoins "
+                        "with the current weights when it is back",
+                        i,
+                        describe_error(exc),
+                    )
+                    self.dispatchers[i].failed = True  # its dispatcher waits to rejoin
+                if not dead:
+                    if time.monotonic() > deadline:
+                        raise
+                    log.warning("weight publish failed (%s); retrying", describe_error(exc))
+                    self._stop.wait(1.0)
 
     def _next_batch(self, version: int) -> list[ScoredGroup] | None:
         """Blocks for a batch; waits (bounded) while no replica serves; raises if the

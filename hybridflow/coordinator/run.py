@@ -158,9 +158,11 @@ def run_job(
 
 def _one_line(exc: BaseException) -> str:
     """A failure as one line: gRPC errors by status and details, not a traceback."""
+    from hybridflow.coordinator.dispatch import describe_error
+
     cause = exc.__cause__ or exc
-    if isinstance(cause, grpc.RpcError) and hasattr(cause, "code"):
-        return f"{cause.code().name}: {cause.details()}"
+    if isinstance(cause, grpc.RpcError):
+        return describe_error(cause)
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 

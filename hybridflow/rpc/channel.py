@@ -41,6 +41,10 @@ def make_channel(address: str, config: ChannelConfig | None = None) -> grpc.Chan
         ("grpc.max_send_message_length", config.max_message_bytes),
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.enable_retries", 1),
+        # A restarted service is reachable again within ~2 s (gRPC's default backoff after a
+        # refused connection grows to 120 s).
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2000),
         ("grpc.service_config", _service_config(config)),
     ]
     if config.tls_ca:

@@ -100,7 +100,7 @@ def trained_steps(run_dir: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
-def run_trial(trial: Trial, timeout_s: float = 600.0) -> None:
+def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
     """Launch, kill the victim once ``kill_after_step`` steps are trained, finish the run."""
     deadline = time.monotonic() + timeout_s
     proc = launch(trial.run_dir, "--run-dir", str(trial.run_dir), *_sets())
