@@ -94,6 +94,19 @@ class CheckpointStore:
     def complete_steps(self) -> list[int]:
         return [s for s in self.steps() if self.is_complete(s)]
 
+    def begin(self, step: int) -> None:
+        """Before saving step ``step``: clears what a save cut short left there (e.g. the
+        learner's half written before the coordinator died)."""
+        directory = self.root / self.step_name(step)
+        if directory.exists() and not self.is_complete(step):
+            shutil.rmtree(directory)
+
+    def discard_partial(self) -> None:
+        """Resume: every incomplete checkpoint is from the run that died; remove them."""
+        for step in self.steps():
+            if not self.is_complete(step):
+                shutil.rmtree(self.root / self.step_name(step), ignore_errors=True)
+
     def commit(self, state: CoordinatorState) -> Path:
         """Writes the coordinator's half after the learner's (which makes it complete)."""
         directory = self.root / self.step_name(state.step)

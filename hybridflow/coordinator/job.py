@@ -230,6 +230,7 @@ class TrainingJob:
         """Continues from the newest complete checkpoint (if any): learner state, cursor,
         pending prompts first in line, counters; logs rewound to its step."""
         assert self.checkpoints is not None
+        self.checkpoints.discard_partial()
         state = self.checkpoints.latest()
         if state is None:
             log.info(
@@ -277,6 +278,7 @@ class TrainingJob:
             return ""
         if self.checkpoints.is_complete(step):
             return str(self.checkpoints.root / self.checkpoints.step_name(step))
+        self.checkpoints.begin(step)
         with self._learner_lock:
             self.services.learner.save_train_state(self.checkpoints.learner_name(step))
         with self.buffer.lock:

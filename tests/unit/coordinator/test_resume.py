@@ -83,14 +83,21 @@ def test_resume_without_checkpoint_starts_over_and_rewinds_logs(tmp_path):
     assert [r["step"] for r in _audit(tmp_path)] == [s for s in (1, 2, 3) for _ in range(4)]
 
 
-def test_partial_checkpoint_is_ignored(tmp_path):
+def test_partial_checkpoint_is_ignored_then_replaced(tmp_path):
     root = tmp_path / "checkpoints"
     cfg = _config(num_steps=4)
     svc, _ = _services(root)
     TrainingJob(cfg, svc, records(12), tmp_path, checkpoint_root=root).run()
-    (root / "step_00000006" / "learner").mkdir(parents=True)  # a save cut short
+    # The learner's half of step 6 was written, then the coordinator died before its half.
+    svc.learner.save_train_state("step_00000006/learner")
     store = CheckpointStore(root)
     assert store.complete_steps() == [2, 4] and store.latest().step == 4
+    svc, learner = _services(root)
+    summary = TrainingJob(
+        _config(num_steps=6), svc, records(12), tmp_path, resume=True, checkpoint_root=root
+    ).run()
+    assert summary.resumed_from_step == 4 and learner.version == 6
+    assert store.complete_steps() == [4, 6]
 
 
 def test_resume_refuses_another_dataset(tmp_path):
