@@ -70,6 +70,9 @@ class ReplicaDispatcher(threading.Thread):
         self.rejoin_timeout_s = rejoin_timeout_s
         self.service_wait_s = service_wait_s
         self.num_rejoined = 0
+        self.published_version = 0
+        """Version the job last published to this replica: a reply generated under an older
+        one means the replica restarted and lost its weights."""
         self.busy_s = 0.0
         """Seconds spent generating."""
         self.num_requeued = 0
@@ -107,6 +110,7 @@ class ReplicaDispatcher(threading.Thread):
                 params = replace(params, seed=(params.seed * 1_000_003 + first) % 2**31)
             wall_start = time.time()
             start = time.perf_counter()
+            expected_version = self.published_version
             try:
                 groups = self.rollout.generate(
                     [p.prompt_ids for p in prompts], params, f"r{self.index}-{request}"
@@ -125,6 +129,19 @@ class ReplicaDispatcher(threading.Thread):
                 )
                 self.failed = True
                 continue  # the loop waits for it to come back
+            got = min((c.policy_version for g in groups for c in g), default=expected_version)
+            if got < expected_version:
+                log.warning(
+                    "replica %d answered under weights v%d, older than the v%d it was sent "
+                    "(it restarted): it rejoins with the current weights",
+                    self.index,
+                    got,
+                    expected_version,
+                )
+                self.buffer.requeue(prompts)
+                self.num_requeued += len(prompts)
+                self.failed = True
+                continue
             self.busy_s += time.perf_counter() - start
             gen_end = time.time()
             self.events.record(

@@ -156,7 +156,8 @@ class TrainingJob:
         """A failed replica is back when it answers; it gets the current weights first."""
         self.services.rollouts[index].status()
         with self._learner_lock:
-            self.services.learner.publish_weights([self.services.weight_targets[index]])
+            report = self.services.learner.publish_weights([self.services.weight_targets[index]])
+        self.dispatchers[index].published_version = report.policy_version
         return True
 
     def _live_targets(self) -> list[str]:
@@ -174,7 +175,10 @@ class TrainingJob:
                 return  # nobody to send to; rejoining replicas get weights when back
             try:
                 with self._learner_lock:
-                    self.services.learner.publish_weights(targets)
+                    report = self.services.learner.publish_weights(targets)
+                for d in self.dispatchers:
+                    if not d.failed:
+                        d.published_version = report.policy_version
                 return
             except grpc.RpcError as exc:
                 dead = [i for i, d in enumerate(self.dispatchers) if not d.failed and not _alive(d)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import sys
@@ -27,6 +28,7 @@ def run_job(
     from hybridflow.deploy.lifeline import watch_parent
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to stderr
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"

@@ -1,0 +1,71 @@
+"""Replica failures with fake services: a replica that restarts (comes back with its initial
+weights) or is unreachable for a while rejoins with the current weights, and the run ends with
+every step trained; one that never comes back leaves the job with a clear error."""
+
+import threading
+
+import pytest
+
+from hybridflow.coordinator.config import CoordinatorConfig
+from hybridflow.coordinator.job import TrainingJob
+from hybridflow.coordinator.step import Services
+
+from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
+
+
+class RestartingRollout(FakeRollout):
+    """Loses its weights (version 0) on generate call ``restart_at``, as a restarted
+    replica would; is unreachable for ``down_calls`` calls after ``down_at``."""
+
+    def __init__(self, restart_at: int = 0, down_at: int = 0, down_calls: int = 0) -> None:
+        super().__init__()
+        self.calls = 0
+        self.restart_at, self.down_at, self.down_calls = restart_at, down_at, down_calls
+        self.lock = threading.Lock()
+
+    def generate(self, prompts, params, request_id=""):
+        with self.lock:
+            self.calls += 1
+            if self.calls == self.restart_at:
+                self.version = 0
+            if self.down_at and self.down_at <= self.calls < self.down_at + self.down_calls:
+                raise Unavailable()
+        return super().generate(prompts, params, request_id)
+
+    def status(self):
+        with self.lock:
+            if self.down_at and self.down_at <= self.calls < self.down_at + self.down_calls:
+                self.calls += 1  # each probe counts: the replica comes back after a few
+                raise Unavailable()
+        return super().status()
+
+
+def _job(tmp_path, rollout, **kw):
+    learner = FakeLearner([rollout])
+    svc = Services([rollout], FakeReward(), learner, ["r0"], decode=lambda ids: str(ids[-1]))
+    cfg = CoordinatorConfig(num_steps=6, prompts_per_step=4, group_size=2, progress=False, **kw)
+    return TrainingJob(cfg, svc, records(12), tmp_path), learner
+
+
+def test_restarted_replica_rejoins_with_current_weights(tmp_path):
+    rollout = RestartingRollout(restart_at=3)
+    job, learner = _job(tmp_path, rollout, replica_rejoin_timeout_s=30)
+    summary = job.run()
+    assert summary.num_steps == 6 and learner.version == 6
+    assert job.dispatchers[0].num_rejoined == 1
+    assert summary.staleness_histogram == {"0": 24}  # nothing trained under lost weights
+
+
+def test_unreachable_replica_is_waited_for_then_rejoins(tmp_path):
+    rollout = RestartingRollout(down_at=3, down_calls=2)
+    job, learner = _job(tmp_path, rollout, replica_rejoin_timeout_s=30)
+    summary = job.run()
+    assert summary.num_steps == 6 and job.dispatchers[0].num_rejoined == 1
+    assert summary.num_requeued == 4  # the failed request's prompts, generated again
+
+
+def test_replica_that_never_comes_back_fails_the_job(tmp_path):
+    rollout = RestartingRollout(down_at=2, down_calls=10**9)
+    job, _ = _job(tmp_path, rollout, replica_rejoin_timeout_s=0)
+    with pytest.raises(RuntimeError, match="replica_rejoin_timeout_s"):
+        job.run()
