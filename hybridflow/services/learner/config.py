@@ -85,6 +85,9 @@ class LearnerConfig:
     """Learner ranks torchrun starts (FSDP2 data-parallel shards)."""
     devices: str = ""
     """CUDA_VISIBLE_DEVICES of the learner processes, e.g. "0,1" (empty: inherit)."""
+    checkpoint_dir: str = ""
+    """Directory SaveCheckpoint writes into (the request names a subdirectory of it); empty:
+    SaveCheckpoint is refused."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
 
