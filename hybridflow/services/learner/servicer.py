@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from hybridflow.errors import FailedPrecondition
+from hybridflow.errors import FailedPrecondition, Unavailable
 from hybridflow.rpc.codec import (
     check_token_range,
     pack_floats,
@@ -37,6 +37,7 @@ from hybridflow.weights.grpc_stream import iter_weight_chunks
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
 
 Dispatch = Callable[[str, tuple[Any, ...]], Any]
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
@@ -104,7 +105,13 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         targets = list(request.targets)
         check_targets(targets, self._weight_sync.allowed_hosts)
         for target in targets:  # outside the lock: a dead target never blocks other calls
-            self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
+            try:
+                self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
+            except Unavailable:
+                # Clients retry UNAVAILABLE; a negative pushback tells them not to, so a dead
+                # replica is reported once, not after every retry's probe.
+                context.set_trailing_metadata(((RETRY_PUSHBACK, "-1"),))
+                raise
         report = self._run("publish_weights", targets)
         return learner_pb2.PublishWeightsResponse(
             policy_version=report.policy_version,
