@@ -11,6 +11,8 @@ from pathlib import Path, PurePosixPath
 
 from hybridflow.errors import AlreadyExists
 
+MAX_NAME_BYTES = 1024
+
 
 def resolve_checkpoint_target(root: str | Path, name: str, *, must_exist: bool = False) -> Path:
     """``root / name`` resolved, after checking that ``name`` is a safe relative name.
@@ -29,6 +31,11 @@ def resolve_checkpoint_target(root: str | Path, name: str, *, must_exist: bool =
             f"checkpoint path {name!r}: must be relative to learner.checkpoint_dir, not absolute"
         )
     parts = name.split("/")
+    if len(name.encode()) > MAX_NAME_BYTES or any(len(p.encode()) > 255 for p in parts):
+        raise ValueError(
+            f"checkpoint path of {len(name.encode())} bytes: at most {MAX_NAME_BYTES} bytes "
+            "and 255 per component"
+        )
     if any(part in ("", ".", "..") for part in parts):
         raise ValueError(
             f"checkpoint path {name!r}: '..', '.' and empty components are not allowed"

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     servicer = RolloutServicer(
         rollout, cfg.prompts_per_message, cfg.server.max_message_bytes, limits
     )
-    weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes)
+    weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes, job.weight_sync)
 
     def register(server: grpc.Server) -> None:
         rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)
