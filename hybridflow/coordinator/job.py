@@ -201,9 +201,8 @@ class TrainingJob:
                 self.control.step_done(step, version, metrics)
                 progress.update(step, rewards[-1], f"v{version}")
             if cfg.save_checkpoint and rewards:
-                checkpoint = self.services.learner.save_checkpoint(
-                    str((self.run_dir / "checkpoint").resolve())
-                )
+                # A name under the learner's checkpoint_dir (the run directory).
+                checkpoint = self.services.learner.save_checkpoint("checkpoint")
             self.control.finish()
         except Exception as exc:
             self.control.finish(f"{type(exc).__name__}: {exc}")

@@ -92,6 +92,9 @@ class ServiceGroup:
             ]
         else:
             learner_cmd = [py, "-m", "hybridflow.services.learner"]
+        # SaveCheckpoint writes only under learner.checkpoint_dir: the run directory (a --set
+        # given to launch.sh comes later on the command line and wins).
+        learner_cmd += ["--set", f"learner.checkpoint_dir={self.run_dir.resolve()}"]
         self._spawn("learner", learner_cmd, self.job.learner.devices)
         devices = self.job.rollout.devices
         for i in range(self.job.rollout.replicas):
