@@ -5,6 +5,10 @@ request still answered correctly afterwards. ~200 messages per service in the de
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+
 import psutil
 import pytest
 
@@ -65,7 +69,27 @@ def _assert_clean(report: FuzzReport, rss_before: int, rss_after: int) -> None:
     assert rss_after < rss_before * 1.10
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Each refused call logs a warning; pytest keeps every record (with its traceback) in
+    memory, which would be the test's growth, not the service's."""
+    loggers = [logging.getLogger(name) for name in ("hybridflow", "grpc")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def _run(channel, services, num_messages):  # noqa: ANN001, ANN202
+    with _quiet():
+        return _run_loud(channel, services, num_messages)
+
+
+def _run_loud(channel, services, num_messages):  # noqa: ANN001, ANN202
     # Warm-up: the first calls of each method allocate caches that are not growth.
     for i, service in enumerate(services):
         fuzz_service(channel, service, 50, seed=1000 + i, timeout_s=30)
