@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
+from collections.abc import MutableMapping
 from pathlib import Path
 
 TOKEN_FILE_NAME = "auth_token"
@@ -37,3 +39,28 @@ def resolve_token(env_var: str, token_file: str) -> str:
     if token:
         return token
     return read_token_file(token_file) if token_file else ""
+
+
+def export_run_token(
+    run_dir: str | Path, environ: MutableMapping[str, str], env_var: str = "HYBRIDFLOW_TOKEN"
+) -> Path | None:
+    """For a launcher: makes sure ``environ[env_var]`` holds a token its services share.
+
+    An operator's own token (already in ``environ``) is kept and None returned. Otherwise the
+    run directory's token file is created (0600) or, on a resumed run, reused after checking
+    it is a regular file only its owner can read; its token is put in ``environ`` and the
+    file's path returned.
+    """
+    if environ.get(env_var):
+        return None
+    path = Path(run_dir) / TOKEN_FILE_NAME
+    try:
+        path = create_token_file(run_dir)
+    except FileExistsError:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.getuid():
+            raise ValueError(
+                f"{path} exists but is not a private regular file of this user; remove it"
+            ) from None
+    environ[env_var] = read_token_file(path)
+    return path

@@ -157,3 +157,21 @@ def test_wait_healthy_and_calls_over_tls(tmp_path):
         channel.close()
     finally:
         running.stop(0)
+
+
+def test_export_run_token_creates_reuses_and_respects_an_operator_token(tmp_path):
+    from hybridflow.rpc.token import TOKEN_FILE_NAME, export_run_token
+
+    env: dict[str, str] = {}
+    path = export_run_token(tmp_path, env)
+    assert path == tmp_path / TOKEN_FILE_NAME and env["HYBRIDFLOW_TOKEN"] == read_token_file(path)
+    resumed: dict[str, str] = {}
+    assert export_run_token(tmp_path, resumed) == path  # a resumed run shares the token
+    assert resumed == env
+    own = {"HYBRIDFLOW_TOKEN": "operator"}
+    assert (
+        export_run_token(tmp_path / "other", own) is None and own["HYBRIDFLOW_TOKEN"] == "operator"
+    )
+    path.chmod(0o644)
+    with pytest.raises(ValueError, match="private"):
+        export_run_token(tmp_path, {})
