@@ -93,10 +93,36 @@ def random_message(desc: d.Descriptor, rng: random.Random, depth: int = 0) -> Me
     return msg
 
 
-def random_payload(desc: d.Descriptor, rng: random.Random) -> bytes:
-    """Serialized random message, or (one time in five) bytes that may not decode at all."""
+def mutate(seed: Message, rng: random.Random) -> Message:
+    """A copy of a valid ``seed`` with one field (possibly nested) replaced at random: reaches
+    the code behind the first checks, which wholly random messages rarely pass."""
+    msg = type(seed)()
+    msg.CopyFrom(seed)
+    target = msg
+    for _ in range(3):
+        f = rng.choice(target.DESCRIPTOR.fields)
+        nested = f.type == d.FieldDescriptor.TYPE_MESSAGE and not f.is_repeated
+        if nested and rng.random() < 0.6:
+            target = getattr(target, f.name)
+            continue
+        target.ClearField(f.name)
+        donor = random_message(target.DESCRIPTOR, rng)
+        if f.is_repeated or f.type == d.FieldDescriptor.TYPE_MESSAGE:
+            getattr(target, f.name).MergeFrom(getattr(donor, f.name))
+        else:
+            setattr(target, f.name, getattr(donor, f.name))
+        break
+    return msg
+
+
+def random_payload(desc: d.Descriptor, rng: random.Random, seed: Message | None = None) -> bytes:
+    """Serialized random message, a mutated ``seed`` (half the time, when given), or (one
+    time in five) bytes that may not decode at all. A seed is sometimes sent unchanged, so
+    the valid path runs between the bad ones."""
     if rng.random() < 0.2:
         return rng.randbytes(rng.randint(0, 64))
+    if seed is not None and rng.random() < 0.5:
+        return (mutate(seed, rng) if rng.random() < 0.75 else seed).SerializeToString()
     return random_message(desc, rng).SerializeToString()
 
 
@@ -121,17 +147,34 @@ def fuzz_service(
     seed: int,
     timeout_s: float = 20.0,
     skip: frozenset[str] = frozenset(),
+    seeds: dict[str, list[Message]] | None = None,
 ) -> FuzzReport:
-    """Sends ``num_messages`` random requests, spread over the service's methods."""
+    """Sends ``num_messages`` random requests, spread over the service's methods.
+    ``seeds``: valid messages per method name to mutate (a client stream's in order)."""
     rng = random.Random(seed)
     report = FuzzReport()
     methods = [m for m in service.methods if m.name not in skip]
     for i in range(num_messages):
         method = methods[i % len(methods)]
         path = f"/{service.full_name}/{method.name}"
-        payloads = [random_payload(method.input_type, rng)]
-        if method.client_streaming:
-            payloads += [random_payload(method.input_type, rng) for _ in range(rng.randint(0, 3))]
+        valid = (seeds or {}).get(method.name)
+        if valid and method.client_streaming and rng.random() < 0.5:
+            # A valid stream, or one with a message mutated, dropped or repeated.
+            payloads = [m.SerializeToString() for m in valid]
+            i_bad = rng.randrange(len(payloads))
+            action = rng.choice(["as_is", "mutate", "drop", "repeat"])
+            if action == "mutate":
+                payloads[i_bad] = mutate(valid[i_bad], rng).SerializeToString()
+            elif action == "drop":  # (as_is: the valid stream itself)
+                del payloads[i_bad]
+            elif action == "repeat":
+                payloads.insert(i_bad, payloads[i_bad])
+        else:
+            seed = rng.choice(valid) if valid else None
+            payloads = [random_payload(method.input_type, rng, seed)]
+            if method.client_streaming:
+                extra = rng.randint(0, 3)
+                payloads += [random_payload(method.input_type, rng) for _ in range(extra)]
         report.num_calls += 1
         try:
             _call(channel, method, path, payloads, timeout_s)

@@ -8,19 +8,23 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 
 import psutil
 import pytest
+import torch
 
 from hybridflow.rpc.channel import check_health, make_channel
-from hybridflow.rpc.codec import pack_tokens, unpack_floats
+from hybridflow.rpc.codec import pack_tokens, stream_message, unpack_floats
 from hybridflow.rpc.config import ServerConfig
 from hybridflow.rpc.server import start_server
+from hybridflow.services.learner import convert as learner_convert
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.reward.scorers import RewardScorer
 from hybridflow.services.reward.servicer import SERVICE_NAME as REWARD_SERVICE
 from hybridflow.services.reward.servicer import RewardServicer
 from hybridflow.services.rollout.requests import RequestLimits
+from hybridflow.types import TrainSample
 from hybridflow.v1 import (
     common_pb2,
     learner_pb2,
@@ -84,24 +88,31 @@ def _quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def _run(channel, services, num_messages):  # noqa: ANN001, ANN202
+def _run(channel, services, num_messages, seeds=None):  # noqa: ANN001, ANN202
     with _quiet():
-        return _run_loud(channel, services, num_messages)
+        return _run_loud(channel, services, num_messages, seeds)
 
 
-def _run_loud(channel, services, num_messages):  # noqa: ANN001, ANN202
+def _run_loud(channel, services, num_messages, seeds):  # noqa: ANN001, ANN202
     # Warm-up: the first calls of each method allocate caches that are not growth.
     for i, service in enumerate(services):
-        fuzz_service(channel, service, 50, seed=1000 + i, timeout_s=30)
+        fuzz_service(channel, service, 50, seed=1000 + i, timeout_s=30, seeds=seeds)
     rss_before = psutil.Process().memory_info().rss
     total = FuzzReport()
     for i, service in enumerate(services):
-        report = fuzz_service(channel, service, num_messages, seed=i, timeout_s=30)
+        report = fuzz_service(channel, service, num_messages, seed=i, timeout_s=30, seeds=seeds)
         total.codes.update(report.codes)
         total.crashes += report.crashes
         total.hangs += report.hangs
         total.num_calls += report.num_calls
     return total, rss_before, psutil.Process().memory_info().rss
+
+
+def _generate_request() -> rollout_pb2.GenerateRequest:
+    return rollout_pb2.GenerateRequest(
+        prompts=pack_tokens([[5, 6], [7]]),
+        sampling=common_pb2.SamplingParams(temperature=1, top_p=1, max_new_tokens=3, n=2),
+    )
 
 
 def _fuzz_rollout(model_path, num_messages: int) -> None:  # noqa: ANN001
@@ -112,14 +123,30 @@ def _fuzz_rollout(model_path, num_messages: int) -> None:  # noqa: ANN001
             rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
             weight_sync_pb2.DESCRIPTOR.services_by_name["WeightSyncService"],
         ]
-        report, before, after = _run(channel, services, num_messages)
-        _assert_clean(report, before, after)
-        assert check_health(channel, timeout_s=10)
-        request = rollout_pb2.GenerateRequest(
-            prompts=pack_tokens([[5, 6], [7]]),
-            sampling=common_pb2.SamplingParams(temperature=1, top_p=1, max_new_tokens=3, n=2),
+        norm = torch.ones(32)  # model.norm.weight of the tiny model
+        header = common_pb2.WeightHeader(
+            policy_version=1,
+            total_bytes=norm.numel() * 4,
+            tensors=[
+                common_pb2.TensorMeta(
+                    name="model.norm.weight", dtype="float32", shape=[32], num_bytes=128
+                )
+            ],
         )
-        replies = list(rollout_pb2_grpc.RolloutServiceStub(channel).Generate(request, timeout=60))
+        seeds = {
+            "Generate": [_generate_request()],
+            "UpdateWeights": [
+                common_pb2.WeightChunk(header=header),
+                common_pb2.WeightChunk(data=norm.numpy().tobytes()),
+            ],
+        }
+        report, before, after = _run(channel, services, num_messages, seeds)
+        _assert_clean(report, before, after)
+        assert report.codes["Generate:OK"] > 0 and report.codes["UpdateWeights:OK"] > 0
+        assert check_health(channel, timeout_s=10)
+        replies = list(
+            rollout_pb2_grpc.RolloutServiceStub(channel).Generate(_generate_request(), timeout=60)
+        )
         assert sum(r.num_prompts for r in replies) == 2
     finally:
         channel.close()
@@ -135,8 +162,21 @@ def _fuzz_learner(model_path, tmp_path, num_messages: int) -> None:  # noqa: ANN
     channel = make_channel(server.address)
     try:
         service = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"]
-        report, before, after = _run(channel, [service], num_messages)
+        sample = TrainSample([5, 6], [7, 8], [-1.0, -1.0], 1.0, 0, 0)
+        batch = learner_convert.batch_to_proto([sample, replace(sample, reward=0.0)])
+        seeds = {
+            "TrainStep": list(stream_message(batch, 64)),
+            "ComputeLogProbs": [
+                learner_pb2.ComputeLogProbsRequest(
+                    prompts=pack_tokens([[5, 6]]), responses=pack_tokens([[7]]), temperature=1.0
+                )
+            ],
+            "PublishWeights": [learner_pb2.PublishWeightsRequest(targets=["127.0.0.1:1"])],
+            "SaveCheckpoint": [learner_pb2.SaveCheckpointRequest(path="ck")],
+        }
+        report, before, after = _run(channel, [service], num_messages, seeds)
         _assert_clean(report, before, after)
+        assert report.codes["TrainStep:OK"] > 0 and report.codes["ComputeLogProbs:OK"] > 0
         reply = learner_pb2_grpc.LearnerServiceStub(channel).ComputeLogProbs(
             learner_pb2.ComputeLogProbsRequest(
                 prompts=pack_tokens([[5, 6]]), responses=pack_tokens([[7, 8]]), temperature=1.0
@@ -160,11 +200,12 @@ def _fuzz_reward(num_messages: int) -> None:
     channel = make_channel(server.address)
     try:
         service = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
-        report, before, after = _run(channel, [service], num_messages)
-        _assert_clean(report, before, after)
         item = reward_pb2.ScoreItem(
             data_source="arith", response="4", has_ground_truth=True, ground_truth="4"
         )
+        seeds = {"Score": [reward_pb2.ScoreRequest(items=[item, item])]}
+        report, before, after = _run(channel, [service], num_messages, seeds)
+        _assert_clean(report, before, after)
         reply = reward_pb2_grpc.RewardServiceStub(channel).Score(
             reward_pb2.ScoreRequest(items=[item]), timeout=30
         )
