@@ -20,6 +20,10 @@ if torch is not None:
     # The services and the tests share the machine's cores; oversubscribed OpenMP is 10-60x slower.
     torch.set_num_threads(1)
 
+# State-changing RPCs need a token; in-process servers, clients and spawned services share
+# this one (tests of the no-token refusal unset it themselves).
+os.environ.setdefault("HYBRIDFLOW_TOKEN", "hybridflow-test-token")
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -67,6 +67,8 @@ def start_learner_server(
         vocab_size=worker.vocab_size,
         max_bytes=max_bytes,
         chunk_bytes=MIB,
+        checkpoint_root=cfg.checkpoint_dir,
+        weight_sync=weight_sync,  # type: ignore[arg-type]
     )
     server = start_server(
         ServerConfig(max_message_bytes=max_bytes),

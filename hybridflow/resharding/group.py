@@ -96,6 +96,7 @@ def init_weight_sync_group(
     is_store_host: bool | None = None,
     device: torch.device | str | None = None,
     local_addr: str | None = None,
+    listen_fd: int | None = None,
 ) -> WeightSyncGroup:
     """Join (and, on the store host, serve) a weight-sync group of ``world_size`` ranks.
 
@@ -103,6 +104,8 @@ def init_weight_sync_group(
     process already serves a ``TCPStore`` at ``master_addr:master_port``. ``group_name``
     prefixes every store key so a rebuilt group never reads a previous one's keys.
     ``local_addr``: the address gloo binds on this rank (default: resolve the hostname).
+    ``listen_fd``: the store host serves on this already-listening socket (bound to the
+    interface the caller chose) instead of binding all interfaces itself.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
@@ -114,7 +117,7 @@ def init_weight_sync_group(
     host = rank == 0 if is_store_host is None else is_store_host
     store = dist.TCPStore(
         master_addr, master_port, world_size, is_master=host, timeout=timeout,
-        wait_for_workers=False,
+        wait_for_workers=False, master_listen_fd=listen_fd if host else None,
     )  # fmt: skip
     prefixed = dist.PrefixStore(f"{group_name}/", store)
     if backend == "gloo":

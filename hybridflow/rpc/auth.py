@@ -1,4 +1,9 @@
-"""Shared-token authentication: a server interceptor and a client call-credentials helper."""
+"""Shared-token authentication: a server interceptor and a client call-credentials helper.
+
+With a token configured every call but health and reflection must carry it. With none, the
+RPCs that change state (``STATE_CHANGING_METHODS``) are refused unless the server explicitly
+allows unauthenticated access (a trusted sandbox); read-only RPCs stay open.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,52 @@ import grpc
 
 TOKEN_HEADER = "authorization"
 _EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+_PACKAGE_PREFIX = "/hybridflow.v1."
+
+STATE_CHANGING_METHODS: set[str] = {
+    # learner
+    "TrainStep",
+    "PublishWeights",
+    "SaveCheckpoint",
+    "SaveTrainState",
+    "LoadTrainState",
+    # weight sync (served by every rollout replica)
+    "UpdateWeights",
+    "JoinWeightSync",
+    "ReceiveWeights",
+    # coordinator control
+    "Pause",
+    "Resume",
+    "Stop",
+}
+"""Method names (of any hybridflow.v1 service) that need a token even when none is configured.
+A new state-changing RPC is added here."""
+
+NO_TOKEN_MESSAGE = (
+    "{method} changes state and this server has no auth token: set HYBRIDFLOW_TOKEN "
+    "(or server.auth_token_file) on the server and its clients, or server.allow_unauthenticated"
+    "=true in a trusted sandbox"
+)
+
+
+def is_exempt(method: str) -> bool:
+    """Health and reflection: always open, never counted or limited."""
+    return method.startswith(_EXEMPT)
+
+
+def is_state_changing(method: str) -> bool:
+    """``method`` is a full gRPC method name, ``/package.Service/Method``."""
+    if not method.startswith(_PACKAGE_PREFIX):
+        return False
+    return method.rsplit("/", 1)[-1] in STATE_CHANGING_METHODS
+
+
+def _deny_handler(message: str) -> grpc.RpcMethodHandler:
+    # A stream-request handler accepts any call shape without reading its payload.
+    def deny(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return grpc.stream_unary_rpc_method_handler(deny)
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):
@@ -17,11 +68,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}"
-
-        def deny(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny = _deny_handler("missing or wrong auth token")
 
     def intercept_service(
         self,
@@ -29,13 +76,27 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
-        if method.startswith(_EXEMPT):
+        if is_exempt(method):
             return continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         got = str(metadata.get(TOKEN_HEADER, ""))
         if hmac.compare_digest(got, self._expected):
             return continuation(handler_call_details)
         return self._deny
+
+
+class NoTokenInterceptor(grpc.ServerInterceptor):
+    """No token configured: state-changing RPCs are refused, naming how to set one."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+        if is_state_changing(method):
+            return _deny_handler(NO_TOKEN_MESSAGE.format(method=method))
+        return continuation(handler_call_details)
 
 
 class TokenClientInterceptor(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hybridflow.rpc.auth import TokenClientInterceptor
 from hybridflow.rpc.config import ChannelConfig
+from hybridflow.rpc.token import resolve_token
 
 
 def _service_config(config: ChannelConfig) -> str:
@@ -56,14 +56,26 @@ def make_channel(address: str, config: ChannelConfig | None = None) -> grpc.Chan
         channel = grpc.secure_channel(address, creds, options=options)
     else:
         channel = grpc.insecure_channel(address, options=options)
-    token = os.environ.get(config.auth_token_env, "") if config.auth_token_env else ""
+    token = resolve_token(config.auth_token_env, config.auth_token_file)
     if token:
         channel = grpc.intercept_channel(channel, TokenClientInterceptor(token))
     return channel
 
 
-def check_health(channel: grpc.Channel, service: str = "", timeout_s: float = 2.0) -> bool:
-    """True when the server answers SERVING for ``service``."""
+def check_health(
+    channel: grpc.Channel | str,
+    service: str = "",
+    timeout_s: float = 2.0,
+    config: ChannelConfig | None = None,
+) -> bool:
+    """True when the server answers SERVING for ``service``. ``channel`` may be an address:
+    then a channel is opened with ``config`` (TLS CA, client cert) and closed again."""
+    if isinstance(channel, str):
+        owned = make_channel(channel, config)
+        try:
+            return check_health(owned, service, timeout_s)
+        finally:
+            owned.close()
     stub = health_pb2_grpc.HealthStub(channel)
     try:
         reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
@@ -78,7 +90,11 @@ def wait_healthy(
     service: str = "",
     config: ChannelConfig | None = None,
 ) -> None:
-    """Polls the health service until SERVING; raises TimeoutError naming the address."""
+    """Polls the health service until SERVING; raises TimeoutError naming the address.
+
+    ``config`` is the client side of the server's transport: with TLS on the server, pass a
+    ChannelConfig whose ``tls_ca`` (and for mutual TLS ``tls_cert``/``tls_key``) verify it;
+    a plaintext probe of a TLS server never becomes healthy."""
     deadline = time.monotonic() + timeout_s
     channel = make_channel(address, config)
     try:

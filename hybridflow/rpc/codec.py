@@ -1,8 +1,9 @@
 """Wire codec: token batches, tensors and chunked streams ↔ protobuf messages.
 
 Token sequences become one int32 little-endian buffer plus offsets; float lists become one
-float32 tensor; large payloads travel as ``Chunk`` streams that the receiver writes into a
-preallocated buffer. Torch is imported only by the tensor helpers that need it.
+float32 tensor; large payloads travel as ``Chunk`` streams that the receiver appends to a
+buffer that grows only with bytes actually received (a declared size is checked against the
+limit, never allocated up front). Torch is imported only by the tensor helpers that need it.
 """
 
 from __future__ import annotations
@@ -207,28 +208,36 @@ def iter_chunks(payload: bytes, chunk_bytes: int) -> Iterator[common_pb2.Chunk]:
             return
 
 
-def assemble_chunks(chunks: Iterable[common_pb2.Chunk], max_bytes: int) -> bytes:
-    """Writes a Chunk stream into one preallocated buffer; ValueError on a malformed stream."""
-    buffer: bytearray | None = None
-    received = 0
+def assemble_chunks(
+    chunks: Iterable[common_pb2.Chunk],
+    max_bytes: int,
+    limit_name: str = "server.max_message_bytes",
+) -> bytes:
+    """Joins a Chunk stream into one payload; ValueError on a malformed stream.
+
+    The buffer grows with the data received: a stream that declares a huge ``total_bytes``
+    and then stalls or ends costs only what it sent. Declared sizes beyond ``max_bytes``
+    (the config key ``limit_name``) are refused before anything is read.
+    """
+    buffer = bytearray()
+    declared: int | None = None
     for chunk in chunks:
-        if buffer is None:
+        if declared is None:
             if chunk.total_bytes < 0 or chunk.total_bytes > max_bytes:
                 raise ValueError(
-                    f"payload of {chunk.total_bytes} bytes exceeds the limit of {max_bytes} bytes"
+                    f"payload of {chunk.total_bytes} bytes exceeds {limit_name}={max_bytes}"
                 )
-            buffer = bytearray(chunk.total_bytes)
-        if chunk.total_bytes != len(buffer):
+            declared = chunk.total_bytes
+        if chunk.total_bytes != declared:
             raise ValueError("chunk.total_bytes changed within one stream")
         end = chunk.offset + len(chunk.data)
-        if chunk.offset != received or end > len(buffer):
+        if chunk.offset != len(buffer) or end > declared:
             raise ValueError(f"chunk at offset {chunk.offset} out of order or past the end")
-        buffer[chunk.offset : end] = chunk.data
-        received = end
-    if buffer is None:
+        buffer += chunk.data
+    if declared is None:
         raise ValueError("empty stream: no chunks received")
-    if received != len(buffer):
-        raise ValueError(f"stream ended after {received} of {len(buffer)} bytes")
+    if len(buffer) != declared:
+        raise ValueError(f"stream ended after {len(buffer)} of {declared} bytes")
     return bytes(buffer)
 
 
@@ -236,8 +245,13 @@ def stream_message(msg: Message, chunk_bytes: int) -> Iterator[common_pb2.Chunk]
     return iter_chunks(msg.SerializeToString(), chunk_bytes)
 
 
-def receive_message(chunks: Iterable[common_pb2.Chunk], msg_type: type[M], max_bytes: int) -> M:
-    payload = assemble_chunks(chunks, max_bytes)
+def receive_message(
+    chunks: Iterable[common_pb2.Chunk],
+    msg_type: type[M],
+    max_bytes: int,
+    limit_name: str = "server.max_message_bytes",
+) -> M:
+    payload = assemble_chunks(chunks, max_bytes, limit_name)
     msg = msg_type()
     try:
         msg.ParseFromString(payload)

@@ -30,7 +30,28 @@ class ServerConfig:
     tls_client_ca: str = ""
     """PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)."""
     auth_token_env: str = "HYBRIDFLOW_TOKEN"
-    """Environment variable holding a shared token; when it is set, every call must carry it."""
+    """Environment variable holding a shared token; when it is set, every call but health and
+    reflection must carry it."""
+    auth_token_file: str = ""
+    """File holding the shared token (e.g. the launcher's 0600 per-run file); used when the
+    environment variable is unset or empty."""
+    allow_unauthenticated: bool = False
+    """With no token configured, state-changing RPCs (train, publish/update weights,
+    checkpoints, pause/resume/stop) are refused unless this is true. Only for a trusted
+    sandbox: anyone who can reach the port can then steer the service."""
+    max_concurrent_rpcs: int = 0
+    """Calls served at once (health and reflection excluded); one more is refused with
+    RESOURCE_EXHAUSTED at once instead of queueing. 0: max_workers."""
+    reserved_workers: int = 2
+    """Threads beyond max_concurrent_rpcs, so health checks and refusals are always answered."""
+    stream_idle_timeout_s: float = 30.0
+    """A client stream (TrainStep, UpdateWeights) that sends nothing for this long is
+    cancelled, so a stalled client cannot hold a worker thread forever."""
+
+    @property
+    def concurrency_limit(self) -> int:
+        """The effective max_concurrent_rpcs."""
+        return self.max_concurrent_rpcs or self.max_workers
 
     def validate(self) -> None:
         raise_problems(
@@ -45,6 +66,18 @@ class ServerConfig:
             raise ValueError(f"server.port must be in [0, 65535], got {self.port}")
         if self.max_message_bytes < MIB:
             raise ValueError("server.max_message_bytes must be at least 1 MiB")
+        if self.max_workers < 1:
+            raise ValueError(f"server.max_workers must be >= 1, got {self.max_workers}")
+        if self.max_concurrent_rpcs < 0:
+            raise ValueError(
+                f"server.max_concurrent_rpcs must be >= 0, got {self.max_concurrent_rpcs}"
+            )
+        if self.reserved_workers < 1:
+            raise ValueError(f"server.reserved_workers must be >= 1, got {self.reserved_workers}")
+        if not self.stream_idle_timeout_s > 0:
+            raise ValueError(
+                f"server.stream_idle_timeout_s must be > 0, got {self.stream_idle_timeout_s}"
+            )
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("server.tls_cert and server.tls_key must be set together")
 
@@ -71,6 +104,8 @@ class ChannelConfig:
     """PEM key of tls_cert."""
     auth_token_env: str = "HYBRIDFLOW_TOKEN"
     """Environment variable holding the shared token sent with every call (if set)."""
+    auth_token_file: str = ""
+    """File holding the shared token; used when the environment variable is unset or empty."""
 
     def validate(self) -> None:
         raise_problems(

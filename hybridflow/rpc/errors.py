@@ -1,8 +1,9 @@
 """Maps domain exceptions to gRPC status codes, in one place for every servicer.
 
 ValueError (bad input) → INVALID_ARGUMENT with the message; ``hybridflow.errors.Unavailable``
-(a dead engine) → UNAVAILABLE with its cause; FileExistsError / FileNotFoundError (checkpoints)
-→ ALREADY_EXISTS / NOT_FOUND; anything else → INTERNAL and a logged traceback.
+(a dead engine) → UNAVAILABLE with its cause; ``FailedPrecondition``, ``AlreadyExists`` and
+``ResourceExhausted`` → their status codes, as are FileExistsError / FileNotFoundError
+(checkpoints: ALREADY_EXISTS / NOT_FOUND); anything else → INTERNAL and a logged traceback.
 The process keeps answering either way.
 """
 
@@ -15,10 +16,16 @@ from typing import Any, TypeVar
 
 import grpc
 
-from hybridflow.errors import Unavailable
+from hybridflow.errors import AlreadyExists, FailedPrecondition, ResourceExhausted, Unavailable
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
+
+_REFUSALS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+)
 
 
 def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> Any:
@@ -32,6 +39,10 @@ def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> An
     if isinstance(exc, Unavailable):
         log.error("%s: unavailable: %s", method, exc)
         context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    for kind, code in _REFUSALS:
+        if isinstance(exc, kind):
+            log.warning("%s: %s: %s", method, code.name, exc)
+            context.abort(code, str(exc))
     log.exception("%s failed", method)
     context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
 

@@ -1,13 +1,14 @@
 """Builds and runs a gRPC server the same way for every service.
 
-Health checking, reflection, size limits, TLS / mutual TLS, the shared-token interceptor,
-loopback bind by default, graceful drain on SIGTERM/SIGINT. Knows nothing of what it serves.
+Health checking, reflection, size limits, TLS / mutual TLS, the shared-token interceptor (or,
+with no token, refusal of state-changing RPCs), a concurrency limit with immediate load
+shedding, an idle timeout on client streams, loopback bind by default, graceful drain on
+SIGTERM/SIGINT. Knows nothing of what it serves.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -19,8 +20,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from hybridflow.rpc.auth import TokenAuthInterceptor
+from hybridflow.rpc.auth import NoTokenInterceptor, TokenAuthInterceptor
 from hybridflow.rpc.config import ServerConfig
+from hybridflow.rpc.limits import IdleWatchdog, LimitsInterceptor
+from hybridflow.rpc.token import resolve_token
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class RunningServer:
     port: int
     health: health.HealthServicer
     service_names: tuple[str, ...]
+    limits: LimitsInterceptor | None = None
 
     def set_serving(self, serving: bool) -> None:
         status = (
@@ -48,6 +52,8 @@ class RunningServer:
         """Marks NOT_SERVING, lets in-flight calls finish for grace_s, then stops."""
         self.set_serving(False)
         self.server.stop(grace_s).wait()
+        if self.limits is not None:
+            self.limits.watchdog.close()
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -64,12 +70,21 @@ def start_server(
     service_names: Sequence[str],
 ) -> RunningServer:
     """Creates the server, lets ``register`` add servicers, binds and starts it."""
-    interceptors = []
-    token = os.environ.get(config.auth_token_env, "") if config.auth_token_env else ""
+    config.validate()
+    interceptors: list[grpc.ServerInterceptor] = []
+    token = resolve_token(config.auth_token_env, config.auth_token_file)
     if token:
         interceptors.append(TokenAuthInterceptor(token))
+    elif not config.allow_unauthenticated:
+        interceptors.append(NoTokenInterceptor())
+    else:
+        log.warning("server.allow_unauthenticated: state-changing RPCs are open to anyone")
+    limit = config.concurrency_limit
+    limits = LimitsInterceptor(limit, IdleWatchdog(config.stream_idle_timeout_s))
+    interceptors.append(limits)
+    # Threads beyond the limit answer health checks and refusals while the limit is reached.
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.max_workers),
+        futures.ThreadPoolExecutor(max_workers=limit + config.reserved_workers),
         options=server_options(config.max_message_bytes),
         interceptors=interceptors,
     )
@@ -95,7 +110,7 @@ def start_server(
     if port == 0:
         raise RuntimeError(f"could not bind {bind}")
     server.start()
-    running = RunningServer(server, f"{config.host}:{port}", port, health_servicer, names)
+    running = RunningServer(server, f"{config.host}:{port}", port, health_servicer, names, limits)
     running.set_serving(True)
     log.info("serving %s on %s", ", ".join(names), running.address)
     return running

@@ -6,6 +6,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import grpc
+
+from hybridflow.errors import Unavailable
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.types import WeightUpdateReport
@@ -62,3 +65,44 @@ class GrpcWeightSyncClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def split_target(target: str) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``) → (host, port); ValueError naming the target."""
+    host, sep, port_text = target.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"target {target!r}: expected host:port")
+    return host, int(port_text)
+
+
+def check_targets(targets: Sequence[str], allowed_hosts: Sequence[str]) -> None:
+    """ValueError naming the first target that is not host:port on an allowed host."""
+    if not targets:
+        raise ValueError("targets: at least one replica address is required")
+    allowed = set(allowed_hosts)
+    for target in targets:
+        host, _ = split_target(target)
+        if host not in allowed:
+            raise ValueError(
+                f"target {target!r}: host {host!r} is not in weight_sync.allowed_hosts "
+                f"{sorted(allowed)}"
+            )
+
+
+def probe_replica(address: str, config: ChannelConfig | None, timeout_s: float) -> None:
+    """Raises ``Unavailable`` naming ``address`` unless its WeightSyncService answers
+    Describe within ``timeout_s`` (no retries: a dead replica is reported at once)."""
+    channel = make_channel(address, config)
+    try:
+        stub = weight_sync_pb2_grpc.WeightSyncServiceStub(channel)
+        stub.Describe(common_pb2.Empty(), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        code = exc.code() if isinstance(exc, grpc.Call) else None
+        raise Unavailable(
+            f"replica {address} did not answer within weight_sync.connect_timeout_s="
+            f"{timeout_s:g}s ({code.name if code else 'error'}); not publishing"
+        ) from exc
+    finally:
+        channel.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from hybridflow.config.ranges import above, at_least, raise_problems
@@ -27,12 +27,20 @@ class WeightSyncConfig:
     """Largest flat bucket of the transfer plan."""
     timeout_s: float = 120.0
     """Deadline of one sync (and of forming the group); past it the group is rebuilt."""
+    allowed_hosts: list[str] = field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
+    """Hosts PublishWeights may send to (a target is host:port); loopback only by default.
+    List the rollout hosts of a multi-host deployment here."""
+    connect_timeout_s: float = 5.0
+    """Each target must answer a Describe probe within this before a sync starts; else the
+    publish fails at once with UNAVAILABLE naming it (the learner's lock is not held)."""
 
     def validate(self) -> None:
         raise_problems(
             [
                 at_least("weight_sync.bucket_bytes", self.bucket_bytes, 4096),
                 above("weight_sync.timeout_s", self.timeout_s, 0),
+                above("weight_sync.connect_timeout_s", self.connect_timeout_s, 0),
+                None if self.allowed_hosts else "weight_sync.allowed_hosts: list at least one host",
             ]
         )
         if self.bucket_bytes < 4096:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hybridflow.v1 import weight_sync_pb2
 from hybridflow.weights.spec import GroupSpec
 
@@ -23,6 +25,11 @@ def group_spec_to_proto(
     )
 
 
+MIN_BUCKET_BYTES = 4096
+MAX_RANKS = 1024
+MAX_TP = 64
+
+
 def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSpec:
     if not msg.store_host or not 0 < msg.store_port < 65536:
         raise ValueError("store_host / store_port: a reachable TCPStore address is required")
@@ -30,8 +37,17 @@ def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSp
         raise ValueError(f"backend must be gloo or nccl, got {msg.backend!r}")
     if not 0 <= msg.replica_index < len(msg.replica_tp_sizes):
         raise ValueError(f"replica_index {msg.replica_index} outside replica_tp_sizes")
-    if msg.num_src_ranks < 1 or msg.timeout_s <= 0 or msg.bucket_bytes <= 0:
+    if msg.num_src_ranks < 1 or not msg.timeout_s > 0 or msg.bucket_bytes <= 0:
         raise ValueError("num_src_ranks, timeout_s and bucket_bytes must be positive")
+    # Bounds that keep a malformed request from planning for hours or waiting for ever.
+    if not math.isfinite(msg.timeout_s):
+        raise ValueError("timeout_s must be finite")
+    if msg.bucket_bytes < MIN_BUCKET_BYTES:
+        raise ValueError(f"bucket_bytes must be at least {MIN_BUCKET_BYTES}")
+    if msg.num_src_ranks > MAX_RANKS or len(msg.replica_tp_sizes) > MAX_RANKS:
+        raise ValueError(f"num_src_ranks and the replica count must be at most {MAX_RANKS}")
+    if any(not 1 <= t <= MAX_TP for t in msg.replica_tp_sizes):
+        raise ValueError(f"replica_tp_sizes must be in [1, {MAX_TP}]")
     return GroupSpec(
         store_host=msg.store_host,
         store_port=msg.store_port,

@@ -101,10 +101,20 @@ def make_executor(
     raise ValueError(f"weight_sync.executor must be planner or naive, got {kind!r}")
 
 
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def listen_socket(host: str) -> socket.socket:
+    """A TCP socket listening on ``host`` only (OS-chosen port), for the group's TCPStore:
+    torch's own store server would listen on every interface."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class DistReceiver:
@@ -290,8 +300,9 @@ class DistPublisher:
     ) -> None:
         self._abort()
         self._generation += 1
+        store_socket = listen_socket(self.config.store_host) if self.rank == 0 else None
         meeting: list[Any] = [
-            free_port(self.config.store_host),
+            store_socket.getsockname()[1] if store_socket is not None else 0,
             f"ws{self._generation}-{uuid.uuid4().hex[:8]}",
             [int(tp_size(t)) if tp_size is not None else 1 for t in targets]
             if self.rank == 0
@@ -328,6 +339,8 @@ class DistPublisher:
             group_name=name,
             is_store_host=self.rank == 0,
             device=self.device if spec.backend == "nccl" else None,
+            # The store takes ownership of the listening socket (and closes it with the group).
+            listen_fd=store_socket.detach() if store_socket is not None else None,
         )
         self._group = group
         check_plan_hash(group, plan.content_hash())

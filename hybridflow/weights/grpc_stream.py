@@ -1,7 +1,9 @@
 """gRPC streaming weight transport: a header, then the flat buffer in chunks.
 
 The sender never concatenates the model: it streams each tensor's bytes in order. The
-receiver preallocates one flat buffer of ``total_bytes`` and views each tensor out of it.
+receiver appends the chunks to one buffer that grows with the bytes actually received (the
+declared ``total_bytes`` is checked against the limit, never allocated up front) and views
+each tensor out of it.
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ def receive_weights(
         raise ValueError("weight stream must start with a header")
     header = first.header
     if not 0 <= header.total_bytes <= max_bytes:
-        raise ValueError(f"weights of {header.total_bytes} bytes exceed the limit of {max_bytes}")
+        raise ValueError(
+            f"weights of {header.total_bytes} bytes exceed server.max_message_bytes={max_bytes}"
+        )
     expected = 0
     for meta in header.tensors:
         size = tensor_nbytes(meta.dtype, list(meta.shape))
@@ -68,19 +72,21 @@ def receive_weights(
         expected += size
     if expected != header.total_bytes:
         raise ValueError("header.total_bytes does not match the tensors it lists")
-    flat = torch.empty(header.total_bytes, dtype=torch.uint8)
-    view = flat.numpy()
-    received = 0
+    buffer = bytearray()
     for chunk in it:
         if chunk.WhichOneof("payload") != "data":
             raise ValueError("a second header inside one weight stream")
-        end = received + len(chunk.data)
-        if end > header.total_bytes:
+        if len(buffer) + len(chunk.data) > header.total_bytes:
             raise ValueError("weight stream is longer than its header says")
-        view[received:end] = memoryview(chunk.data)
-        received = end
+        buffer += chunk.data
+    received = len(buffer)
     if received != header.total_bytes:
         raise ValueError(f"weight stream ended after {received} of {header.total_bytes} bytes")
+    flat = (
+        torch.frombuffer(buffer, dtype=torch.uint8)
+        if received
+        else torch.empty(0, dtype=torch.uint8)
+    )
     tensors = []
     for meta in header.tensors:
         raw = flat[meta.offset_bytes : meta.offset_bytes + meta.num_bytes]

@@ -1,7 +1,10 @@
 """gRPC face of a weight receiver (a rollout replica): proto → domain → receiver → proto.
 
 Served by the rollout process beside its RolloutService; the learner reaches replicas only
-through this service (``hybridflow.weights.client``).
+through this service (``hybridflow.weights.client``). A replica joins only a group whose store
+is on ``weight_sync.allowed_hosts`` and waits at most ``weight_sync.timeout_s`` for it; new
+weights are checked (names, shapes, finite values, a version not older than the replica's)
+before anything is staged.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import grpc
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
+from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.convert import group_spec_from_proto
 from hybridflow.weights.grpc_stream import receive_weights
 from hybridflow.weights.spec import GroupSpec
@@ -44,9 +48,12 @@ class WeightReceiver(Protocol):
 
 
 class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
-    def __init__(self, receiver: WeightReceiver, max_bytes: int) -> None:
+    def __init__(
+        self, receiver: WeightReceiver, max_bytes: int, config: WeightSyncConfig | None = None
+    ) -> None:
         self._receiver = receiver
         self._max_bytes = max_bytes
+        self._config = config or WeightSyncConfig()
 
     @handle_errors
     def UpdateWeights(
@@ -72,9 +79,18 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
     def JoinWeightSync(
         self, request: weight_sync_pb2.JoinWeightSyncRequest, context: grpc.ServicerContext
     ) -> weight_sync_pb2.JoinWeightSyncResponse:
-        plan_hash = self._receiver.join_weight_sync(
-            group_spec_from_proto(request), request.replica_index
-        )
+        spec = group_spec_from_proto(request)
+        if spec.store_host not in self._config.allowed_hosts:
+            raise ValueError(
+                f"store_host {spec.store_host!r} is not in weight_sync.allowed_hosts "
+                f"{sorted(self._config.allowed_hosts)}"
+            )
+        if spec.timeout_s > self._config.timeout_s:
+            raise ValueError(
+                f"timeout_s {spec.timeout_s:g} exceeds weight_sync.timeout_s="
+                f"{self._config.timeout_s:g}"
+            )
+        plan_hash = self._receiver.join_weight_sync(spec, request.replica_index)
         return weight_sync_pb2.JoinWeightSyncResponse(plan_hash=plan_hash)
 
     @handle_errors

@@ -8,6 +8,7 @@ import sys
 import grpc
 import pytest
 
+from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.codec import pack_floats, pack_tokens, stream_message
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.learner import convert as learner_convert
@@ -104,7 +105,7 @@ def test_logprob_parity_before_and_after_a_weight_push(services, tiny_model_path
 )
 def test_rollout_bad_input_is_invalid_argument(services, mutate, field):
     rollout, _, rollout_server, _, _ = services
-    stub = rollout_pb2_grpc.RolloutServiceStub(grpc.insecure_channel(rollout_server.address))
+    stub = rollout_pb2_grpc.RolloutServiceStub(make_channel(rollout_server.address))
     request = rollout_pb2.GenerateRequest(
         prompts=pack_tokens([[5, 6]]),
         sampling=common_pb2.SamplingParams(temperature=1, top_p=1, max_new_tokens=2, n=1),
@@ -168,7 +169,7 @@ def learner_batch(**overrides):
 )
 def test_learner_bad_input_is_invalid_argument(services, batch, field):
     _, learner, _, learner_server, _ = services
-    stub = learner_pb2_grpc.LearnerServiceStub(grpc.insecure_channel(learner_server.address))
+    stub = learner_pb2_grpc.LearnerServiceStub(make_channel(learner_server.address))
     with pytest.raises(grpc.RpcError) as err:
         stub.TrainStep(stream_message(batch, 65536), timeout=30)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -178,12 +179,12 @@ def test_learner_bad_input_is_invalid_argument(services, batch, field):
 
 def test_oversize_train_batch_is_rejected(services):
     _, learner, _, learner_server, _ = services
-    stub = learner_pb2_grpc.LearnerServiceStub(grpc.insecure_channel(learner_server.address))
+    stub = learner_pb2_grpc.LearnerServiceStub(make_channel(learner_server.address))
     huge = learner_pb2.TrainBatch(group_ids=[2**40] * 1_000_000)  # ~6 MB > 4 MiB limit
     with pytest.raises(grpc.RpcError) as err:
         stub.TrainStep(stream_message(huge, MIB), timeout=30)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "exceeds the limit" in err.value.details()
+    assert "exceeds server.max_message_bytes" in err.value.details()
     big_client = GrpcLearnerClient(
         learner_server.address, ChannelConfig(max_message_bytes=64 * MIB)
     )

@@ -70,3 +70,21 @@ def test_weights_arriving_mid_request_continue_with_per_token_versions(
     finally:
         engine.between_steps = None
         engine.load_weights(original, 0)
+
+
+def test_cancelled_request_is_aborted_and_the_next_one_is_served(engine) -> None:
+    from hybridflow.services.rollout.requests import Cancelled
+
+    polls: list[int] = []
+
+    def gone_after_two_steps() -> bool:
+        polls.append(1)
+        return len(polls) > 2
+
+    params = SamplingParams(n=2, max_new_tokens=32, seed=3)
+    with pytest.raises(Cancelled) as err:
+        engine.generate([[5, 6, 7]], params, gone_after_two_steps)
+    assert err.value.num_steps == 2
+    assert not engine._engine.has_unfinished_requests()  # its vLLM requests were aborted
+    groups = engine.generate([[5, 6, 7]], SamplingParams(n=2, max_new_tokens=2, seed=3))
+    assert len(groups[0]) == 2 and all(c.token_ids for c in groups[0])

@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=worker.vocab_size,
         max_bytes=cfg.server.max_message_bytes,
         chunk_bytes=channel.chunk_bytes,
+        checkpoint_root=cfg.checkpoint_dir,
+        weight_sync=job.weight_sync,
+        channel=channel,
     )
     running = start_server(
         cfg.server,

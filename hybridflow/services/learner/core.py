@@ -80,8 +80,6 @@ class LearnerCore:
         """The actor as a Hugging Face checkpoint under ``learner.checkpoint_dir/name`` (a new
         directory: an existing one is never overwritten)."""
         path = self.checkpoint_path(name)
-        if path.exists():
-            raise FileExistsError(f"checkpoint {name!r} already exists")
         self.worker.save_checkpoint(path)
         return str(path)
 
@@ -96,13 +94,16 @@ class LearnerCore:
         """Restores a train state saved under ``name``; returns the restored policy version."""
         from hybridflow.services.learner.train_state import load_train_state
 
-        return load_train_state(self.worker, self.checkpoint_path(name))
+        return load_train_state(self.worker, self.checkpoint_path(name, must_exist=True))
 
-    def checkpoint_path(self, name: str) -> Path:
-        """``name`` resolved inside ``learner.checkpoint_dir``; ValueError if it leaves it."""
+    def checkpoint_path(self, name: str, must_exist: bool = False) -> Path:
+        """``name`` resolved inside ``learner.checkpoint_dir``: ValueError if it leaves it,
+        AlreadyExists when saving over an existing one, FileNotFoundError for a missing one."""
         from hybridflow.services.learner.checkpoint_paths import resolve_checkpoint_target
 
-        return resolve_checkpoint_target(self.worker.config.checkpoint_dir, name)
+        return resolve_checkpoint_target(
+            self.worker.config.checkpoint_dir, name, must_exist=must_exist
+        )
 
     def shutdown(self) -> None:
         if self._publisher is not None:

@@ -2,30 +2,42 @@
 
 ``dispatch(command, args)`` runs the command on every rank (via the relay when the world is
 larger than one); a lock keeps relayed commands in one order on all ranks.
+
+What a caller may make the learner do is bounded here, before the lock is taken:
+SaveCheckpoint writes only under ``checkpoint_root`` (a relative, new name), PublishWeights
+reaches only ``host:port`` targets on ``weight_sync.allowed_hosts`` that answer a Describe
+probe within ``weight_sync.connect_timeout_s``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 
+from hybridflow.errors import FailedPrecondition, Unavailable
 from hybridflow.rpc.codec import (
     check_token_range,
     pack_floats,
     receive_message,
     unpack_tokens,
 )
+from hybridflow.rpc.config import ChannelConfig
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.services.learner import convert
+from hybridflow.services.learner.checkpoint_paths import resolve_checkpoint_target
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
+from hybridflow.weights.client import check_targets, probe_replica
+from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.grpc_stream import iter_weight_chunks
 
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
 
 Dispatch = Callable[[str, tuple[Any, ...]], Any]
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
@@ -36,7 +48,18 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         vocab_size: int,
         max_bytes: int,
         chunk_bytes: int,
+        checkpoint_root: str | Path = "",
+        weight_sync: WeightSyncConfig | None = None,
+        channel: ChannelConfig | None = None,
+        probe: Callable[[str, ChannelConfig | None, float], None] = probe_replica,
     ) -> None:
+        """``checkpoint_root``: learner.checkpoint_dir (empty: SaveCheckpoint refused);
+        ``weight_sync``: allowed hosts and the probe deadline; ``channel``: how the probe
+        reaches replicas (TLS, token)."""
+        self._checkpoint_root = Path(checkpoint_root) if checkpoint_root else None
+        self._weight_sync = weight_sync or WeightSyncConfig()
+        self._channel = channel
+        self._probe = probe
         self._dispatch = dispatch
         self._info = info
         self._vocab_size = vocab_size
@@ -79,7 +102,17 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def PublishWeights(
         self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
     ) -> learner_pb2.PublishWeightsResponse:
-        report = self._run("publish_weights", list(request.targets))
+        targets = list(request.targets)
+        check_targets(targets, self._weight_sync.allowed_hosts)
+        for target in targets:  # outside the lock: a dead target never blocks other calls
+            try:
+                self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
+            except Unavailable:
+                # Clients retry UNAVAILABLE; a negative pushback tells them not to, so a dead
+                # replica is reported once, not after every retry's probe.
+                context.set_trailing_metadata(((RETRY_PUSHBACK, "-1"),))
+                raise
+        report = self._run("publish_weights", targets)
         return learner_pb2.PublishWeightsResponse(
             policy_version=report.policy_version,
             num_bytes=report.num_bytes,
@@ -99,8 +132,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def SaveCheckpoint(
         self, request: learner_pb2.SaveCheckpointRequest, context: grpc.ServicerContext
     ) -> learner_pb2.SaveCheckpointResponse:
-        if not request.path:
-            raise ValueError("path: required")
+        if self._checkpoint_root is None:
+            raise FailedPrecondition(
+                "SaveCheckpoint is disabled: learner.checkpoint_dir is not set"
+            )
+        resolve_checkpoint_target(self._checkpoint_root, request.path)  # refused before the lock
         path = self._run("save_checkpoint", request.path)
         return learner_pb2.SaveCheckpointResponse(
             path=path, policy_version=self._info().policy_version

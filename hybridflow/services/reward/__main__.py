@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     job = load_job_config(args.config, args.set)
     cfg = job.reward
     scorer = RewardScorer(cfg)
-    servicer = RewardServicer(scorer)
+    servicer = RewardServicer(scorer, cfg)
     running = start_server(
         cfg.server,
         lambda s: reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, s),

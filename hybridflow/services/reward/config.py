@@ -36,6 +36,11 @@ class RewardConfig:
     """Threads that score the items of one batch concurrently (1: score in the caller's thread)."""
     max_batch_size: int = 4096
     """Largest batch one score_batch call accepts; larger batches are rejected with ValueError."""
+    max_items_per_request: int = 4096
+    """Most items one Score call may carry (checked on the message before any conversion)."""
+    max_text_bytes: int = 1024 * 1024
+    """Largest UTF-8 size of any one text field of an item (response, ground truth, prompt,
+    extra_info_json)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits of the reward service."""
 
@@ -68,4 +73,10 @@ class RewardConfig:
             raise ValueError(f"reward.num_threads must be >= 1, got {self.num_threads}")
         if self.max_batch_size < 1:
             raise ValueError(f"reward.max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_items_per_request < 1:
+            raise ValueError(
+                f"reward.max_items_per_request must be >= 1, got {self.max_items_per_request}"
+            )
+        if self.max_text_bytes < 1:
+            raise ValueError(f"reward.max_text_bytes must be >= 1, got {self.max_text_bytes}")
         self.server.validate()

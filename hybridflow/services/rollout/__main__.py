@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
     from hybridflow.services.rollout.engines import build_engine
     from hybridflow.services.rollout.local import LocalRollout
+    from hybridflow.services.rollout.requests import RequestLimits
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
     from hybridflow.v1 import rollout_pb2_grpc, weight_sync_pb2_grpc
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
@@ -47,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot start the %s engine: %s", cfg.engine, exc)
         return 2
     rollout = LocalRollout(engine, job.model, cfg.engine, cfg.in_flight_weights)
-    servicer = RolloutServicer(rollout, cfg.prompts_per_message, cfg.server.max_message_bytes)
-    weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes)
+    limits = RequestLimits(
+        cfg.max_n, cfg.max_new_tokens_limit, cfg.max_prompts_per_request, cfg.max_tokens_per_request
+    )
+    servicer = RolloutServicer(
+        rollout, cfg.prompts_per_message, cfg.server.max_message_bytes, limits
+    )
+    weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes, job.weight_sync)
 
     def register(server: grpc.Server) -> None:
         rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)

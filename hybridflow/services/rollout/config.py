@@ -39,6 +39,15 @@ class RolloutConfig:
     new ones from the next decode step (completions then carry per-token versions)."""
     prompts_per_message: int = 64
     """Prompts per streamed Generate response message."""
+    max_n: int = 64
+    """Largest sampling.n one Generate may ask for (larger: INVALID_ARGUMENT)."""
+    max_new_tokens_limit: int = 4096
+    """Largest sampling.max_new_tokens one Generate may ask for."""
+    max_prompts_per_request: int = 1024
+    """Most prompts in one Generate."""
+    max_tokens_per_request: int = 1 << 20
+    """Bound on n * (prompt tokens + prompts * max_new_tokens) of one Generate: the token rows
+    the engine would hold for it."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits."""
 
@@ -66,3 +75,8 @@ class RolloutConfig:
             raise ValueError("rollout.max_model_len must be >= 0 and rollout.kv_cache_gib >= 1")
         if self.prompts_per_message < 1:
             raise ValueError("rollout.prompts_per_message must be >= 1")
+        for key in ("max_n", "max_new_tokens_limit", "max_prompts_per_request"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"rollout.{key} must be >= 1, got {getattr(self, key)}")
+        if self.max_tokens_per_request < 1:
+            raise ValueError("rollout.max_tokens_per_request must be >= 1")

@@ -30,7 +30,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from hybridflow.services.rollout.requests import check_token_request
+from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
 from hybridflow.services.rollout.sampler import sample_tokens
 from hybridflow.types import Completion, SamplingParams
 
@@ -116,8 +116,15 @@ class HFEngine:
 
     # ------------------------------------------------------------------ generation
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        """``params.n`` completions for each prompt (outer list: prompts, in order)."""
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        should_stop: ShouldStop | None = None,
+    ) -> list[list[Completion]]:
+        """``params.n`` completions for each prompt (outer list: prompts, in order).
+        ``should_stop`` is polled before every decode step; when it says so the request ends
+        at once with ``Cancelled`` (its tokens are dropped)."""
         check_token_request(prompts, params, self.vocab_size)
         if not prompts:
             return []
@@ -126,7 +133,7 @@ class HFEngine:
             if params.seed is not None:
                 generator = torch.Generator(device=self.device).manual_seed(params.seed)
             tokens, logprobs, stopped, step_versions = self._generate_locked(
-                prompts, params, generator
+                prompts, params, generator, should_stop
             )
         version = step_versions[0]
         mixed = len(set(step_versions)) > 1
@@ -153,6 +160,7 @@ class HFEngine:
         prompts: list[list[int]],
         params: SamplingParams,
         generator: torch.Generator,
+        should_stop: ShouldStop | None = None,
     ) -> tuple[list[list[int]], list[list[float]], list[bool], list[int]]:
         rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
         num_rows = len(rows)
@@ -187,6 +195,8 @@ class HFEngine:
         step_active: list[torch.Tensor] = []
         step_versions: list[int] = []
         for step in range(params.max_new_tokens):
+            if should_stop is not None and should_stop():
+                raise Cancelled(step)
             step_versions.append(self.policy_version)  # the weights that made these logits
             token, logprob = sample_tokens(
                 out.logits[:, -1, :], params.temperature, params.top_p, generator

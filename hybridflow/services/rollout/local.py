@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from hybridflow.errors import FailedPrecondition
+from hybridflow.services.rollout.requests import Cancelled, ShouldStop
 from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,10 @@ class Engine(Protocol):
     tensor_parallel_size: int
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        should_stop: ShouldStop | None = None,
     ) -> list[list[Completion]]: ...
 
     def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> None: ...
@@ -82,6 +87,10 @@ class LocalRollout:
         self._pending: tuple[StagedWeights, int] | None = None
         self._num_requests = 0
         self._num_tokens = 0
+        self.num_cancelled = 0
+        """Requests ended early because their caller went away."""
+        self.last_cancelled_steps: int | None = None
+        """Decode steps the last cancelled request had run before it stopped."""
         if in_flight_weights == "continue_new":
             engine.between_steps = self._take_pending
 
@@ -97,12 +106,25 @@ class LocalRollout:
             self.engine.load_weights(*pending)
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        request_id: str = "",
+        should_stop: ShouldStop | None = None,
     ) -> list[list[Completion]]:
+        """Runs one request; ``Cancelled`` when ``should_stop`` turns true before it is done
+        (while it waited for the engine or between decode steps)."""
         params.validate()
         with self._lock:
             self._apply_pending()
-            groups = self.engine.generate([list(p) for p in prompts], params)
+            try:
+                if should_stop is not None and should_stop():
+                    raise Cancelled(0)  # its caller left while it queued
+                groups = self.engine.generate([list(p) for p in prompts], params, should_stop)
+            except Cancelled as exc:
+                self.num_cancelled += 1
+                self.last_cancelled_steps = exc.num_steps
+                raise
             self._num_requests += 1
             self._num_tokens += sum(len(c.token_ids) for g in groups for c in g)
         return groups
@@ -114,6 +136,12 @@ class LocalRollout:
         if named_tensors is not None:
             self._check_weights(named_tensors)
         with self._pending_lock:
+            current = max(self.engine.policy_version, self._pending[1] if self._pending else 0)
+            if policy_version < current:
+                raise FailedPrecondition(
+                    f"policy_version {policy_version} is older than this replica's "
+                    f"{current}; weight versions never go backwards"
+                )
             self._pending = (named_tensors, policy_version)
         if self._lock.acquire(blocking=False):  # idle: swap now
             try:
@@ -124,8 +152,17 @@ class LocalRollout:
         return WeightUpdateReport(policy_version, num_bytes, time.perf_counter() - start)
 
     def _check_weights(self, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
-        """Bad names or shapes fail the sender's call, not a later request."""
+        """Bad names, shapes or values fail the sender's call, not a later request (nothing
+        is staged or applied unless every tensor passes)."""
         self.engine.check_weights(named_tensors)
+        import torch
+
+        for name, tensor in named_tensors:
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                bad = int((~torch.isfinite(tensor)).sum())
+                raise ValueError(
+                    f"load_weights: tensor {name!r} has {bad} non-finite values (NaN/Inf)"
+                )
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -1,7 +1,14 @@
-"""gRPC face of a rollout replica: proto → domain → LocalRollout → proto."""
+"""gRPC face of a rollout replica: proto → domain → LocalRollout → proto.
+
+Every Generate is bounded before any work (``rollout.max_*`` limits, checked on the raw
+message before prompts are unpacked) and ends within one decode step once its caller is gone
+(a cancelled call or an expired deadline sets the request's stop flag).
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -9,23 +16,52 @@ import grpc
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.services.rollout import convert
 from hybridflow.services.rollout.local import LocalRollout
+from hybridflow.services.rollout.requests import Cancelled, RequestLimits, check_request_limits
 from hybridflow.v1 import common_pb2, rollout_pb2, rollout_pb2_grpc
 
 SERVICE_NAME = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_name
 
+log = logging.getLogger(__name__)
+
+
+def check_generate_limits(request: rollout_pb2.GenerateRequest, limits: RequestLimits) -> None:
+    """The request's size from its raw fields (nothing unpacked or allocated yet)."""
+    check_request_limits(
+        num_prompts=max(len(request.prompts.offsets) - 1, 0),
+        num_prompt_tokens=len(request.prompts.token_ids) // 4,
+        n=request.sampling.n,
+        max_new_tokens=request.sampling.max_new_tokens,
+        limits=limits,
+    )
+
 
 class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
-    def __init__(self, rollout: LocalRollout, prompts_per_message: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        rollout: LocalRollout,
+        prompts_per_message: int,
+        max_bytes: int,
+        limits: RequestLimits | None = None,
+    ) -> None:
         self._rollout = rollout
         self._prompts_per_message = prompts_per_message
         self._max_bytes = max_bytes
+        self._limits = limits or RequestLimits()
 
     @handle_errors
     def Generate(
         self, request: rollout_pb2.GenerateRequest, context: grpc.ServicerContext
     ) -> Iterator[rollout_pb2.GenerateResponse]:
+        check_generate_limits(request, self._limits)
         prompts, params = convert.parse_generate_request(request)
-        groups = self._rollout.generate(prompts, params, request.request_id)
+        gone = threading.Event()
+        if not context.add_callback(gone.set):  # the call already ended
+            return
+        try:
+            groups = self._rollout.generate(prompts, params, request.request_id, gone.is_set)
+        except Cancelled as exc:
+            log.info("Generate %r: %s", request.request_id, exc)
+            return
         step = self._prompts_per_message
         for first in range(0, len(groups), step):
             part = groups[first : first + step]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hybridflow.errors import Unavailable
-from hybridflow.services.rollout.requests import check_token_request
+from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
@@ -249,8 +249,15 @@ class VLLMEngine:
                     f"{self.max_model_len}"
                 )
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        """``params.n`` completions for each prompt (outer list: prompts, in order)."""
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        should_stop: ShouldStop | None = None,
+    ) -> list[list[Completion]]:
+        """``params.n`` completions for each prompt (outer list: prompts, in order).
+        ``should_stop`` is polled before every engine step; when it says so the request's
+        vLLM requests are aborted and ``Cancelled`` is raised."""
         self.check_request(prompts, params)
         if not prompts:
             return []
@@ -282,11 +289,11 @@ class VLLMEngine:
                     self._engine.add_request(
                         request_id, TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), vparams
                     )
-            tokens, logprobs, versions, stopped = self._run_locked(rows)
+            tokens, logprobs, versions, stopped = self._run_locked(rows, should_stop)
         return self._completions(len(prompts), params.n, tokens, logprobs, versions, stopped)
 
     def _run_locked(
-        self, rows: dict[str, int]
+        self, rows: dict[str, int], should_stop: ShouldStop | None = None
     ) -> tuple[list[list[int]], list[list[float]], list[list[int]], list[bool]]:
         num_rows = len(rows)
         tokens: list[list[int]] = [[] for _ in range(num_rows)]
@@ -294,8 +301,12 @@ class VLLMEngine:
         versions: list[list[int]] = [[] for _ in range(num_rows)]
         stopped = [False] * num_rows
         first = True
+        num_steps = 0
         try:
             while self._engine.has_unfinished_requests():
+                if should_stop is not None and should_stop():
+                    raise Cancelled(num_steps)  # aborts this request's rows below
+                num_steps += 1
                 if not first and self.between_steps is not None:
                     pending = self.between_steps()
                     if pending is not None:

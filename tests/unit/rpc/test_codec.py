@@ -60,7 +60,7 @@ def test_chunks_reassemble_and_detect_truncation():
     assert codec.assemble_chunks(chunks, max_bytes=1 << 20) == payload
     with pytest.raises(ValueError, match="ended after 8192 of 10000"):
         codec.assemble_chunks(chunks[:2], max_bytes=1 << 20)
-    with pytest.raises(ValueError, match="exceeds the limit"):
+    with pytest.raises(ValueError, match="exceeds server.max_message_bytes"):
         codec.assemble_chunks(chunks, max_bytes=100)
     with pytest.raises(ValueError, match="out of order"):
         codec.assemble_chunks([chunks[1], chunks[0]], max_bytes=1 << 20)
