@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -125,22 +124,16 @@ def _run_token_env(run_dir: Path) -> dict[str, str]:
     """The per-run auth token every child gets: none to add when ``HYBRIDFLOW_TOKEN`` is
     already set (own deployments); else ``run_dir/token`` (mode 0600), created on the first
     launch and reused on resume."""
+    from hybridflow.rpc.token import export_run_token
+
     if os.environ.get(TOKEN_ENV):
         return {}
-    path = run_dir / "token"
+    env: dict[str, str] = {}
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        if path.stat().st_mode & 0o077:
-            raise LaunchError(f"{path} is readable by others; chmod 600 it") from None
-        token = path.read_text().strip()
-        if not token:
-            raise LaunchError(f"{path} is empty; delete it for a new token") from None
-        return {TOKEN_ENV: token}
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return {TOKEN_ENV: token}
+        export_run_token(run_dir, env, TOKEN_ENV)
+    except (ValueError, OSError) as exc:
+        raise LaunchError(str(exc)) from None
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,7 +125,7 @@ class ServiceGroup:
         if address != proc.address:
             log.warning("%s came back on %s, not %s", proc.name, address, proc.address)
             proc.address = address
-        channel = make_channel(address)
+        channel = make_channel(address, self.job.coordinator.channel)  # TLS settings too
         try:
             return check_health(channel, timeout_s=1.0)
         finally:
@@ -178,7 +178,11 @@ class ServiceGroup:
                     )
                 time.sleep(0.1)  # polling another process's file: nothing local to wait on
             proc.address = proc.port_file.read_text().strip()
-            wait_healthy(proc.address, max(1.0, deadline - time.monotonic()))
+            wait_healthy(
+                proc.address,
+                max(1.0, deadline - time.monotonic()),
+                config=self.job.coordinator.channel,
+            )
         return {p.name: p.address for p in self.processes}
 
     def address_overrides(self) -> list[str]:

@@ -9,7 +9,7 @@ import stat
 from collections.abc import MutableMapping
 from pathlib import Path
 
-TOKEN_FILE_NAME = "auth_token"
+TOKEN_FILE_NAME = "token"
 
 
 def create_token_file(run_dir: str | Path, name: str = TOKEN_FILE_NAME) -> Path:

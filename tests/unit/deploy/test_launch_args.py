@@ -45,7 +45,7 @@ def test_token_file_readable_by_others_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv("HYBRIDFLOW_TOKEN", raising=False)
     (tmp_path / "token").write_text("x\n")
     os.chmod(tmp_path / "token", 0o644)
-    with pytest.raises(LaunchError, match="readable by others"):
+    with pytest.raises(LaunchError, match="not a private regular file"):
         _run_token_env(tmp_path)
 
 
