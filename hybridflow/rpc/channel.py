@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -14,8 +15,30 @@ from hybridflow.rpc.config import ChannelConfig
 from hybridflow.rpc.token import resolve_token
 
 
+@functools.cache
+def _streaming_methods() -> list[dict[str, str]]:
+    """Every streaming RPC of the hybridflow.v1 services."""
+    from hybridflow.v1 import (
+        coordinator_pb2,
+        learner_pb2,
+        reward_pb2,
+        rollout_pb2,
+        weight_sync_pb2,
+    )
+
+    out = []
+    for module in (coordinator_pb2, learner_pb2, reward_pb2, rollout_pb2, weight_sync_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                if method.client_streaming or method.server_streaming:
+                    out.append({"service": service.full_name, "method": method.name})
+    return out
+
+
 def _service_config(config: ChannelConfig) -> str:
-    """gRPC's built-in retry policy: UNAVAILABLE is retried with exponential backoff."""
+    """gRPC's built-in retry policy: UNAVAILABLE is retried with exponential backoff, for
+    unary calls only. A retried streaming call whose server died mid-stream was seen to hang
+    until its deadline (grpcio 1.85); callers of streams handle UNAVAILABLE themselves."""
     return json.dumps(
         {
             "methodConfig": [
@@ -28,7 +51,8 @@ def _service_config(config: ChannelConfig) -> str:
                         "backoffMultiplier": 2,
                         "retryableStatusCodes": ["UNAVAILABLE"],
                     },
-                }
+                },
+                {"name": _streaming_methods()},
             ]
         }
     )
