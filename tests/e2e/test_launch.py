@@ -22,6 +22,7 @@ def launch(run_dir: Path, *overrides: str) -> subprocess.Popen:
     for o in overrides:
         args += ["--set", o]
     env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("HYBRIDFLOW_TOKEN", None)  # as a user runs it: the launcher makes a per-run token
     return subprocess.Popen(
         args,
         cwd=REPO,
@@ -120,7 +121,7 @@ def test_short_run_writes_results_and_cleans_up(tmp_path, schedule):
     }
     from transformers import AutoModelForCausalLM
 
-    assert AutoModelForCausalLM.from_pretrained(run_dir / "checkpoint") is not None
+    assert AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "final") is not None
     assert_services_gone(run_dir)
 
 
@@ -156,7 +157,7 @@ def test_cli_steers_a_running_job_and_ctrl_c_stops_it(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert 2 < summary["num_steps"] < 100000
     assert summary["num_steps"] == len(metric_lines(run_dir))
-    assert (run_dir / "checkpoint" / "config.json").exists()
+    assert (run_dir / "checkpoints" / "final" / "config.json").exists()
     assert_services_gone(run_dir)
 
 
@@ -212,6 +213,7 @@ def test_resume_relaunches_with_the_saved_config_and_overrides(tmp_path):
     assert oct((run_dir / "token").stat().st_mode & 0o777) == "0o600"
     token = (run_dir / "token").read_text()
     env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("HYBRIDFLOW_TOKEN", None)
     refused = subprocess.run(
         [str(LAUNCH), "--resume", str(run_dir), "--config", "other.yaml"],
         cwd=REPO,
@@ -239,3 +241,6 @@ def test_resume_relaunches_with_the_saved_config_and_overrides(tmp_path):
     assert [launch["resume"] for launch in record["launches"]] == [False, True]
     assert (run_dir / "token").read_text() == token  # the same run keeps its token
     assert "num_steps: 3" in (run_dir / "config.yaml").read_text()
+    # It continued from the step-2 checkpoint: step 3 only, metrics appended after step 2.
+    assert json.loads((run_dir / "summary.json").read_text())["resumed_from_step"] == 2
+    assert [m["step"] for m in metric_lines(run_dir)] == [1, 2, 3]

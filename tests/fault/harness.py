@@ -59,6 +59,7 @@ class Trial:
 def launch(run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
     args = [str(LAUNCH), *extra]
     env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("HYBRIDFLOW_TOKEN", None)  # the launcher makes a per-run token, as for a user
     return subprocess.Popen(
         args,
         cwd=REPO,
