@@ -75,7 +75,7 @@ def control_command(args: argparse.Namespace) -> int:
             return 2
         address = addr_file.read_text().strip()
         token_file = Path(args.run_dir) / "token"  # the launcher's per-run token
-        if not os.environ.get("HYBRIDFLOW_TOKEN") and token_file.is_file():
+        if token_file.is_file():  # written only when the launcher made the run's own token
             os.environ["HYBRIDFLOW_TOKEN"] = token_file.read_text().strip()
 
     import grpc

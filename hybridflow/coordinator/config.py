@@ -78,7 +78,7 @@ class CoordinatorConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     """Control API (status / pause / resume / stop)."""
     save_checkpoint: bool = True
-    """Save the final policy as a Hugging Face checkpoint (<run dir>/checkpoints/final)."""
+    """Save the final policy as a Hugging Face checkpoint (<run dir>/checkpoints/hf/step_N)."""
     checkpoint_every: int = 50
     """Steps between resumable checkpoints (learner train state + schedule state); one is
     also written on stop / SIGTERM and at the end. 0: only on stop and at the end."""

@@ -394,7 +394,9 @@ class TrainingJob:
                 last_checkpoint = self._checkpoint(st.step)  # on stop and at the end
             if cfg.save_checkpoint and st.step >= first_step and self.checkpoints is not None:
                 with self._learner_lock:
-                    checkpoint = self.services.learner.save_checkpoint("final")
+                    checkpoint = self.services.learner.save_checkpoint(
+                        f"hf/{self.checkpoints.step_name(st.step)}"
+                    )
             self.control.finish()
         except Exception as exc:
             self.control.finish(f"{type(exc).__name__}: {exc}")

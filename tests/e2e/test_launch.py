@@ -121,7 +121,12 @@ def test_short_run_writes_results_and_cleans_up(tmp_path, schedule):
     }
     from transformers import AutoModelForCausalLM
 
-    assert AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "final") is not None
+    assert (
+        AutoModelForCausalLM.from_pretrained(
+            Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"])
+        )
+        is not None
+    )
     assert_services_gone(run_dir)
 
 
@@ -157,7 +162,9 @@ def test_cli_steers_a_running_job_and_ctrl_c_stops_it(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert 2 < summary["num_steps"] < 100000
     assert summary["num_steps"] == len(metric_lines(run_dir))
-    assert (run_dir / "checkpoints" / "final" / "config.json").exists()
+    assert (
+        Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"]) / "config.json"
+    ).exists()
     assert_services_gone(run_dir)
 
 

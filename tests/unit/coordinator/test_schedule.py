@@ -63,7 +63,7 @@ def test_every_prompt_trained_exactly_once_per_epoch(tmp_path):
     trained = Counter(s.prompt_ids[0] for batch in learner.batches for s in batch)
     assert trained == Counter({r.prompt_ids[0]: 2 for r in data})  # group_size samples each
     assert summary.num_steps == 3 and summary.num_dropped_stale == 0
-    assert learner.checkpoints == ["final"]
+    assert learner.checkpoints == ["hf/step_00000003"]
     assert summary.last_checkpoint == str(learner.root / "step_00000003")
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
@@ -132,7 +132,7 @@ def test_stop_between_steps_saves_and_reports(tmp_path):
         config(), svc, records(40), tmp_path, control, checkpoint_root=learner.root
     ).run()
     assert summary.num_steps == 2 and len(learner.batches) == 2
-    assert control.status().state == "done" and learner.checkpoints == ["final"]
+    assert control.status().state == "done" and learner.checkpoints == ["hf/step_00000002"]
     # The stop wrote a resumable checkpoint of the last step (checkpoint_every is 50).
     assert summary.last_checkpoint.endswith("step_00000002")
 
