@@ -102,7 +102,8 @@ def main() -> int:
         sys.path.insert(0, str(REPO))
         from hybridflow.config.job import load_job_config
 
-        limit = load_job_config("deploy/configs/quickstart.yaml").rollout.server.max_concurrent_rpcs
+        server = load_job_config("deploy/configs/quickstart.yaml").rollout.server
+        limit = server.max_concurrent_rpcs or server.max_workers
         t = str(args.timeout)
         sat = _loadgen(
             address,
