@@ -20,7 +20,7 @@ def test_missing_vllm_names_the_package_for_the_device(monkeypatch, device, pack
 def test_tensor_parallel_needs_vllm_and_bounds_are_checked() -> None:
     with pytest.raises(ValueError, match="needs rollout.engine=vllm"):
         RolloutConfig(engine="hf", tensor_parallel_size=2).validate()
-    with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
+    with pytest.raises(ValueError, match="tensor_parallel_size: must be >= 1"):
         RolloutConfig(engine="vllm", tensor_parallel_size=0).validate()
     with pytest.raises(ValueError, match="kv_cache_gib"):
         RolloutConfig(engine="vllm", kv_cache_gib=0).validate()
