@@ -4,6 +4,10 @@ idle timeout on client streams so a stalled sender cannot hold a worker thread f
 Health and reflection are never counted; the server's pool keeps a few threads beyond the
 limit (``server.reserved_workers``) so they, and refusals, are always answered. Knows
 nothing of what the services do.
+
+Requests are decoded here, not by grpcio: grpcio 1.85 leaks about 20 KB per request it
+fails to deserialize (measured on a bare server: 10,000 undecodable requests, +190 MB), so
+the handlers take raw bytes and an undecodable request is INVALID_ARGUMENT with nothing kept.
 """
 
 from __future__ import annotations
@@ -102,6 +106,34 @@ class _WatchedStream:
         return item
 
 
+Decode = Callable[[bytes], Any] | None
+
+
+def _decode(decode: Decode, raw: Any) -> Any:
+    """The request message from its bytes; ValueError when they are not one."""
+    if decode is None:
+        return raw
+    try:
+        return decode(raw)
+    except Exception as exc:  # noqa: BLE001 — protobuf's DecodeError and friends
+        raise ValueError(f"request could not be decoded: {type(exc).__name__}") from None
+
+
+class _DecodedStream:
+    """A raw request stream decoded message by message (ValueError on a bad one, which the
+    servicer's error mapping turns into INVALID_ARGUMENT)."""
+
+    def __init__(self, it: Iterator[Any], decode: Decode) -> None:
+        self._it = it
+        self._decode = decode
+
+    def __iter__(self) -> _DecodedStream:
+        return self
+
+    def __next__(self) -> Any:
+        return _decode(self._decode, next(self._it))
+
+
 class LimitsInterceptor(grpc.ServerInterceptor):
     """Counts in-flight calls (health/reflection excluded); past ``limit`` a call is refused
     with RESOURCE_EXHAUSTED before its handler runs. Client streams get the idle watchdog."""
@@ -141,32 +173,37 @@ class LimitsInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or is_exempt(method):
             return handler
+        decode = handler.request_deserializer
         if handler.request_streaming and handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(
-                self._wrap_stream(handler.stream_stream, method, True),
-                handler.request_deserializer,
+                self._wrap_stream(handler.stream_stream, method, True, decode),
+                None,
                 handler.response_serializer,
             )
         if handler.request_streaming:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_stream(handler.stream_unary, method, False),
-                handler.request_deserializer,
+                self._wrap_stream(handler.stream_unary, method, False, decode),
+                None,
                 handler.response_serializer,
             )
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap_response_stream(handler.unary_stream),
-                handler.request_deserializer,
+                self._wrap_response_stream(handler.unary_stream, decode),
+                None,
                 handler.response_serializer,
             )
         return grpc.unary_unary_rpc_method_handler(
-            self._wrap_unary(handler.unary_unary),
-            handler.request_deserializer,
+            self._wrap_unary(handler.unary_unary, decode),
+            None,
             handler.response_serializer,
         )
 
-    def _wrap_unary(self, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        def unary(request: Any, context: grpc.ServicerContext) -> Any:
+    def _wrap_unary(self, behavior: Callable[..., Any], decode: Decode) -> Callable[..., Any]:
+        def unary(raw: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                request = _decode(decode, raw)
+            except ValueError as exc:
+                return context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             if not self._enter():
                 return self._refuse(context)
             try:
@@ -176,8 +213,15 @@ class LimitsInterceptor(grpc.ServerInterceptor):
 
         return unary
 
-    def _wrap_response_stream(self, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        def response_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _wrap_response_stream(
+        self, behavior: Callable[..., Any], decode: Decode
+    ) -> Callable[..., Any]:
+        def response_stream(raw: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            try:
+                request = _decode(decode, raw)
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return
             if not self._enter():
                 self._refuse(context)
                 return
@@ -189,7 +233,7 @@ class LimitsInterceptor(grpc.ServerInterceptor):
         return response_stream
 
     def _wrap_stream(
-        self, behavior: Callable[..., Any], method: str, response_streaming: bool
+        self, behavior: Callable[..., Any], method: str, response_streaming: bool, decode: Decode
     ) -> Callable[..., Any]:
         if response_streaming:
 
@@ -199,7 +243,8 @@ class LimitsInterceptor(grpc.ServerInterceptor):
                     return
                 key = self.watchdog.watch(context, method)
                 try:
-                    yield from behavior(_WatchedStream(requests, self.watchdog, key), context)
+                    stream = _DecodedStream(_WatchedStream(requests, self.watchdog, key), decode)
+                    yield from behavior(stream, context)
                 finally:
                     self.watchdog.unwatch(key)
                     self._exit()
@@ -211,7 +256,8 @@ class LimitsInterceptor(grpc.ServerInterceptor):
                 return self._refuse(context)
             key = self.watchdog.watch(context, method)
             try:
-                return behavior(_WatchedStream(requests, self.watchdog, key), context)
+                stream = _DecodedStream(_WatchedStream(requests, self.watchdog, key), decode)
+                return behavior(stream, context)
             finally:
                 self.watchdog.unwatch(key)
                 self._exit()
