@@ -97,7 +97,6 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    import torch.distributed as dist
 
     from hybridflow.services.learner.distributed import CommandRelay, init_from_env
     from hybridflow.services.learner.worker import LearnerWorker
@@ -119,6 +118,15 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
             relay.serve()
     if rank == 0:
         torch.save(results, Path(out_dir) / "ranks.pt")
+    _leave_group()
+
+
+def _leave_group() -> None:
+    """Barrier, then destroy: a rank that tears gloo down while rank 0 (the store's host)
+    is still writing its results aborts at exit now and then on a busy machine."""
+    import torch.distributed as dist
+
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -219,7 +227,7 @@ def _relay_main(rank: int, port: int, out_dir: str) -> None:
         relay.serve()
     out["seen"] = seen
     (Path(out_dir) / f"relay{rank}.json").write_text(json.dumps(out))
-    dist.destroy_process_group()
+    _leave_group()
 
 
 def test_command_relay_runs_every_command_on_every_rank(tmp_path: Path) -> None:

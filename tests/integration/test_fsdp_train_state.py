@@ -12,7 +12,13 @@ import torch
 
 from hybridflow.services.learner.config import LearnerConfig
 from tests.helpers import build_tiny_checkpoint
-from tests.integration.test_fsdp_parity import WORLD_SIZE, _free_port, _samples, _spawn
+from tests.integration.test_fsdp_parity import (
+    WORLD_SIZE,
+    _free_port,
+    _leave_group,
+    _samples,
+    _spawn,
+)
 
 FIELDS: dict[str, Any] = {"algorithm": "ppo", "lr": 1e-3, "critic_lr": 1e-3, "micro_batch_size": 2}
 
@@ -30,8 +36,6 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    import torch.distributed as dist
-
     from hybridflow.services.learner.distributed import init_from_env
     from hybridflow.services.learner.train_state import load_train_state, save_train_state
     from hybridflow.services.learner.worker import LearnerWorker
@@ -50,7 +54,7 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
     weights = _full(worker)
     if rank == 0:
         torch.save((worker.policy_version, weights), Path(out_dir) / f"{mode}.pt")
-    dist.destroy_process_group()
+    _leave_group()
 
 
 def test_fsdp2_train_state_resumes_on_two_ranks_and_on_one(tmp_path: Path) -> None:
