@@ -101,7 +101,7 @@ class RLTrainer:
             )
             for i, p in enumerate(prompts)
         ]
-        if any(not r.prompt_ids for r in records):
+        if any(r.prompt_ids.size == 0 for r in records):
             raise ValueError("prompts: every prompt must tokenise to at least one token")
         self._step += 1
         outcome = run_step(self.services, records, self.params, self._step)

@@ -1,15 +1,69 @@
 """Domain types shared by every service: plain dataclasses, no torch, no grpc.
 
-Token sequences are lists of ints here; the wire codec (``hybridflow.rpc.codec``) packs them
-into one int32 buffer plus offsets. Nothing in this module knows about processes or sockets.
+Token ids, log-probs and per-token versions are 1-D numpy arrays (int32, float32, int32),
+never lists of Python numbers: the wire codec (``hybridflow.rpc.codec``) decodes them as views
+over the received bytes and packs them with one concatenation, so no hop walks a batch token
+by token. Arrays decoded from the wire are read-only. Lists are accepted at construction and
+converted once. Nothing in this module knows about processes or sockets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 FinishReason = Literal["stop", "length"]
+
+TokenArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float32]
+
+TokenLike = TokenArray | Sequence[int]
+"""Token ids as an array, or as a list where a caller builds them by hand."""
+
+TOKEN_DTYPE = np.dtype(np.int32)
+FLOAT_DTYPE = np.dtype(np.float32)
+
+
+def as_tokens(values: Any) -> TokenArray:
+    """``values`` as a 1-D int32 array (no copy when it already is one)."""
+    if isinstance(values, np.ndarray) and values.dtype == TOKEN_DTYPE and values.ndim == 1:
+        return values
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return np.zeros(0, dtype=TOKEN_DTYPE)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"token ids must be a flat sequence of ints, got {arr.dtype}{arr.shape}")
+    if arr.dtype != TOKEN_DTYPE and (arr.min() < -(2**31) or arr.max() >= 2**31):
+        raise ValueError("token ids must fit in int32")
+    return arr.astype(TOKEN_DTYPE, copy=False)
+
+
+def as_floats(values: Any) -> FloatArray:
+    """``values`` as a 1-D float32 array (no copy when it already is one)."""
+    if isinstance(values, np.ndarray) and values.dtype == FLOAT_DTYPE and values.ndim == 1:
+        return values
+    arr = np.asarray(values, dtype=FLOAT_DTYPE)
+    if arr.ndim != 1:
+        raise ValueError(f"expected a flat sequence of floats, got shape {arr.shape}")
+    return arr
+
+
+def arrays_equal(a: Any, b: Any) -> bool:
+    """Dataclass equality that compares array fields by value."""
+    if type(a) is not type(b):
+        return NotImplemented  # type: ignore[no-any-return]
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if x is None or y is None or not np.array_equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -41,21 +95,29 @@ class SamplingParams:
             raise ValueError(f"sampling.n must be >= 1, got {self.n}")
 
 
-@dataclass
+@dataclass(eq=False)
 class Completion:
     """One sampled continuation of a prompt, token-in/token-out."""
 
-    token_ids: list[int]
+    token_ids: TokenArray
     """Generated token ids (EOS included when the completion stopped on it)."""
-    logprobs: list[float]
+    logprobs: FloatArray
     """Log-prob of each sampled token under the sampling distribution (temperature applied)."""
     finish_reason: FinishReason
     """"stop" (EOS or a stop token) or "length" (hit max_new_tokens)."""
     policy_version: int
     """Version of the weights that generated its first token (the oldest it depends on)."""
-    token_versions: list[int] | None = None
+    token_versions: TokenArray | None = None
     """Per-token weight versions when weights changed mid-sequence; None when all are
     ``policy_version``."""
+
+    def __post_init__(self) -> None:
+        self.token_ids = as_tokens(self.token_ids)
+        self.logprobs = as_floats(self.logprobs)
+        if self.token_versions is not None:
+            self.token_versions = as_tokens(self.token_versions)
+
+    __eq__ = arrays_equal
 
 
 @dataclass
@@ -77,18 +139,25 @@ class ScoreResult:
     error: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class TrainSample:
     """One scored completion as the learner sees it."""
 
-    prompt_ids: list[int]
-    response_ids: list[int]
-    rollout_logprobs: list[float]
+    prompt_ids: TokenArray
+    response_ids: TokenArray
+    rollout_logprobs: FloatArray
     """Per response token, from the rollout engine (for off-policy correction and metrics)."""
     reward: float
     group_id: int
     """Samples of the same prompt share a group id (GRPO normalises within it)."""
     policy_version: int
+
+    def __post_init__(self) -> None:
+        self.prompt_ids = as_tokens(self.prompt_ids)
+        self.response_ids = as_tokens(self.response_ids)
+        self.rollout_logprobs = as_floats(self.rollout_logprobs)
+
+    __eq__ = arrays_equal
 
 
 @dataclass

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from hybridflow.types import TokenArray
+
 T = TypeVar("T")
 
 
@@ -30,7 +32,7 @@ class Handout:
     stands in the run. Identity matters (a re-queued hand-out is the same object)."""
 
     prompt_text: str
-    prompt_ids: list[int]
+    prompt_ids: TokenArray
     data_source: str
     ground_truth: str | None
     extra_info: dict[str, Any]

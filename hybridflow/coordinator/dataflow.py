@@ -10,14 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hybridflow.types import Completion, ScoreItem, ScoreResult, TrainSample
+from hybridflow.types import Completion, ScoreItem, ScoreResult, TokenArray, TrainSample
 
 
 class Prompt(Protocol):
     """What the dataflow needs of a dataset row (hybridflow.data.datasets.PromptRecord)."""
 
     prompt_text: str
-    prompt_ids: list[int]
+    prompt_ids: TokenArray
     data_source: str
     ground_truth: str | None
     extra_info: dict[str, Any]
@@ -43,7 +43,7 @@ def split_round_robin(num_items: int, num_workers: int) -> list[list[int]]:
 def score_items(
     prompts: Sequence[Prompt],
     groups: Sequence[Sequence[Completion]],
-    decode: Callable[[list[int]], str],
+    decode: Callable[[TokenArray], str],
 ) -> list[ScoreItem]:
     """One ScoreItem per completion, prompt-major (the response decoded once, for scoring)."""
     return [
@@ -81,9 +81,9 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
         for completion, result in zip(group.completions, group.results):
             samples.append(
                 TrainSample(
-                    prompt_ids=list(group.prompt.prompt_ids),
-                    response_ids=list(completion.token_ids),
-                    rollout_logprobs=list(completion.logprobs),
+                    prompt_ids=group.prompt.prompt_ids,  # arrays shared, never copied here
+                    response_ids=completion.token_ids,
+                    rollout_logprobs=completion.logprobs,
                     reward=float(result.score),
                     group_id=first_group_id + offset,
                     policy_version=completion.policy_version,

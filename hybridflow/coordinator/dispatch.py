@@ -29,7 +29,7 @@ from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
 from hybridflow.services.reward.client import RewardClient
 from hybridflow.services.rollout.client import RolloutClient
-from hybridflow.types import SamplingParams, ScoreResult
+from hybridflow.types import SamplingParams, ScoreResult, TokenArray
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class ReplicaDispatcher(threading.Thread):
         index: int,
         rollout: RolloutClient,
         reward: RewardClient,
-        decode: Callable[[list[int]], str],
+        decode: Callable[[TokenArray], str],
         buffer: GroupBuffer,
         cursor: PromptCursor[Any],
         params: SamplingParams,

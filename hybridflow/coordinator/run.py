@@ -106,7 +106,7 @@ def run_job(
         reward=GrpcRewardClient(cfg.reward_address, cfg.channel),
         learner=GrpcLearnerClient(cfg.learner_address, cfg.channel),
         weight_targets=list(cfg.rollout_addresses),
-        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
+        decode=lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
     )
     control = JobControl(cfg.num_steps, str(run_dir.resolve()))
     servicer = CoordinatorServicer(control)

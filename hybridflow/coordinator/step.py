@@ -25,7 +25,7 @@ from hybridflow.coordinator.dataflow import (
 from hybridflow.services.learner.client import LearnerClient
 from hybridflow.services.reward.client import RewardClient
 from hybridflow.services.rollout.client import RolloutClient
-from hybridflow.types import Completion, SamplingParams, TrainStepResult
+from hybridflow.types import Completion, SamplingParams, TokenArray, TrainStepResult
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class Services:
     reward: RewardClient
     learner: LearnerClient
     weight_targets: list[str]
-    decode: Callable[[list[int]], str]
+    decode: Callable[[TokenArray], str]
     pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:

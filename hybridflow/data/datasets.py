@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridflow.types import TokenArray, arrays_equal, as_tokens
+
 logger = logging.getLogger(__name__)
 
 BUILTIN_DATASETS = ("builtin:arith",)
@@ -39,14 +41,14 @@ LINE_SLACK_BYTES = 1024 * 1024
 """JSONL lines may exceed the prompt limit by this much (other fields) plus JSON escaping."""
 
 
-@dataclass
+@dataclass(eq=False)
 class PromptRecord:
     """One prompt, tokenised, with what the reward service needs to score its responses."""
 
     prompt_text: str
     """The text that was tokenised (chat template applied for chat prompts)."""
-    prompt_ids: list[int]
-    """Token ids of ``prompt_text``."""
+    prompt_ids: TokenArray
+    """Token ids of ``prompt_text`` (int32; lists are converted once, here)."""
     data_source: str
     """Picks the reward scorer."""
     ground_truth: str | None
@@ -55,6 +57,11 @@ class PromptRecord:
     """The row's ``extra_info`` (passed to user scorers)."""
     index: int = 0
     """0-based row number in the source: unique and stable (gaps where rows were dropped)."""
+
+    def __post_init__(self) -> None:
+        self.prompt_ids = as_tokens(self.prompt_ids)
+
+    __eq__ = arrays_equal
 
 
 @dataclass
@@ -316,7 +323,7 @@ def _row_to_record(
         raise ValueError(f"{where}: field 'prompt' tokenises to zero tokens")
     return PromptRecord(
         prompt_text=text,
-        prompt_ids=ids,
+        prompt_ids=as_tokens(ids),
         data_source=data_source,
         ground_truth=ground_truth,
         extra_info=extra_info,

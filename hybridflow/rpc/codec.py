@@ -1,7 +1,8 @@
 """Wire codec: token batches, tensors and chunked streams ↔ protobuf messages.
 
-Token sequences become one int32 little-endian buffer plus offsets; float lists become one
-float32 tensor; large payloads travel as ``Chunk`` streams that the receiver appends to a
+Token sequences become one int32 little-endian buffer plus offsets; float sequences become
+one float32 tensor; decoding gives read-only numpy views over the message's bytes (one
+``np.frombuffer`` per field, no per-token Python objects); large payloads travel as ``Chunk`` streams that the receiver appends to a
 buffer that grows only with bytes actually received (a declared size is checked against the
 limit, never allocated up front). Torch is imported only by the tensor helpers that need it.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
+from hybridflow.types import FLOAT_DTYPE, TOKEN_DTYPE, FloatArray, TokenArray, as_floats, as_tokens
 from hybridflow.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -37,40 +39,44 @@ _ITEMSIZE = {**{k: v.itemsize for k, v in _NUMPY_DTYPES.items()}, "bfloat16": 2}
 # --- token batches ---------------------------------------------------------------------
 
 
-def pack_tokens(sequences: Sequence[Sequence[int]]) -> common_pb2.TokenBatch:
-    """Packs sequences of token ids into one int32 buffer plus offsets."""
-    lengths = [len(s) for s in sequences]
-    offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = _concat([np.asarray(s, dtype=np.int64) for s in sequences], np.int64)
-    if flat.size and (flat.min() < -(2**31) or flat.max() >= 2**31):
-        raise ValueError("token ids must fit in int32")
-    return common_pb2.TokenBatch(token_ids=flat.astype("<i4").tobytes(), offsets=offsets.tolist())
+def pack_tokens(sequences: Sequence[Any]) -> common_pb2.TokenBatch:
+    """Packs sequences of token ids (int32 arrays, or lists) into one buffer plus offsets."""
+    arrays = [as_tokens(s) for s in sequences]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([a.size for a in arrays], out=offsets[1:])
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=TOKEN_DTYPE)
+    return common_pb2.TokenBatch(token_ids=_le_bytes(flat, "<i4"), offsets=offsets.tolist())
 
 
-def _concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    # One C-level pass per sequence instead of a Python step per token.
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+def _le_bytes(arr: np.ndarray, dtype: str) -> bytes:
+    return arr.astype(dtype, copy=False).tobytes()
 
 
-def unpack_tokens(batch: common_pb2.TokenBatch, field: str = "tokens") -> list[list[int]]:
-    """Unpacks a TokenBatch; ValueError names ``field`` when the buffer and offsets disagree."""
+def unpack_tokens(batch: common_pb2.TokenBatch, field: str = "tokens") -> list[TokenArray]:
+    """The sequences of a TokenBatch as read-only int32 views over its bytes (no copy);
+    ValueError names ``field`` when the buffer and offsets disagree."""
+    return split_by(*token_buffer(batch, field))
+
+
+def token_buffer(
+    batch: common_pb2.TokenBatch, field: str = "tokens"
+) -> tuple[TokenArray, np.ndarray]:
+    """A TokenBatch's flat int32 ids (a view over its bytes) and checked int64 offsets."""
     if len(batch.token_ids) % 4:
         raise ValueError(f"{field}.token_ids must be int32 (length divisible by 4)")
     flat = np.frombuffer(batch.token_ids, dtype="<i4")
-    offsets = list(batch.offsets)
-    if not offsets:
+    offsets = np.asarray(batch.offsets, dtype=np.int64)
+    if offsets.size == 0:
         if flat.size:
             raise ValueError(f"{field}.offsets is empty but token_ids is not")
-        return []
+        return flat.astype(TOKEN_DTYPE, copy=False), np.zeros(1, dtype=np.int64)
     if offsets[0] != 0 or offsets[-1] != flat.size:
         raise ValueError(
             f"{field}.offsets must start at 0 and end at {flat.size} (got {offsets[0]}..{offsets[-1]})"
         )
-    if any(b < a for a, b in zip(offsets, offsets[1:])):
+    if offsets.size > 1 and bool(np.any(offsets[1:] < offsets[:-1])):
         raise ValueError(f"{field}.offsets must be non-decreasing")
-    as_list = flat.tolist()
-    return [as_list[a:b] for a, b in zip(offsets, offsets[1:])]
+    return flat.astype(TOKEN_DTYPE, copy=False), offsets
 
 
 def check_token_range(batch: common_pb2.TokenBatch, vocab_size: int, field: str) -> None:
@@ -86,29 +92,40 @@ def check_token_range(batch: common_pb2.TokenBatch, vocab_size: int, field: str)
         )
 
 
+def split_by(flat: np.ndarray, offsets: np.ndarray) -> list[Any]:
+    """Views of ``flat`` cut at ``offsets`` (num_sequences + 1 boundaries)."""
+    return [flat[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
 # --- float vectors (numpy) -------------------------------------------------------------
 
 
-def pack_floats(values: Iterable[float], shape: Sequence[int] | None = None) -> common_pb2.Tensor:
+def pack_floats(values: Any, shape: Sequence[int] | None = None) -> common_pb2.Tensor:
     """A flat float32 tensor message."""
-    arr = np.asarray(list(values), dtype="<f4")
+    arr = as_floats(values if isinstance(values, np.ndarray) else list(values))
     return common_pb2.Tensor(
-        dtype="float32", shape=list(shape) if shape is not None else [arr.size], data=arr.tobytes()
+        dtype="float32",
+        shape=list(shape) if shape is not None else [arr.size],
+        data=_le_bytes(arr, "<f4"),
     )
 
 
-def pack_float_seqs(sequences: Sequence[Sequence[float]]) -> common_pb2.Tensor:
+def pack_float_seqs(sequences: Sequence[Any]) -> common_pb2.Tensor:
     """Per-sequence floats (e.g. per-token log-probs) concatenated into one float32 tensor."""
-    flat = _concat([np.asarray(s, dtype="<f4") for s in sequences], "<f4")
-    return common_pb2.Tensor(dtype="float32", shape=[flat.size], data=flat.astype("<f4").tobytes())
+    arrays = [as_floats(s) for s in sequences]
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=FLOAT_DTYPE)
+    return common_pb2.Tensor(dtype="float32", shape=[flat.size], data=_le_bytes(flat, "<f4"))
 
 
 def unpack_floats(
     tensor: common_pb2.Tensor, field: str, expected_size: int | None = None
-) -> list[float]:
-    """A float32 tensor message as a flat list; ValueError names ``field`` on mismatch."""
+) -> FloatArray:
+    """A float32 tensor message as a flat read-only array over its bytes (no copy);
+    ValueError names ``field`` on mismatch."""
     if tensor.dtype != "float32":
         raise ValueError(f"{field}: dtype must be float32, got {tensor.dtype!r}")
+    if len(tensor.data) % 4:
+        raise ValueError(f"{field}: data is not a whole number of float32 values")
     arr = np.frombuffer(tensor.data, dtype="<f4")
     numel = int(np.prod(tensor.shape)) if tensor.shape else 1
     if arr.size != numel:
@@ -117,19 +134,20 @@ def unpack_floats(
         )
     if expected_size is not None and arr.size != expected_size:
         raise ValueError(f"{field}: expected {expected_size} values, got {arr.size}")
-    return arr.tolist()
+    return arr.astype(FLOAT_DTYPE, copy=False)
 
 
-def pack_ints(values: Iterable[int]) -> common_pb2.Tensor:
+def pack_ints(values: Any) -> common_pb2.Tensor:
     """A flat int32 tensor message."""
-    arr = np.asarray(list(values), dtype="<i4")
-    return common_pb2.Tensor(dtype="int32", shape=[arr.size], data=arr.tobytes())
+    arr = as_tokens(values if isinstance(values, np.ndarray) else list(values))
+    return common_pb2.Tensor(dtype="int32", shape=[arr.size], data=_le_bytes(arr, "<i4"))
 
 
 def unpack_ints(
     tensor: common_pb2.Tensor, field: str, expected_size: int | None = None
-) -> list[int]:
-    """An int32 tensor message as a flat list; ValueError names ``field`` on mismatch."""
+) -> TokenArray:
+    """An int32 tensor message as a flat read-only array over its bytes (no copy);
+    ValueError names ``field`` on mismatch."""
     if tensor.dtype != "int32":
         raise ValueError(f"{field}: dtype must be int32, got {tensor.dtype!r}")
     if len(tensor.data) % 4:
@@ -137,7 +155,7 @@ def unpack_ints(
     arr = np.frombuffer(tensor.data, dtype="<i4")
     if expected_size is not None and arr.size != expected_size:
         raise ValueError(f"{field}: expected {expected_size} values, got {arr.size}")
-    return [int(v) for v in arr]
+    return arr.astype(TOKEN_DTYPE, copy=False)
 
 
 # --- torch tensors ---------------------------------------------------------------------

@@ -63,7 +63,8 @@ def test_weights_arriving_mid_request_continue_with_per_token_versions(
             assert new.policy_version == 0
             assert new.token_ids[0] == old.token_ids[0]  # sampled from the prefill, old weights
             if len(new.token_ids) > 1:
-                assert new.token_versions == [0] + [1] * (len(new.token_ids) - 1)
+                assert new.token_versions is not None
+                assert new.token_versions.tolist() == [0] + [1] * (len(new.token_ids) - 1)
             # All-zero weights give uniform logits: every later token has log-prob -log(V).
             assert all(abs(lp + math.log(engine.vocab_size)) < 1e-5 for lp in new.logprobs[1:])
         assert any(len(c.token_ids) > 1 for c in groups[0])
@@ -87,4 +88,4 @@ def test_cancelled_request_is_aborted_and_the_next_one_is_served(engine) -> None
     assert err.value.num_steps == 2
     assert not engine._engine.has_unfinished_requests()  # its vLLM requests were aborted
     groups = engine.generate([[5, 6, 7]], SamplingParams(n=2, max_new_tokens=2, seed=3))
-    assert len(groups[0]) == 2 and all(c.token_ids for c in groups[0])
+    assert len(groups[0]) == 2 and all(c.token_ids.size for c in groups[0])

@@ -131,7 +131,9 @@ def test_generation_semantics(vllm_services: dict[int, VLLMService], probe) -> N
     assert info.engine == "vllm" and info.tensor_parallel_size == 1
     params = SamplingParams(n=4, max_new_tokens=5, seed=3)
     first, again = rollout.generate(probe, params), rollout.generate(probe, params)
-    assert [[c.token_ids for c in g] for g in first] == [[c.token_ids for c in g] for g in again]
+    assert [[c.token_ids.tolist() for c in g] for g in first] == [
+        [c.token_ids.tolist() for c in g] for g in again
+    ]
     assert len(first) == len(probe) and all(len(g) == 4 for g in first)
     for c in (c for g in first for c in g):
         assert len(c.logprobs) == len(c.token_ids) and 1 <= len(c.token_ids) <= 5
@@ -146,7 +148,7 @@ def test_generation_semantics(vllm_services: dict[int, VLLMService], probe) -> N
         assert len(c.token_ids) == 1 or c.finish_reason == "length"
     greedy = SamplingParams(temperature=0.0, n=2, max_new_tokens=5)
     groups = rollout.generate(probe, greedy)
-    assert all(g[0].token_ids == g[1].token_ids for g in groups)
+    assert all(g[0].token_ids.tolist() == g[1].token_ids.tolist() for g in groups)
     # Each completion stops at max_new_tokens when no stop token comes.
     short = rollout.generate(probe, SamplingParams(n=1, max_new_tokens=1, seed=1))
     assert all(len(g[0].token_ids) == 1 for g in short)

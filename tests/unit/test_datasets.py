@@ -61,7 +61,9 @@ def test_chat_prompts_use_the_chat_template(tokenizer: Any) -> None:
     assert [r.index for r in records] == [0, 1, 2]  # the blank line is not a row
     first = records[0]
     assert first.prompt_text == "<s><system>Be brief.\n<user>What is 2+3?\n<assistant>"
-    assert first.prompt_ids == [1] + char_ids("<system>Be brief.\n<user>What is 2+3?\n<assistant>")
+    assert first.prompt_ids.tolist() == [1] + char_ids(
+        "<system>Be brief.\n<user>What is 2+3?\n<assistant>"
+    )
     assert first.data_source == "openai/gsm8k"
     assert first.ground_truth == "5"
     assert first.extra_info == {"split": "train", "index": 0}
@@ -74,16 +76,16 @@ def test_chat_prompts_use_the_chat_template(tokenizer: Any) -> None:
 def test_string_prompts_are_used_as_is(tokenizer: Any) -> None:
     records = load_prompt_dataset(str(STRING_JSONL), tokenizer)
     assert records[0].prompt_text == "3+4="
-    assert records[0].prompt_ids == [23, 15, 24, 33]  # ord(c) - 28, no special tokens
+    assert records[0].prompt_ids.tolist() == [23, 15, 24, 33]  # ord(c) - 28, no special tokens
     assert records[1].ground_truth == "42"  # a JSON number becomes its string
     assert [r.index for r in records] == [0, 1, 2, 3]
 
 
 def test_tokenizer_with_add_bos_token_gets_one_bos_on_plain_prompts() -> None:
     records = load_prompt_dataset(str(STRING_JSONL), make_tokenizer(add_bos_token=True), num=1)
-    assert records[0].prompt_ids == [1, 23, 15, 24, 33]
+    assert records[0].prompt_ids.tolist() == [1, 23, 15, 24, 33]
     chat = load_prompt_dataset(str(CHAT_JSONL), make_tokenizer(add_bos_token=True), num=1)
-    assert chat[0].prompt_ids.count(1) == 1  # the template's BOS only
+    assert chat[0].prompt_ids.tolist().count(1) == 1  # the template's BOS only
 
 
 def test_long_prompts_are_dropped_and_counted(
@@ -199,7 +201,7 @@ def test_builtin_arith(tokenizer: Any) -> None:
         row["reward_model"]["ground_truth"] for row in rows
     ]
     assert all(r.data_source == "arith" for r in records)
-    assert records[0].prompt_ids == char_ids(rows[0]["prompt"])
+    assert records[0].prompt_ids.tolist() == char_ids(rows[0]["prompt"])
 
 
 def test_epoch_order_is_a_seeded_permutation() -> None:
@@ -232,7 +234,11 @@ def test_builtin_char_tokenizer_round_trip(tmp_path: Path) -> None:
     [chat] = load_prompt_dataset(str(path), tokenizer)
     [plain] = load_prompt_dataset(str(STRING_JSONL), tokenizer, num=1)
     assert chat.prompt_text == plain.prompt_text == "3+4="
-    assert chat.prompt_ids == plain.prompt_ids == tokenizer.encode("3+4=", add_special_tokens=False)
+    assert (
+        chat.prompt_ids.tolist()
+        == plain.prompt_ids.tolist()
+        == tokenizer.encode("3+4=", add_special_tokens=False)
+    )
     assert len(plain.prompt_ids) == 4
 
 

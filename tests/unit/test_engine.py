@@ -139,7 +139,7 @@ def test_batched_greedy_equals_one_prompt_at_a_time(tiny_engine: HFEngine) -> No
     batched = tiny_engine.generate(prompts, params)
     for prompt, group in zip(prompts, batched, strict=True):
         (alone,) = tiny_engine.generate([prompt], params)
-        assert group[0].token_ids == alone[0].token_ids
+        assert group[0].token_ids.tolist() == alone[0].token_ids.tolist()
         assert group[0].finish_reason == alone[0].finish_reason
         assert group[0].logprobs == pytest.approx(alone[0].logprobs, abs=1e-5)
 
@@ -148,7 +148,7 @@ def full_forward_logprobs(
     model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], temperature: float
 ) -> list[list[float]]:
     """No cache, right padding, default positions: how the learner recomputes log-probs."""
-    seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
+    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
     width = max(len(s) for s in seqs)
     ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])
     mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
@@ -158,7 +158,7 @@ def full_forward_logprobs(
     out = []
     for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         pos = torch.arange(len(p) - 1, len(p) + len(r) - 1)
-        out.append(logprobs[i, pos, torch.tensor(r)].tolist())
+        out.append(logprobs[i, pos, torch.tensor(list(r))].tolist())
     return out
 
 
@@ -184,7 +184,9 @@ def test_seeded_generation_is_reproducible(tiny_engine: HFEngine) -> None:
     other = tiny_engine.generate(
         prompts, SamplingParams(temperature=1.0, max_new_tokens=4, n=8, seed=6)
     )
-    assert [c.token_ids for g in other for c in g] != [c.token_ids for g in first for c in g]
+    assert [c.token_ids.tolist() for g in other for c in g] != [
+        c.token_ids.tolist() for g in first for c in g
+    ]
 
 
 def test_load_weights_changes_outputs_and_rejects_bad_tensors(tiny_model_path: Path) -> None:
@@ -263,6 +265,7 @@ def test_weights_arriving_mid_request_continue_with_per_token_versions(tiny_mode
     for old, new in zip(before[0], groups[0]):
         assert new.policy_version == 0
         assert new.token_ids[0] == old.token_ids[0]  # sampled from the prefill, old weights
-        assert new.token_versions == [0] + [1] * (len(new.token_ids) - 1)
+        assert new.token_versions is not None
+        assert new.token_versions.tolist() == [0] + [1] * (len(new.token_ids) - 1)
         # All-zero weights give uniform logits: every later token has log-prob -log(V).
         assert all(abs(lp + math.log(engine.vocab_size)) < 1e-5 for lp in new.logprobs[1:])

@@ -17,9 +17,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from hybridflow.types import TrainSample
+from hybridflow.types import TokenLike, TrainSample, as_tokens
 
 
 @dataclass
@@ -41,7 +42,7 @@ class PaddedBatch:
 
 
 def validate_sequences(
-    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], vocab_size: int
+    prompts: Sequence[TokenLike], responses: Sequence[TokenLike], vocab_size: int
 ) -> None:
     """Non-empty, equal-count prompt/response lists of in-vocab ids; ValueError naming the bad one."""
     if len(prompts) == 0:
@@ -51,14 +52,18 @@ def validate_sequences(
             f"prompts ({len(prompts)}) and responses ({len(responses)}) differ in count"
         )
     for name, seqs in (("prompt_ids", prompts), ("response_ids", responses)):
-        for i, seq in enumerate(seqs):
-            if len(seq) == 0:
-                raise ValueError(f"samples[{i}].{name}: empty")
-            bad = [t for t in seq if not 0 <= t < vocab_size]
-            if bad:
-                raise ValueError(
-                    f"samples[{i}].{name}: token id {bad[0]} outside vocab [0, {vocab_size})"
-                )
+        arrays = [as_tokens(s) for s in seqs]
+        lengths = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
+        empty = np.flatnonzero(lengths == 0)
+        if empty.size:
+            raise ValueError(f"samples[{empty[0]}].{name}: empty")
+        flat = np.concatenate(arrays)
+        bad = np.flatnonzero((flat < 0) | (flat >= vocab_size))
+        if bad.size:
+            row = int(np.searchsorted(np.cumsum(lengths), bad[0], side="right"))
+            raise ValueError(
+                f"samples[{row}].{name}: token id {int(flat[bad[0]])} outside vocab [0, {vocab_size})"
+            )
 
 
 def validate_samples(samples: Sequence[TrainSample], vocab_size: int) -> None:
@@ -74,43 +79,56 @@ def validate_samples(samples: Sequence[TrainSample], vocab_size: int) -> None:
                 f"samples[{i}].rollout_logprobs: {len(s.rollout_logprobs)} values for "
                 f"{len(s.response_ids)} response tokens"
             )
-        if not all(math.isfinite(lp) for lp in s.rollout_logprobs):
-            raise ValueError(f"samples[{i}].rollout_logprobs: not finite")
+    finite = np.isfinite(np.concatenate([s.rollout_logprobs for s in samples]))
+    if not finite.all():
+        lengths = np.cumsum([s.rollout_logprobs.size for s in samples])
+        row = int(np.searchsorted(lengths, np.flatnonzero(~finite)[0], side="right"))
+        raise ValueError(f"samples[{row}].rollout_logprobs: not finite")
 
 
 def build_padded_batch(
-    prompts: Sequence[Sequence[int]],
-    responses: Sequence[Sequence[int]],
+    prompts: Sequence[TokenLike],
+    responses: Sequence[TokenLike],
     pad_id: int,
     device: torch.device,
     row_weights: Sequence[float] | None = None,
 ) -> PaddedBatch:
     """Right-padded tensors for rows ``prompt + response``; ``row_weights`` 0 marks filler rows."""
     rows = len(prompts)
-    seq_len = max(len(p) + len(r) for p, r in zip(prompts, responses, strict=True))
-    resp_len = max(len(r) for r in responses)
-    input_ids = torch.full((rows, seq_len), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((rows, seq_len), dtype=torch.long)
-    response_ids = torch.full((rows, resp_len), pad_id, dtype=torch.long)
-    response_mask = torch.zeros((rows, resp_len), dtype=torch.float32)
-    response_index = torch.zeros((rows, resp_len), dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        n = len(p) + len(r)
-        input_ids[i, :n] = torch.tensor(list(p) + list(r), dtype=torch.long)
-        attention_mask[i, :n] = 1
-        response_ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
-        weight = 1.0 if row_weights is None else float(row_weights[i])
-        response_mask[i, : len(r)] = weight
-        # Padded response slots point at the last real position (any valid index would do).
-        response_index[i] = torch.clamp(torch.arange(resp_len) + len(p) - 1, max=n - 2)
-    position_ids = torch.clamp(attention_mask.cumsum(dim=-1) - 1, min=0)
+    prompt_arrays = [as_tokens(p) for p in prompts]
+    response_arrays = [as_tokens(r) for r in responses]
+    prompt_len = np.fromiter((p.size for p in prompt_arrays), np.int64, rows)
+    response_len = np.fromiter((r.size for r in response_arrays), np.int64, len(response_arrays))
+    if response_len.size != rows:
+        raise ValueError(f"{rows} prompts but {response_len.size} responses")
+    total = prompt_len + response_len
+    seq_len, resp_len = int(total.max()), int(response_len.max())
+    input_ids = np.full((rows, seq_len), pad_id, dtype=np.int64)
+    response_ids = np.full((rows, resp_len), pad_id, dtype=np.int64)
+    for i, (p, r) in enumerate(zip(prompt_arrays, response_arrays)):
+        input_ids[i, : p.size] = p
+        input_ids[i, p.size : p.size + r.size] = r
+        response_ids[i, : r.size] = r
+    attention_mask = np.arange(seq_len)[None, :] < total[:, None]
+    in_response = np.arange(resp_len)[None, :] < response_len[:, None]
+    weights = (
+        np.ones(rows, dtype=np.float32)
+        if row_weights is None
+        else np.asarray(row_weights, dtype=np.float32)
+    )
+    response_mask = in_response * weights[:, None]
+    # Padded response slots point at the last real position (any valid index would do).
+    response_index = np.minimum(
+        np.arange(resp_len)[None, :] + prompt_len[:, None] - 1, (total - 2)[:, None]
+    )
+    position_ids = np.maximum(np.cumsum(attention_mask, axis=-1) - 1, 0)
     return PaddedBatch(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
-        response_index=response_index.to(device),
-        response_ids=response_ids.to(device),
-        response_mask=response_mask.to(device),
+        input_ids=torch.from_numpy(input_ids).to(device),
+        attention_mask=torch.from_numpy(attention_mask.astype(np.int64)).to(device),
+        position_ids=torch.from_numpy(position_ids.astype(np.int64)).to(device),
+        response_index=torch.from_numpy(response_index.astype(np.int64)).to(device),
+        response_ids=torch.from_numpy(response_ids).to(device),
+        response_mask=torch.from_numpy(response_mask.astype(np.float32)).to(device),
     )
 
 
@@ -135,7 +153,7 @@ class MicroBatch:
 
 
 def plan_micro_batches(
-    rank_slices: Sequence[Sequence[int]], rank: int, micro_batch_size: int, filler_index: int
+    rank_slices: Sequence[TokenLike], rank: int, micro_batch_size: int, filler_index: int
 ) -> list[MicroBatch]:
     """Micro-batches of ``rank_slices[rank]``, as many on every rank (filler rows pad out)."""
     longest = max(len(s) for s in rank_slices)

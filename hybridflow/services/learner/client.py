@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 from hybridflow.rpc.channel import make_channel
-from hybridflow.rpc.codec import pack_tokens, stream_message, unpack_floats
+from hybridflow.rpc.codec import pack_tokens, split_by, stream_message, unpack_floats
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.learner import convert
-from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
+from hybridflow.types import (
+    FloatArray,
+    TokenLike,
+    TrainSample,
+    TrainStepResult,
+    WeightUpdateReport,
+)
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 
 
@@ -19,8 +27,8 @@ class LearnerClient(Protocol):
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult: ...
 
     def compute_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
-    ) -> list[list[float]]: ...
+        self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
+    ) -> list[FloatArray]: ...
 
     def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport: ...
 
@@ -48,8 +56,8 @@ class GrpcLearnerClient:
         return convert.result_from_proto(reply)
 
     def compute_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
-    ) -> list[list[float]]:
+        self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
+    ) -> list[FloatArray]:
         reply = self._stub.ComputeLogProbs(
             learner_pb2.ComputeLogProbsRequest(
                 prompts=pack_tokens(prompts),
@@ -58,12 +66,9 @@ class GrpcLearnerClient:
             ),
             timeout=self._config.timeout_s,
         )
-        flat = unpack_floats(reply.logprobs, "logprobs", sum(len(r) for r in responses))
-        out, start = [], 0
-        for r in responses:
-            out.append(flat[start : start + len(r)])
-            start += len(r)
-        return out
+        offsets = np.zeros(len(responses) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in responses], out=offsets[1:])
+        return split_by(unpack_floats(reply.logprobs, "logprobs", int(offsets[-1])), offsets)
 
     def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
         reply = self._stub.PublishWeights(

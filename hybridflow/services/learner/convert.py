@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from hybridflow.rpc.codec import (
     pack_float_seqs,
     pack_floats,
     pack_tokens,
+    split_by,
+    token_buffer,
     unpack_floats,
-    unpack_tokens,
 )
 from hybridflow.types import TrainSample, TrainStepResult
 from hybridflow.v1 import learner_pb2
@@ -21,43 +23,45 @@ def batch_to_proto(samples: Sequence[TrainSample]) -> learner_pb2.TrainBatch:
         prompts=pack_tokens([s.prompt_ids for s in samples]),
         responses=pack_tokens([s.response_ids for s in samples]),
         rollout_logprobs=pack_float_seqs([s.rollout_logprobs for s in samples]),
-        rewards=pack_floats([s.reward for s in samples]),
+        rewards=pack_floats(np.fromiter((s.reward for s in samples), np.float32, len(samples))),
         group_ids=[s.group_id for s in samples],
         policy_versions=[s.policy_version for s in samples],
     )
 
 
 def batch_from_proto(msg: learner_pb2.TrainBatch) -> list[TrainSample]:
-    prompts = unpack_tokens(msg.prompts, "batch.prompts")
-    responses = unpack_tokens(msg.responses, "batch.responses")
-    n = len(prompts)
+    """Samples whose arrays are views over the message's bytes; the per-token checks run
+    once over the whole batch."""
+    prompt_flat, prompt_offsets = token_buffer(msg.prompts, "batch.prompts")
+    response_flat, response_offsets = token_buffer(msg.responses, "batch.responses")
+    n = prompt_offsets.size - 1
     if n == 0:
         raise ValueError("batch: no samples")
-    if len(responses) != n:
-        raise ValueError(f"batch.responses: {len(responses)} sequences for {n} prompts")
-    num_tokens = sum(len(r) for r in responses)
-    logprobs = unpack_floats(msg.rollout_logprobs, "batch.rollout_logprobs", num_tokens)
+    if response_offsets.size - 1 != n:
+        raise ValueError(f"batch.responses: {response_offsets.size - 1} sequences for {n} prompts")
+    logprobs = unpack_floats(msg.rollout_logprobs, "batch.rollout_logprobs", response_flat.size)
     rewards = unpack_floats(msg.rewards, "batch.rewards", n)
     if len(msg.group_ids) != n or len(msg.policy_versions) != n:
         raise ValueError("batch.group_ids / batch.policy_versions need one entry per sample")
-    samples = []
-    start = 0
-    for i in range(n):
-        if not math.isfinite(rewards[i]):
-            raise ValueError(f"batch.rewards[{i}] is not finite ({rewards[i]})")
-        length = len(responses[i])
-        samples.append(
-            TrainSample(
-                prompt_ids=prompts[i],
-                response_ids=responses[i],
-                rollout_logprobs=logprobs[start : start + length],
-                reward=rewards[i],
-                group_id=int(msg.group_ids[i]),
-                policy_version=int(msg.policy_versions[i]),
-            )
+    bad = np.flatnonzero(~np.isfinite(rewards))
+    if bad.size:
+        raise ValueError(f"batch.rewards[{bad[0]}] is not finite ({rewards[bad[0]]})")
+    prompts = split_by(prompt_flat, prompt_offsets)
+    responses = split_by(response_flat, response_offsets)
+    sample_logprobs = split_by(logprobs, response_offsets)
+    return [
+        TrainSample(
+            prompt_ids=prompts[i],
+            response_ids=responses[i],
+            rollout_logprobs=sample_logprobs[i],
+            reward=reward,
+            group_id=group_id,
+            policy_version=version,
         )
-        start += length
-    return samples
+        for i, (reward, group_id, version) in enumerate(
+            zip(rewards.tolist(), msg.group_ids, msg.policy_versions)
+        )
+    ]
 
 
 def result_to_proto(result: TrainStepResult) -> learner_pb2.TrainStepResponse:

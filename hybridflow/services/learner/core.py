@@ -13,7 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
+from hybridflow.types import (
+    FloatArray,
+    TokenLike,
+    TrainSample,
+    TrainStepResult,
+    WeightUpdateReport,
+)
 from hybridflow.weights.base import ReplicaWeightClient, WeightPublisher
 from hybridflow.weights.config import WeightSyncConfig
 
@@ -52,8 +58,8 @@ class LearnerCore:
         return result
 
     def compute_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
-    ) -> list[list[float]]:
+        self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
+    ) -> list[FloatArray]:
         return self.worker.compute_logprobs(prompts, responses, temperature)
 
     def full_weights(self) -> list[tuple[str, torch.Tensor]]:

@@ -21,7 +21,7 @@ import grpc
 from hybridflow.errors import FailedPrecondition, Unavailable
 from hybridflow.rpc.codec import (
     check_token_range,
-    pack_floats,
+    pack_float_seqs,
     receive_message,
     unpack_tokens,
 )
@@ -94,7 +94,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         temperature = request.temperature or 1.0
         logprobs = self._run("compute_logprobs", prompts, responses, temperature)
         return learner_pb2.ComputeLogProbsResponse(
-            logprobs=pack_floats([lp for row in logprobs for lp in row]),
+            logprobs=pack_float_seqs(logprobs),
             policy_version=self._info().policy_version,
         )
 

@@ -19,7 +19,7 @@ the same code (a single rank is a world of one).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -47,7 +47,7 @@ from hybridflow.services.learner.models import (
     resolve_checkpoint,
 )
 from hybridflow.services.learner.updates import UpdateContext, ppo_advantages, precompute
-from hybridflow.types import TrainSample, TrainStepResult
+from hybridflow.types import FloatArray, TokenLike, TrainSample, TrainStepResult
 
 
 class LearnerWorker:
@@ -188,14 +188,14 @@ class LearnerWorker:
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
     def compute_logprobs(
-        self, prompts: list[list[int]], responses: list[list[int]], temperature: float
-    ) -> list[list[float]]:
+        self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
+    ) -> list[FloatArray]:
         """Per-token log-probs of each response under the current policy (all ranks call)."""
         validate_sequences(prompts, responses, self.vocab_size)
         if temperature < 0 or not math.isfinite(temperature):
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
         slices = [list(r) for r in split_contiguous(len(prompts), self.dist.world_size)]
-        mine: list[list[float]] = []
+        mine: list[FloatArray] = []
         for micro in plan_micro_batches(slices, self.dist.rank, self.config.micro_batch_size, 0):
             batch = build_padded_batch(
                 [prompts[i] for i in micro.indices],
@@ -207,7 +207,7 @@ class LearnerWorker:
             logprobs, _ = policy_forward(self.actor, batch, temperature, with_entropy=False)
             for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
                 if w > 0:
-                    mine.append(logprobs[row, : len(responses[i])].cpu().tolist())
+                    mine.append(logprobs[row, : len(responses[i])].float().cpu().numpy())
         return [row for part in all_gather_objects(mine) for row in part]
 
     # ------------------------------------------------------------------ weights

@@ -9,7 +9,7 @@ from typing import Protocol
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.rollout import convert
-from hybridflow.types import Completion, RolloutStatus, SamplingParams
+from hybridflow.types import Completion, RolloutStatus, SamplingParams, TokenLike
 from hybridflow.v1 import common_pb2, rollout_pb2_grpc
 
 
@@ -17,7 +17,7 @@ class RolloutClient(Protocol):
     """What the coordinator and RLTrainer need from a rollout replica."""
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
+        self, prompts: Sequence[TokenLike], params: SamplingParams, request_id: str = ""
     ) -> list[list[Completion]]: ...
 
     def status(self) -> RolloutStatus: ...
@@ -33,7 +33,7 @@ class GrpcRolloutClient:
         self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
+        self, prompts: Sequence[TokenLike], params: SamplingParams, request_id: str = ""
     ) -> list[list[Completion]]:
         request = convert.generate_request(prompts, params, request_id or uuid.uuid4().hex[:12])
         groups: list[list[Completion]] = []

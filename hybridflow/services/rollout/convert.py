@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from hybridflow.rpc.codec import (
     pack_float_seqs,
     pack_ints,
     pack_tokens,
+    split_by,
+    token_buffer,
     unpack_floats,
     unpack_ints,
-    unpack_tokens,
 )
-from hybridflow.types import Completion, RolloutStatus, SamplingParams
+from hybridflow.types import Completion, RolloutStatus, SamplingParams, TokenArray
 from hybridflow.v1 import common_pb2, rollout_pb2
 
 _FINISH_TO_PROTO = {
@@ -56,49 +60,54 @@ def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Comple
     )
     if any(c.token_versions is not None for c in completions):
         versions = [
-            v
+            c.token_versions
+            if c.token_versions is not None
+            else np.full(c.token_ids.size, c.policy_version, dtype=np.int32)
             for c in completions
-            for v in (c.token_versions or [c.policy_version] * len(c.token_ids))
         ]
-        msg.token_versions.CopyFrom(pack_ints(versions))
+        msg.token_versions.CopyFrom(pack_ints(np.concatenate(versions)))
     return msg
 
 
 def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
-    tokens = unpack_tokens(msg.tokens, "completions.tokens")
-    total = sum(len(t) for t in tokens)
-    logprobs = unpack_floats(msg.logprobs, "completions.logprobs", expected_size=total)
-    if len(msg.finish_reasons) != len(tokens) or len(msg.policy_versions) != len(tokens):
+    """Completions whose arrays are views over the message's bytes."""
+    flat, offsets = token_buffer(msg.tokens, "completions.tokens")
+    count = offsets.size - 1
+    logprobs = unpack_floats(msg.logprobs, "completions.logprobs", expected_size=flat.size)
+    if len(msg.finish_reasons) != count or len(msg.policy_versions) != count:
         raise ValueError(
             "completions: finish_reasons / policy_versions must have one per completion"
         )
     token_versions = (
-        unpack_ints(msg.token_versions, "completions.token_versions", total)
+        split_by(unpack_ints(msg.token_versions, "completions.token_versions", flat.size), offsets)
         if msg.HasField("token_versions")
-        else None
+        else [None] * count
     )
-    out = []
-    start = 0
-    for ids, reason, version in zip(tokens, msg.finish_reasons, msg.policy_versions):
+    reasons = []
+    for reason in msg.finish_reasons:
         if reason not in _FINISH_FROM_PROTO:
             raise ValueError(f"completions.finish_reasons: unknown value {reason}")
-        out.append(
-            Completion(
-                token_ids=ids,
-                logprobs=logprobs[start : start + len(ids)],
-                finish_reason=_FINISH_FROM_PROTO[reason],  # type: ignore[arg-type]
-                policy_version=int(version),
-                token_versions=token_versions[start : start + len(ids)]
-                if token_versions is not None
-                else None,
-            )
+        reasons.append(_FINISH_FROM_PROTO[reason])
+    return [
+        Completion(
+            token_ids=ids,
+            logprobs=lps,
+            finish_reason=reason,  # type: ignore[arg-type]
+            policy_version=version,
+            token_versions=versions,
         )
-        start += len(ids)
-    return out
+        for ids, lps, reason, version, versions in zip(
+            split_by(flat, offsets),
+            split_by(logprobs, offsets),
+            reasons,
+            msg.policy_versions,
+            token_versions,
+        )
+    ]
 
 
 def generate_request(
-    prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str
+    prompts: Sequence[Any], params: SamplingParams, request_id: str
 ) -> rollout_pb2.GenerateRequest:
     return rollout_pb2.GenerateRequest(
         request_id=request_id, prompts=pack_tokens(prompts), sampling=sampling_to_proto(params)
@@ -107,12 +116,13 @@ def generate_request(
 
 def parse_generate_request(
     msg: rollout_pb2.GenerateRequest,
-) -> tuple[list[list[int]], SamplingParams]:
-    prompts = unpack_tokens(msg.prompts, "prompts")
-    if not prompts:
+) -> tuple[list[TokenArray], SamplingParams]:
+    flat, offsets = token_buffer(msg.prompts, "prompts")
+    if offsets.size < 2:
         raise ValueError("prompts: at least one prompt is required")
-    if any(len(p) == 0 for p in prompts):
+    if bool(np.any(offsets[1:] == offsets[:-1])):
         raise ValueError("prompts: every prompt needs at least one token")
+    prompts = split_by(flat, offsets)
     if not msg.HasField("sampling"):
         raise ValueError("sampling: required")
     return prompts, sampling_from_proto(msg.sampling)

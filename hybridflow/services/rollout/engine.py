@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -32,7 +33,7 @@ from transformers import (
 
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
 from hybridflow.services.rollout.sampler import sample_tokens
-from hybridflow.types import Completion, SamplingParams
+from hybridflow.types import Completion, FloatArray, SamplingParams, TokenArray, as_tokens
 
 if TYPE_CHECKING:
     from hybridflow.weights.dist import DistReceiver
@@ -118,7 +119,7 @@ class HFEngine:
 
     def generate(
         self,
-        prompts: list[list[int]],
+        prompts: Sequence[TokenArray],
         params: SamplingParams,
         should_stop: ShouldStop | None = None,
     ) -> list[list[Completion]]:
@@ -137,6 +138,7 @@ class HFEngine:
             )
         version = step_versions[0]
         mixed = len(set(step_versions)) > 1
+        versions = np.asarray(step_versions, dtype=np.int32)
         results: list[list[Completion]] = []
         for p in range(len(prompts)):
             group = []
@@ -148,7 +150,7 @@ class HFEngine:
                         logprobs=logprobs[row],
                         finish_reason="stop" if stopped[row] else "length",
                         policy_version=version,
-                        token_versions=step_versions[: len(tokens[row])] if mixed else None,
+                        token_versions=versions[: tokens[row].size] if mixed else None,
                     )
                 )
             results.append(group)
@@ -157,21 +159,21 @@ class HFEngine:
     @torch.no_grad()
     def _generate_locked(
         self,
-        prompts: list[list[int]],
+        prompts: Sequence[TokenArray],
         params: SamplingParams,
         generator: torch.Generator,
         should_stop: ShouldStop | None = None,
-    ) -> tuple[list[list[int]], list[list[float]], list[bool], list[int]]:
-        rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
+    ) -> tuple[list[TokenArray], list[FloatArray], list[bool], list[int]]:
+        rows = [as_tokens(p) for p in prompts for _ in range(params.n)]
         num_rows = len(rows)
-        max_len = max(len(r) for r in rows)
-        input_ids = torch.full((num_rows, max_len), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((num_rows, max_len), dtype=torch.long)
+        max_len = max(r.size for r in rows)
+        ids = np.full((num_rows, max_len), self.pad_token_id, dtype=np.int64)
+        mask = np.zeros((num_rows, max_len), dtype=np.int64)
         for i, r in enumerate(rows):
-            input_ids[i, max_len - len(r) :] = torch.tensor(r, dtype=torch.long)
-            attention_mask[i, max_len - len(r) :] = 1
-        input_ids = input_ids.to(self.device)
-        attention_mask = attention_mask.to(self.device)
+            ids[i, max_len - r.size :] = r
+            mask[i, max_len - r.size :] = 1
+        input_ids = torch.from_numpy(ids).to(self.device)
+        attention_mask = torch.from_numpy(mask).to(self.device)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         next_position = attention_mask.sum(dim=1, keepdim=True)
         stop_ids = torch.tensor(
@@ -224,11 +226,11 @@ class HFEngine:
             )
             next_position = next_position + 1
 
-        all_tokens: list[list[int]] = torch.stack(step_tokens, dim=1).cpu().tolist()
-        all_logprobs: list[list[float]] = torch.stack(step_logprobs, dim=1).cpu().tolist()
+        all_tokens = torch.stack(step_tokens, dim=1).cpu().numpy().astype(np.int32)
+        all_logprobs = torch.stack(step_logprobs, dim=1).cpu().float().numpy()
         lengths: list[int] = torch.stack(step_active, dim=1).sum(dim=1).cpu().tolist()
-        tokens_out = [all_tokens[r][: lengths[r]] for r in range(num_rows)]
-        logprobs_out = [all_logprobs[r][: lengths[r]] for r in range(num_rows)]
+        tokens_out = [all_tokens[r, : lengths[r]] for r in range(num_rows)]
+        logprobs_out = [all_logprobs[r, : lengths[r]] for r in range(num_rows)]
         return tokens_out, logprobs_out, finished.cpu().tolist(), step_versions
 
     # ------------------------------------------------------------------ weights

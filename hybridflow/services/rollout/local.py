@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from hybridflow.errors import FailedPrecondition
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop
-from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
+from hybridflow.types import (
+    Completion,
+    RolloutStatus,
+    SamplingParams,
+    TokenArray,
+    TokenLike,
+    WeightUpdateReport,
+    as_tokens,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +46,7 @@ class Engine(Protocol):
 
     def generate(
         self,
-        prompts: list[list[int]],
+        prompts: Sequence[TokenArray],
         params: SamplingParams,
         should_stop: ShouldStop | None = None,
     ) -> list[list[Completion]]: ...
@@ -107,7 +115,7 @@ class LocalRollout:
 
     def generate(
         self,
-        prompts: Sequence[Sequence[int]],
+        prompts: Sequence[TokenLike],
         params: SamplingParams,
         request_id: str = "",
         should_stop: ShouldStop | None = None,
@@ -120,7 +128,7 @@ class LocalRollout:
             try:
                 if should_stop is not None and should_stop():
                     raise Cancelled(0)  # its caller left while it queued
-                groups = self.engine.generate([list(p) for p in prompts], params, should_stop)
+                groups = self.engine.generate([as_tokens(p) for p in prompts], params, should_stop)
             except Cancelled as exc:
                 self.num_cancelled += 1
                 self.last_cancelled_steps = exc.num_steps

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hybridflow.types import SamplingParams
+import numpy as np
+
+from hybridflow.types import SamplingParams, TokenLike, as_tokens
 
 
 def check_token_request(
-    prompts: Sequence[Sequence[int]], params: SamplingParams, vocab_size: int
+    prompts: Sequence[TokenLike], params: SamplingParams, vocab_size: int
 ) -> None:
     """ValueError naming the first bad field: sampling params, stop tokens or prompt ids."""
     params.validate()
@@ -18,11 +20,14 @@ def check_token_request(
         if not 0 <= stop < vocab_size:
             raise ValueError(f"sampling.stop_token_ids[{i}]={stop} outside [0, {vocab_size})")
     for i, prompt in enumerate(prompts):
-        if len(prompt) == 0:
+        ids = as_tokens(prompt)
+        if ids.size == 0:
             raise ValueError(f"prompts[{i}] is empty")
-        bad = [t for t in prompt if not 0 <= int(t) < vocab_size]
-        if bad:
-            raise ValueError(f"prompts[{i}] has token id {bad[0]} outside [0, {vocab_size})")
+        bad = np.flatnonzero((ids < 0) | (ids >= vocab_size))
+        if bad.size:
+            raise ValueError(
+                f"prompts[{i}] has token id {int(ids[bad[0]])} outside [0, {vocab_size})"
+            )
 
 
 ShouldStop = Callable[[], bool]

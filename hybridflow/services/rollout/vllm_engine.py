@@ -33,11 +33,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 
 from hybridflow.errors import Unavailable
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
-from hybridflow.types import Completion, SamplingParams
+from hybridflow.types import Completion, SamplingParams, TokenArray, as_tokens
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -228,7 +229,7 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ generation
 
-    def check_request(self, prompts: list[list[int]], params: SamplingParams) -> None:
+    def check_request(self, prompts: Sequence[TokenArray], params: SamplingParams) -> None:
         """ValueError naming a bad request or what this engine cannot do the contract's way."""
         check_token_request(prompts, params, self.vocab_size)
         if params.top_p < 1.0:
@@ -251,7 +252,7 @@ class VLLMEngine:
 
     def generate(
         self,
-        prompts: list[list[int]],
+        prompts: Sequence[TokenArray],
         params: SamplingParams,
         should_stop: ShouldStop | None = None,
     ) -> list[list[Completion]]:
@@ -287,7 +288,9 @@ class VLLMEngine:
                     request_id = f"r{next(self._ids)}"
                     rows[request_id] = row
                     self._engine.add_request(
-                        request_id, TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), vparams
+                        request_id,
+                        TokensPrompt(prompt_token_ids=as_tokens(prompt).tolist()),
+                        vparams,
                     )
             tokens, logprobs, versions, stopped = self._run_locked(rows, should_stop)
         return self._completions(len(prompts), params.n, tokens, logprobs, versions, stopped)
@@ -345,11 +348,11 @@ class VLLMEngine:
                 mixed = len(set(versions[row])) > 1
                 group.append(
                     Completion(
-                        token_ids=tokens[row],
-                        logprobs=logprobs[row],
+                        token_ids=np.asarray(tokens[row], dtype=np.int32),
+                        logprobs=np.asarray(logprobs[row], dtype=np.float32),
                         finish_reason="stop" if stopped[row] else "length",
                         policy_version=versions[row][0] if versions[row] else 0,
-                        token_versions=versions[row] if mixed else None,
+                        token_versions=np.asarray(versions[row], dtype=np.int32) if mixed else None,
                     )
                 )
             groups.append(group)

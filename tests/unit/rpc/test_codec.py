@@ -11,7 +11,7 @@ def test_tokens_round_trip_including_empty_sequences():
     msg = codec.pack_tokens(seqs)
     assert list(msg.offsets) == [0, 3, 3, 4, 6]
     assert len(msg.token_ids) == 6 * 4
-    assert codec.unpack_tokens(msg) == seqs
+    assert [s.tolist() for s in codec.unpack_tokens(msg)] == seqs
 
 
 def test_tokens_reject_bad_offsets_and_overflow():
@@ -27,7 +27,7 @@ def test_tokens_reject_bad_offsets_and_overflow():
 
 def test_floats_check_dtype_and_size():
     msg = codec.pack_floats([0.5, -1.0])
-    assert codec.unpack_floats(msg, "x") == [0.5, -1.0]
+    assert codec.unpack_floats(msg, "x").tolist() == [0.5, -1.0]
     with pytest.raises(ValueError, match="x: expected 3 values, got 2"):
         codec.unpack_floats(msg, "x", expected_size=3)
     msg.dtype = "float64"

@@ -30,10 +30,10 @@ def test_completions_round_trip_with_and_without_token_versions():
         Completion([5, 6], [-1.0, -2.0], "length", 3, token_versions=[3, 4]),
     ]
     back = rollout_convert.completions_from_proto(rollout_convert.completions_to_proto(comps))
-    assert [c.token_ids for c in back] == [c.token_ids for c in comps]
-    assert [c.logprobs for c in back] == [c.logprobs for c in comps]
+    assert [c.token_ids.tolist() for c in back] == [c.token_ids.tolist() for c in comps]
+    assert [c.logprobs.tolist() for c in back] == [c.logprobs.tolist() for c in comps]
     assert [c.finish_reason for c in back] == ["stop", "length", "length"]
-    assert [c.token_versions for c in back] == [[4, 4, 4], [], [3, 4]]
+    assert [c.token_versions.tolist() for c in back] == [[4, 4, 4], [], [3, 4]]  # type: ignore[union-attr]
     plain = rollout_convert.completions_from_proto(rollout_convert.completions_to_proto(comps[:2]))
     assert all(c.token_versions is None for c in plain)
 
@@ -41,7 +41,7 @@ def test_completions_round_trip_with_and_without_token_versions():
 def test_generate_request_round_trip_and_validation():
     msg = rollout_convert.generate_request([[1, 2], [3]], SamplingParams(n=2), "r1")
     prompts, params = rollout_convert.parse_generate_request(msg)
-    assert prompts == [[1, 2], [3]] and params.n == 2
+    assert [p.tolist() for p in prompts] == [[1, 2], [3]] and params.n == 2
     msg.sampling.n = 0
     with pytest.raises(ValueError, match="sampling.n"):
         rollout_convert.parse_generate_request(msg)
