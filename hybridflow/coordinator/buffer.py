@@ -1,27 +1,34 @@
 """Admission control and the buffer of scored, untrained groups (the async schedule's state).
 
 Invariants (tested in tests/unit/coordinator/test_async.py):
-- Capacity rule (AReaL): at most ``(published_step + max_staleness_steps + 1) * batch_groups``
-  groups are ever started, where ``published_step`` counts the train steps whose weights the
-  replicas have. A group started under weights of step p therefore belongs to one of the
-  batches up to p + k when batches are taken oldest-first, so finished work is not wasted.
+- Capacity rule (AReaL): at most ``(published_step + lead + 1) * batch_groups`` groups are
+  ever started, where ``published_step`` counts the train steps whose weights the replicas
+  have and ``lead <= max_staleness_steps`` (greedy admission: lead = max_staleness_steps;
+  paced: chosen by ``pacing.Pacer``). A group started under weights of step p therefore
+  belongs to one of the batches up to p + lead + 1 when batches are taken oldest-first, so
+  finished work is not wasted. Lowering the lead never takes back a started group.
 - Batches are taken oldest policy version first, FIFO within a version.
 - A group more than ``max_staleness`` versions behind the learner is never trained: it is
   handed back for re-generation and counted (``dropped_stale``); nothing is lost.
 - Every prompt handed out and not yet trained is in exactly one place: in flight (admitted
   by a dispatcher, not yet back), buffered (scored), or re-queued. ``pending()`` lists them
   all: what a checkpoint must regenerate on resume.
+- Pacing observations: time dispatchers spend blocked by admission, and per taken batch how
+  long it had been complete, are measured here on one clock (``clock``) and handed to the
+  pacer after each step (``pace``).
 Thread-safe; no clients, no RL math.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
+from hybridflow.coordinator.pacing import Pacer, StepObservation
 
 
 @dataclass
@@ -34,14 +41,24 @@ class BufferStats:
 class Admission:
     """How many more groups may start generating, given the published weights."""
 
-    def __init__(self, batch_groups: int, max_staleness_steps: int) -> None:
+    def __init__(
+        self, batch_groups: int, max_staleness_steps: int, lead_steps: int | None = None
+    ) -> None:
+        """``lead_steps``: how far ahead generation may start (None: greedy, the bound)."""
         self.batch_groups = batch_groups
         self.max_staleness_steps = max_staleness_steps
+        self.lead_steps = lead_steps
         self.num_started = 0
         self.published_step = 0
 
+    def lead(self) -> int:
+        """The lead in effect: the pacer's, never past the hard bound."""
+        if self.lead_steps is None:
+            return self.max_staleness_steps
+        return min(self.lead_steps, self.max_staleness_steps)
+
     def capacity(self) -> int:
-        limit = (self.published_step + self.max_staleness_steps + 1) * self.batch_groups
+        limit = (self.published_step + self.lead() + 1) * self.batch_groups
         return max(0, limit - self.num_started)
 
     def start(self, num: int) -> None:
@@ -62,16 +79,24 @@ class GroupBuffer:
     finished group then wakes one thread, not every replica's dispatcher.
     """
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, clock: Callable[[], float] = time.monotonic) -> None:
         self.admission = admission
+        self.clock = clock
         self.lock = threading.Lock()
         self.admit = threading.Condition(self.lock)
         self.ready = threading.Condition(self.lock)
         self._groups: list[tuple[int, int, ScoredGroup]] = []  # (version, arrival, group)
         self._arrivals = 0
+        self._arrived_at: dict[int, float] = {}  # arrival -> clock time
         self._requeued: list[Prompt] = []
         self._in_flight: dict[int, Prompt] = {}  # id(prompt) -> prompt
         self.stats = BufferStats()
+        self._blocked_since: dict[int, float] = {}  # dispatcher -> blocked by admission since
+        self._blocked_done_s = 0.0
+        self._take_at = clock()
+        self._take_blocked_s = 0.0
+        self.last_take = StepObservation(wait_s=0.0, slack_s=0.0, blocked_s=0.0, period_s=0.0)
+        """The last batch taken: its slack, blocked time and period (``wait_s`` unused)."""
 
     def __len__(self) -> int:
         with self.lock:
@@ -88,6 +113,7 @@ class GroupBuffer:
                 self._in_flight.pop(id(g.prompt), None)
                 version = min(c.policy_version for c in g.completions)
                 self._groups.append((version, self._arrivals, g))
+                self._arrived_at[self._arrivals] = self.clock()
                 self._arrivals += 1
             self.ready.notify()
 
@@ -117,6 +143,9 @@ class GroupBuffer:
                 self._groups.sort(key=lambda item: (item[0], item[1]))
                 stale = [g for v, _, g in self._groups if learner_version - v > max_staleness]
                 if stale:
+                    for item in self._groups:
+                        if learner_version - item[0] > max_staleness:
+                            del self._arrived_at[item[1]]
                     self._groups = [
                         item for item in self._groups if learner_version - item[0] <= max_staleness
                     ]
@@ -129,9 +158,46 @@ class GroupBuffer:
                     self._groups = self._groups[num_groups:]
                     for version, _, _ in batch:
                         self.stats.staleness[learner_version - version] += 1
+                    self._note_take(max(self._arrived_at.pop(a) for _, a, _ in batch))
                     return [g for _, _, g in batch]
                 if not self.ready.wait(timeout_s):
                     return None
+
+    def _note_take(self, complete_at: float) -> None:
+        """A batch complete since ``complete_at`` was taken: what the pacer sees of it."""
+        now = self.clock()
+        blocked = self._blocked_s(now)
+        self.last_take = StepObservation(
+            wait_s=0.0,
+            slack_s=max(0.0, now - complete_at),
+            blocked_s=blocked - self._take_blocked_s,
+            period_s=now - self._take_at,
+        )
+        self._take_at, self._take_blocked_s = now, blocked
+
+    def _blocked_s(self, now: float) -> float:
+        return self._blocked_done_s + sum(now - t for t in self._blocked_since.values())
+
+    def set_blocked(self, dispatcher: int, blocked: bool) -> None:
+        """Dispatcher ``dispatcher`` waits for admission (True) or got prompts / stops
+        (False). Caller holds ``lock``."""
+        if blocked:
+            self._blocked_since.setdefault(dispatcher, self.clock())
+        elif dispatcher in self._blocked_since:
+            self._blocked_done_s += self.clock() - self._blocked_since.pop(dispatcher)
+
+    def pace(self, pacer: Pacer, wait_s: float) -> int:
+        """After a step: the pacer sees it (the learner waited ``wait_s`` for its batch) and
+        admission takes the lead it answers, which is returned."""
+        with self.lock:
+            pacer.set_max_lead(self.admission.max_staleness_steps)
+            take = self.last_take
+            lead = pacer.observe(
+                StepObservation(wait_s, take.slack_s, take.blocked_s, take.period_s)
+            )
+            self.admission.lead_steps = lead
+            self.admit.notify_all()
+            return lead
 
     def publish(self, step: int) -> None:
         """The replicas now have the weights of train step ``step``."""
@@ -169,4 +235,5 @@ class GroupBuffer:
         with self.lock:
             groups = [g for _, _, g in self._groups]
             self._groups = []
+            self._arrived_at.clear()
             return groups, list(self._requeued)

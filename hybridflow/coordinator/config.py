@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hybridflow.config.ranges import above, at_least, raise_problems, within
+from hybridflow.coordinator.pacing import ADMISSION_POLICIES
 from hybridflow.rpc.config import ChannelConfig, ServerConfig
 
 
@@ -67,6 +68,11 @@ class CoordinatorConfig:
     max_staleness: int = 0
     """Versions a sample may lag the learner: 0 is synchronous on-policy PPO; k > 0 lets
     rollout run up to k versions ahead of training (asynchronous PPO)."""
+    admission: str = "pace"
+    """When generation may start, within max_staleness: pace (just in time to keep the
+    learner busy, so samples are as fresh as the overlap allows: about 1 version stale when
+    generation is faster than training; runs further ahead only when that would keep the
+    learner waiting) or greedy (every slot the bound allows: samples max_staleness stale)."""
     rollout_addresses: list[str] = field(default_factory=list)
     """host:port of each rollout replica (deploy/launch.sh fills these in)."""
     reward_address: str = ""
@@ -110,6 +116,10 @@ class CoordinatorConfig:
                 at_least("coordinator.seed", self.seed, 0),
                 at_least("coordinator.prompts_per_request", self.prompts_per_request, 0),
                 at_least("coordinator.max_staleness", self.max_staleness, 0),
+                None
+                if self.admission in ADMISSION_POLICIES
+                else f"coordinator.admission: must be one of {', '.join(ADMISSION_POLICIES)}, "
+                f"got {self.admission!r}",
             ]
         )
         for name in ("data_size", "num_steps", "prompts_per_step", "group_size", "sync_every"):

@@ -87,12 +87,15 @@ class ReplicaDispatcher(threading.Thread):
             while not self.stop_event.is_set():
                 room = min(self.prompts_per_request, buf.admission.capacity())
                 if room > 0:
+                    buf.set_blocked(self.index, False)  # admission-blocked time: pacing.py
                     prompts = buf.take_requeued(room)
                     prompts += self.cursor.take_handouts(room - len(prompts))
                     buf.admission.start(len(prompts))
                     buf.start_flight(prompts)
                     return prompts
+                buf.set_blocked(self.index, True)
                 buf.admit.wait(0.5)
+            buf.set_blocked(self.index, False)
         return []
 
     def run(self) -> None:

@@ -44,6 +44,7 @@ from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
+from hybridflow.coordinator.pacing import Pacer
 from hybridflow.coordinator.step import Services
 from hybridflow.types import SamplingParams
 
@@ -114,7 +115,11 @@ class TrainingJob:
             n=config.group_size,
             seed=config.seed,
         )
-        self.buffer = GroupBuffer(Admission(config.prompts_per_step, config.max_staleness))
+        # Admission lead (coordinator.admission: pace | greedy), fed after each step: pacing.py
+        self.pacer = Pacer(config.max_staleness, config.sync_every, config.admission == "greedy")
+        self.buffer = GroupBuffer(
+            Admission(config.prompts_per_step, config.max_staleness, self.pacer.lead)
+        )
         self._stop = threading.Event()
         self._learner_lock = threading.Lock()  # trainer loop and rejoining dispatchers
         self.events = EventLog(run_dir / "events.jsonl")
@@ -351,6 +356,7 @@ class TrainingJob:
                     self._publish()
                     self.buffer.publish(step)
                     self.events.record("sync", w2, time.time(), step=step, version=version)
+                lead = self.buffer.pace(self.pacer, wait_s=t1 - t0)  # pacing.py
                 t3 = time.perf_counter()
                 st.learner_busy_s += t3 - t1
                 gen_s = sum(d.busy_s for d in self.dispatchers)
@@ -374,6 +380,7 @@ class TrainingJob:
                         self._requeued_before + sum(d.num_requeued for d in self.dispatchers)
                     ),
                     "async/buffered": float(len(self.buffer)),
+                    "async/lead_steps": float(lead),
                     "async/rollout_idle_ratio": sum(d.idle_ratio() for d in self.dispatchers)
                     / len(self.dispatchers),
                     "async/learner_idle_ratio": 1.0 - st.learner_busy_s / wall,

@@ -31,6 +31,8 @@ from benchmarks.baselines.compare import (
     updated,
 )
 from benchmarks.common.config import BenchmarkConfig, Variant
+from benchmarks.pacing.run_pacing import mean_staleness, split_name
+from benchmarks.pacing.run_pacing import ratios as pacing_ratios
 from benchmarks.scalability.scaling import scaling_ratios
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,6 +200,33 @@ def test_integration_suite_tiny(tmp_path: Path) -> None:
     assert (out / "integration.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # two launches, ~50 s on 2 cores
+def test_pacing_suite_tiny(tmp_path: Path) -> None:
+    cfg = tmp_path / "pacing.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "suite": "pacing", "overrides": TINY_JOB, "warmup_steps": 1, "profile": False,
+        "variants": [
+            {"name": "genfast_greedy", "overrides": ["coordinator.max_staleness=2",
+                                                     "coordinator.admission=greedy"]},
+            {"name": "genfast_pace", "overrides": ["coordinator.max_staleness=2"]},
+        ],
+    }))  # fmt: skip
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "pacing" / "run_pacing.py"), "--config",
+         str(cfg), "--results", str(results), "--steps", "3"],  # fmt: skip
+        cwd=REPO, capture_output=True, text=True, timeout=170,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    (out,) = [p for p in results.iterdir() if p.is_dir()]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ratios"]["genfast_pace_over_greedy_samples_per_s"] > 0
+    assert summary["pacing"]["genfast_greedy"]["final_lead_steps"] == 2.0
+    assert 1.0 <= summary["pacing"]["genfast_pace"]["final_lead_steps"] <= 2.0
+    assert "| genfast_pace |" in summary["table_markdown"]
+    assert (out / "pacing_reward.png").stat().st_size > 1000
+
+
 # --- the suites' own arithmetic, against hand-computed values ------------------------------
 
 
@@ -307,3 +336,18 @@ def test_baseline_ties_to_lock_and_hardware_and_sizes_memory_from_spread() -> No
     assert compare(_run("aa", "EPYC", [1010.0 * 1.05]), stored) == []
     (fat,) = compare(_run("aa", "EPYC", [1010.0 * 1.08]), stored)
     assert (fat.kind, fat.key, fat.regression) == ("memory", "learner", True)
+
+
+def test_pacing_figures() -> None:
+    assert split_name("genslow_pace") == ("genslow", "pace")
+    with pytest.raises(ValueError, match="expected <workload>_<sync|greedy|pace>"):
+        split_name("pace")
+    assert mean_staleness({"0": 1, "1": 2, "2": 1}) == pytest.approx(1.0)
+    fig = {"genfast_sync": {"e2e_samples_per_s": 100.0, "mean_gen_s_per_step": 0.1,
+                            "mean_train_s_per_step": 0.3},
+           "genfast_greedy": {"e2e_samples_per_s": 125.0},
+           "genfast_pace": {"e2e_samples_per_s": 120.0}}  # fmt: skip
+    out = pacing_ratios(fig)
+    assert out["genfast_pace_over_greedy_samples_per_s"] == pytest.approx(0.96)
+    assert out["genfast_pace_over_sync_samples_per_s"] == pytest.approx(1.2)
+    assert out["genfast_generation_faster_than_training"] is True
