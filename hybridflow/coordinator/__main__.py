@@ -1,7 +1,5 @@
 """``python -m hybridflow.coordinator`` is ``hybridflow-coordinator``."""
 
-import sys
+from hybridflow.coordinator.cli import exit_fast, main
 
-from hybridflow.coordinator.cli import main
-
-sys.exit(main())
+exit_fast(main())

@@ -74,6 +74,9 @@ class RunSummary:
     """Step of the checkpoint this run continued from (0: a fresh start)."""
     last_checkpoint: str = ""
     """Newest resumable checkpoint directory."""
+    time_to_first_step_s: float | None = None
+    """Seconds from the launch (``TrainingJob.launch_time``) to the end of this run's first
+    trained step; None when no step was trained."""
 
 
 class TrainingJob:
@@ -155,6 +158,8 @@ class TrainingJob:
             num_rows=self.num_rows,
         )
         self._requeued_before = 0  # re-queues counted by the runs before a resume
+        self.launch_time = time.time()
+        """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
 
     # ------------------------------------------------------------------ replicas
     def _rejoin(self, index: int) -> bool:
@@ -327,6 +332,7 @@ class TrainingJob:
             d.start()
         checkpoint = ""
         last_checkpoint = ""
+        first_step_s: float | None = None
         try:
             for step in range(first_step, cfg.num_steps + 1):
                 if not self.control.wait_to_continue():
@@ -393,6 +399,9 @@ class TrainingJob:
                 st.wall_s = wall
                 _write_audit(audit, step, batch, version)
                 metrics_log.write(step, metrics)
+                if first_step_s is None:
+                    first_step_s = time.time() - self.launch_time
+                    progress.first_step(first_step_s)
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     last_checkpoint = self._checkpoint(step)
                 self.control.step_done(step, version, metrics)
@@ -436,6 +445,7 @@ class TrainingJob:
             checkpoint=checkpoint,
             resumed_from_step=first_step - 1,
             last_checkpoint=last_checkpoint,
+            time_to_first_step_s=first_step_s,
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary

@@ -59,6 +59,11 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
+    def first_step(self, seconds_since_launch: float) -> None:
+        """Reports the time from the launch to the end of the first trained step."""
+        if self.enabled:
+            self.message(f"first trained step {seconds_since_launch:.1f}s after launch")
+
     def message(self, text: str) -> None:
         if self._tty:
             self.stream.write("\r\033[K")

@@ -1,18 +1,54 @@
-"""``hybridflow-coordinator run``: connect to the services, load data, run the job."""
+"""``hybridflow-coordinator run``: connect to the services, load data, run the job.
+
+Under deploy/launch.sh the coordinator starts alongside the services
+(``addresses_from_stdin``): it loads its tokenizer and dataset while they start, then reads
+their addresses from the launcher. Time to the first trained step counts from the launcher's
+start (``HYBRIDFLOW_LAUNCH_TIME``), else from this process's.
+"""
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import logging
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TextIO
 
 import grpc
 
+from hybridflow.coordinator.config import CoordinatorConfig
+
 log = logging.getLogger("coordinator")
+
+LAUNCH_TIME_ENV = "HYBRIDFLOW_LAUNCH_TIME"  # set by hybridflow.deploy.launch
+
+
+def launch_time(started_at: float, environ: dict[str, str] | None = None) -> float:
+    """Where time to the first trained step counts from: the launcher's start when it set
+    ``HYBRIDFLOW_LAUNCH_TIME``, else ``started_at`` (this process's)."""
+    raw = (os.environ if environ is None else environ).get(LAUNCH_TIME_ENV, "")
+    try:
+        return float(raw) if raw else started_at
+    except ValueError:
+        log.warning("ignoring %s=%r: not a time", LAUNCH_TIME_ENV, raw)
+        return started_at
+
+
+def read_address_overrides(stream: TextIO) -> list[str]:
+    """The launcher's one JSON line of ``--set`` overrides naming the services' addresses;
+    ValueError when the launcher closed the pipe without one (its start failed)."""
+    line = stream.readline()
+    if not line.strip():
+        raise ValueError("the launcher closed stdin before sending the services' addresses")
+    overrides = json.loads(line)
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ValueError(f"expected a JSON list of KEY=VALUE strings on stdin, got {line!r}")
+    return overrides
 
 
 def run_job(
@@ -20,9 +56,14 @@ def run_job(
     overrides: list[str],
     run_dir_arg: str | None,
     resume: bool = False,
+    addresses_from_stdin: bool = False,
+    started_at: float | None = None,
 ) -> int:
     """Runs (``resume``: continues from the newest complete checkpoint in the run dir) the
-    job; returns the exit code: 0 done, 1 failed (one line names the cause), 2 bad config."""
+    job; returns the exit code: 0 done, 1 failed (one line names the cause), 2 bad config.
+    ``addresses_from_stdin``: the services' addresses arrive on stdin after the tokenizer
+    and dataset are loaded (see :func:`read_address_overrides`)."""
+    origin = launch_time(time.time() if started_at is None else started_at)
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError, dump_yaml
     from hybridflow.deploy.lifeline import watch_parent
@@ -43,21 +84,7 @@ def run_job(
     if report(check_job(job, ports=["coordinator.server"])):  # services already hold theirs
         return 2
     cfg = job.coordinator
-    missing = [
-        n
-        for n, v in (
-            ("coordinator.reward_address", cfg.reward_address),
-            ("coordinator.learner_address", cfg.learner_address),
-        )
-        if not v
-    ]
-    if not cfg.rollout_addresses:
-        missing.insert(0, "coordinator.rollout_addresses")
-    if missing:
-        print(
-            f"config error: {', '.join(missing)} not set (deploy/launch.sh sets them)",
-            file=sys.stderr,
-        )
+    if not addresses_from_stdin and _report_missing_addresses(cfg):
         return 2
     run_dir = (
         Path(run_dir_arg)
@@ -65,7 +92,6 @@ def run_job(
         else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
     )
     run_dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(job, run_dir / "config.yaml")
 
     from transformers import AutoTokenizer
 
@@ -82,8 +108,6 @@ def run_job(
     from hybridflow.services.rollout.client import GrpcRolloutClient
     from hybridflow.v1 import coordinator_pb2_grpc
 
-    for address in [*cfg.rollout_addresses, cfg.reward_address, cfg.learner_address]:
-        wait_healthy(address, job.deploy.health_timeout_s, config=cfg.channel)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
     dataset = read_prompt_dataset(
         cfg.data,
@@ -99,6 +123,22 @@ def run_job(
         len(dataset.records),
         dataset.num_dropped_too_long,
     )
+    if addresses_from_stdin:
+        try:
+            overrides = [*overrides, *read_address_overrides(sys.stdin)]
+            job = load_job_config(config_path, overrides)
+        except ConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            return 2
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        cfg = job.coordinator
+        if _report_missing_addresses(cfg):
+            return 2
+    dump_yaml(job, run_dir / "config.yaml")
+    for address in [*cfg.rollout_addresses, cfg.reward_address, cfg.learner_address]:
+        wait_healthy(address, job.deploy.health_timeout_s, config=cfg.channel)
 
     rollouts = [GrpcRolloutClient(a, cfg.channel) for a in cfg.rollout_addresses]
     services = Services(
@@ -133,9 +173,11 @@ def run_job(
     if checkpoint_root is None:
         log.warning("learner.checkpoint_dir is not set: no checkpoints, no resume")
     try:
-        summary = TrainingJob(
+        training = TrainingJob(
             cfg, services, dataset.records, run_dir, control, resume, checkpoint_root
-        ).run()
+        )
+        training.launch_time = origin
+        summary = training.run()
     except (RuntimeError, ValueError, grpc.RpcError) as exc:
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)
@@ -156,6 +198,26 @@ def run_job(
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)
     return 0
+
+
+def _report_missing_addresses(cfg: CoordinatorConfig) -> bool:
+    """Prints which service addresses are not set; True when any is missing."""
+    missing = [
+        n
+        for n, v in (
+            ("coordinator.reward_address", cfg.reward_address),
+            ("coordinator.learner_address", cfg.learner_address),
+        )
+        if not v
+    ]
+    if not cfg.rollout_addresses:
+        missing.insert(0, "coordinator.rollout_addresses")
+    if missing:
+        print(
+            f"config error: {', '.join(missing)} not set (deploy/launch.sh sets them)",
+            file=sys.stderr,
+        )
+    return bool(missing)
 
 
 def _one_line(exc: BaseException) -> str:

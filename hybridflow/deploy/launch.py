@@ -1,6 +1,9 @@
 """``python -m hybridflow.deploy.launch``: what deploy/launch.sh runs (it ``exec``s this).
 
-Starts every service, waits for health, runs the coordinator, and supervises them (see
+Starts every service and the coordinator at once, waits for all their health checks
+together (each service with its own deadline; the first to exit or miss it ends the start,
+named, and everything started is stopped), hands the coordinator the services' addresses,
+and supervises them (see
 :mod:`hybridflow.deploy.supervisor`): a dead rollout or reward service is restarted on its
 address; a dead learner or coordinator stops the job with one line naming the cause and the
 command to resume. Every process started here dies with this one, even when it is SIGKILLed
@@ -32,6 +35,9 @@ from pathlib import Path
 
 DEFAULT_CONFIG = "deploy/configs/quickstart.yaml"
 TOKEN_ENV = "HYBRIDFLOW_TOKEN"
+LAUNCH_TIME_ENV = "HYBRIDFLOW_LAUNCH_TIME"
+"""time.time() when the launcher started: the coordinator's time to the first trained step
+counts from it (``RunSummary.time_to_first_step_s``)."""
 
 log = logging.getLogger("launch")
 
@@ -136,7 +142,30 @@ def _run_token_env(run_dir: Path) -> dict[str, str]:
     return env
 
 
+def send_addresses(coordinator: subprocess.Popen[bytes], overrides: list[str]) -> None:
+    """Hands the services' addresses (``--set`` overrides) to a coordinator started with
+    ``--addresses-from-stdin``: one JSON line, then EOF."""
+    assert coordinator.stdin is not None
+    try:
+        coordinator.stdin.write((json.dumps(overrides) + "\n").encode())
+        coordinator.stdin.close()
+    except BrokenPipeError:
+        pass  # it already exited: the supervisor reports its exit code
+
+
+def stop_unstarted(coordinator: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """Ends a coordinator that was still waiting for the services (nothing to save yet)."""
+    if coordinator.poll() is None:
+        coordinator.terminate()
+        try:
+            coordinator.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            coordinator.kill()
+    coordinator.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
+    launch_time = time.time()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
 
@@ -172,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.models import resolve_model_path
 
     env.update(launcher_env())
+    env[LAUNCH_TIME_ENV] = repr(launch_time)
     resume_hint = f"resume with: deploy/launch.sh --resume {run_dir}"
     group = ServiceGroup(job, config_path, overrides, run_dir, env=env)
     phase = ["starting"]
@@ -189,25 +219,37 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    coordinator: subprocess.Popen[bytes] | None = None
     try:
         log.info("model %s -> %s", job.model, resolve_model_path(job.model))  # builds builtin once
         group.start()
-        log.info("waiting for %d services (logs in %s/logs)", len(group.processes), run_dir)
+        # The coordinator starts alongside the services: its imports, tokenizer and dataset
+        # overlap their start; it reads their addresses from stdin once they all serve.
+        cmd = [sys.executable, "-m", "hybridflow.coordinator", "run"]
+        cmd += ["--config", config_path, "--run-dir", str(run_dir), "--addresses-from-stdin"]
+        for override in overrides:
+            cmd += ["--set", override]
+        if resume:
+            cmd.append("--resume")
+        # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
+        coordinator = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, env={**os.environ, **env}, start_new_session=True
+        )
+        log.info(
+            "waiting for %d services and the coordinator (logs in %s/logs)",
+            len(group.processes),
+            run_dir,
+        )
         try:
-            addresses = group.wait_ready(job.deploy.health_timeout_s)
+            addresses = group.wait_ready(
+                job.deploy.health_timeout_s, watch=[("coordinator", coordinator)]
+            )
         except (RuntimeError, TimeoutError) as exc:
             phase[0] = "stopping"
             log.error("%s", exc)
             return 1
         log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
-        cmd = [sys.executable, "-m", "hybridflow.coordinator", "run"]
-        cmd += ["--config", config_path, "--run-dir", str(run_dir)]
-        for override in [*overrides, *group.address_overrides()]:
-            cmd += ["--set", override]
-        if resume:
-            cmd.append("--resume")
-        # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
-        coordinator = subprocess.Popen(cmd, env={**os.environ, **env}, start_new_session=True)
+        send_addresses(coordinator, group.address_overrides())
         deploy = job.deploy
         supervisor.append(
             Supervisor(
@@ -227,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
         log.info("coordinator exited with %d; stopping services", coordinator.returncode)
     except KeyboardInterrupt:
-        log.warning("interrupted before the coordinator started; stopping services")
+        log.warning("interrupted before the services were ready; stopping them")
         return 130
     finally:
         phase[0] = "stopping"
+        if coordinator is not None and not supervisor:  # never handed to the supervisor
+            stop_unstarted(coordinator)
         group.stop()
     if outcome.cause is not None:
         print(f"{outcome.cause}; {resume_hint}", file=sys.stderr)

@@ -38,6 +38,8 @@ class ServiceProcess:
     cmd: list[str] = field(default_factory=list)
     """The command without config args and port file (what ``restart`` runs again)."""
     devices: str = ""
+    started_at: float = field(default_factory=time.monotonic)
+    """When it was spawned (its health deadline counts from here)."""
 
 
 @dataclass
@@ -160,29 +162,55 @@ class ServiceGroup:
                 )
             )
 
-    def wait_ready(self, timeout_s: float) -> dict[str, str]:
-        """Waits for every port file and health check; raises naming the failed service."""
-        from hybridflow.rpc.channel import wait_healthy
+    def wait_ready(
+        self, timeout_s: float, watch: Sequence[tuple[str, subprocess.Popen[Any]]] = ()
+    ) -> dict[str, str]:
+        """Waits for every service at once: its port file, then its health check. Each
+        service has ``timeout_s`` from its own spawn. Raises at the first service that exits
+        (RuntimeError, with its log's tail) or misses its deadline (TimeoutError), naming it;
+        stopping the others is the caller's (``stop``). ``watch``: other processes started
+        alongside (the coordinator) whose exit also ends the wait."""
+        from hybridflow.rpc.channel import check_health, make_channel
 
-        deadline = time.monotonic() + timeout_s
-        for proc in self.processes:
-            while not proc.port_file.exists():
-                if proc.popen.poll() is not None:
-                    raise RuntimeError(
-                        f"{proc.name} exited with code {proc.popen.returncode} before serving; "
-                        f"see {proc.log_path}:\n{tail(proc.log_path)}"
-                    )
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"{proc.name} not serving after {timeout_s:.0f}s; see {proc.log_path}"
-                    )
-                time.sleep(0.1)  # polling another process's file: nothing local to wait on
-            proc.address = proc.port_file.read_text().strip()
-            wait_healthy(
-                proc.address,
-                max(1.0, deadline - time.monotonic()),
-                config=self.job.coordinator.channel,
-            )
+        pending = list(self.processes)
+        channels: dict[str, Any] = {}
+        try:
+            while pending:
+                for name, popen in watch:
+                    if popen.poll() is not None:
+                        raise RuntimeError(
+                            f"{name} exited with code {popen.returncode} before the services "
+                            "were ready"
+                        )
+                for proc in list(pending):
+                    if proc.popen.poll() is not None:
+                        raise RuntimeError(
+                            f"{proc.name} exited with code {proc.popen.returncode} before "
+                            f"serving; see {proc.log_path}:\n{tail(proc.log_path)}"
+                        )
+                    if proc.name not in channels and proc.port_file.exists():
+                        proc.address = proc.port_file.read_text().strip()
+                        channels[proc.name] = make_channel(
+                            proc.address,
+                            self.job.coordinator.channel,  # TLS settings too
+                        )
+                    if proc.name in channels and check_health(channels[proc.name], timeout_s=1.0):
+                        pending.remove(proc)
+                        log.info(
+                            "%s serving on %s after %.1fs",
+                            proc.name,
+                            proc.address,
+                            time.monotonic() - proc.started_at,
+                        )
+                    elif time.monotonic() - proc.started_at > timeout_s:
+                        raise TimeoutError(
+                            f"{proc.name} not serving after {timeout_s:.0f}s; see {proc.log_path}"
+                        )
+                if pending:
+                    time.sleep(0.1)  # other processes' files and servers: nothing local to wait on
+        finally:
+            for channel in channels.values():
+                channel.close()
         return {p.name: p.address for p in self.processes}
 
     def address_overrides(self) -> list[str]:

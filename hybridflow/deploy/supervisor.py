@@ -178,11 +178,15 @@ class Supervisor:
             return Outcome(0, None, stopped_by_request=True)
         if code == 0:
             return Outcome(0)
-        # A coordinator that fails often does so because a service died first: name that.
+        # A coordinator that fails often does so because a service died first (and the
+        # coordinator, seeing its RPC fail, exited before this loop saw the service): name it.
         for proc in self.group.live_processes():
             exit_code = proc.popen.poll()
             if exit_code is not None and not self._restartable(proc.name):
-                return Outcome(1, _exit_cause(proc, exit_code))
+                self.events.write(proc.name, "exited", pid=proc.popen.pid, exit_code=exit_code)
+                cause = _exit_cause(proc, exit_code)
+                self.events.write("job", "failed", cause=cause)
+                return Outcome(1, cause)
         return Outcome(1, f"coordinator exited with code {code}")
 
     # -- services ---------------------------------------------------------------------------

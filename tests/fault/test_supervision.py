@@ -95,7 +95,9 @@ def test_sigkill_learner_stops_the_job_with_one_line_and_the_resume_command(tmp_
     launcher_lines = [line for line in text.splitlines() if " launch " in line]
     assert not any("Traceback" in line for line in launcher_lines)
     kinds = [(e["service"], e["event"]) for e in events(run_dir)]
-    assert ("learner", "exited") in kinds and ("coordinator", "sigkill") in kinds, kinds
+    # The coordinator is killed by the supervisor, or it exits on its own first (its learner
+    # RPC failed): either way the learner's exit is recorded and named as the job's failure.
+    assert ("learner", "exited") in kinds and ("job", "failed") in kinds, kinds
 
 
 @pytest.mark.slow  # ~25 s; the restart logic itself is covered in tests/unit/deploy

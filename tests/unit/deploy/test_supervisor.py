@@ -107,6 +107,8 @@ def test_a_failed_coordinator_is_blamed_on_the_service_that_died_first(group, tm
     sup, script = make(group, coordinator, tmp_path)
     script.at(1.0, both)
     assert sup.run().cause == f"learner exited with code 1 (see {tmp_path / 'learner.log'})"
+    kinds = [(e["service"], e["event"]) for e in read_events(tmp_path)]
+    assert ("learner", "exited") in kinds and ("job", "failed") in kinds, kinds
 
 
 def test_a_failed_coordinator_is_the_cause_when_the_services_live(group, tmp_path):
