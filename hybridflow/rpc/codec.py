@@ -81,12 +81,16 @@ def token_buffer(
 
 def check_token_range(batch: common_pb2.TokenBatch, vocab_size: int, field: str) -> None:
     """ValueError naming the sequence and id when a token is outside [0, vocab_size)."""
-    flat = np.frombuffer(batch.token_ids, dtype="<i4")
+    check_ids(np.frombuffer(batch.token_ids, dtype="<i4"), batch.offsets, vocab_size, field)
+
+
+def check_ids(flat: np.ndarray, offsets: Any, vocab_size: int, field: str) -> None:
+    """``check_token_range`` over already decoded ids and offsets."""
     if flat.size == 0:
         return
     bad = np.flatnonzero((flat < 0) | (flat >= vocab_size))
     if bad.size:
-        seq = int(np.searchsorted(np.asarray(batch.offsets), bad[0], side="right")) - 1
+        seq = int(np.searchsorted(np.asarray(offsets), bad[0], side="right")) - 1
         raise ValueError(
             f"{field}[{seq}]: token id {int(flat[bad[0]])} outside vocab [0, {vocab_size})"
         )
@@ -230,7 +234,7 @@ def assemble_chunks(
     chunks: Iterable[common_pb2.Chunk],
     max_bytes: int,
     limit_name: str = "server.max_message_bytes",
-) -> bytes:
+) -> bytearray:
     """Joins a Chunk stream into one payload; ValueError on a malformed stream.
 
     The buffer grows with the data received: a stream that declares a huge ``total_bytes``
@@ -256,7 +260,7 @@ def assemble_chunks(
         raise ValueError("empty stream: no chunks received")
     if len(buffer) != declared:
         raise ValueError(f"stream ended after {len(buffer)} of {declared} bytes")
-    return bytes(buffer)
+    return buffer  # parsed as is: protobuf reads a bytearray without another copy
 
 
 def stream_message(msg: Message, chunk_bytes: int) -> Iterator[common_pb2.Chunk]:
@@ -272,7 +276,7 @@ def receive_message(
     payload = assemble_chunks(chunks, max_bytes, limit_name)
     msg = msg_type()
     try:
-        msg.ParseFromString(payload)
+        msg.ParseFromString(payload)  # type: ignore[arg-type]  # a bytearray parses as is
     except DecodeError as exc:
         raise ValueError(f"payload is not a valid {msg_type.__name__}: {exc}") from exc
     return msg

@@ -8,8 +8,9 @@ from typing import Protocol
 import numpy as np
 
 from hybridflow.rpc.channel import make_channel
-from hybridflow.rpc.codec import pack_tokens, split_by, stream_message, unpack_floats
+from hybridflow.rpc.codec import pack_tokens, split_by, unpack_floats
 from hybridflow.rpc.config import ChannelConfig
+from hybridflow.rpc.wire import iter_piece_chunks
 from hybridflow.services.learner import convert
 from hybridflow.types import (
     FloatArray,
@@ -51,7 +52,7 @@ class GrpcLearnerClient:
         self._stub = learner_pb2_grpc.LearnerServiceStub(self._channel)
 
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
-        chunks = stream_message(convert.batch_to_proto(samples), self._config.chunk_bytes)
+        chunks = iter_piece_chunks(convert.batch_pieces(samples), self._config.chunk_bytes)
         reply = self._stub.TrainStep(chunks, timeout=self._config.timeout_s)
         return convert.result_from_proto(reply)
 

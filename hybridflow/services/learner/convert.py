@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hybridflow.rpc import wire
 from hybridflow.rpc.codec import (
-    pack_float_seqs,
+    check_ids,
     pack_floats,
-    pack_tokens,
     split_by,
     token_buffer,
     unpack_floats,
@@ -18,22 +18,45 @@ from hybridflow.types import TrainSample, TrainStepResult
 from hybridflow.v1 import learner_pb2
 
 
-def batch_to_proto(samples: Sequence[TrainSample]) -> learner_pb2.TrainBatch:
-    return learner_pb2.TrainBatch(
-        prompts=pack_tokens([s.prompt_ids for s in samples]),
-        responses=pack_tokens([s.response_ids for s in samples]),
-        rollout_logprobs=pack_float_seqs([s.rollout_logprobs for s in samples]),
+def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
+    """A serialized ``TrainBatch`` as pieces over the samples' own arrays (see rpc/wire.py):
+    what the client streams, with the token and log-prob bytes copied once, into chunks."""
+    rest = learner_pb2.TrainBatch(
         rewards=pack_floats(np.fromiter((s.reward for s in samples), np.float32, len(samples))),
         group_ids=[s.group_id for s in samples],
         policy_versions=[s.policy_version for s in samples],
     )
+    fields = learner_pb2.TrainBatch
+    return [
+        *wire.bytes_field(
+            fields.PROMPTS_FIELD_NUMBER, wire.token_batch([s.prompt_ids for s in samples])
+        ),
+        *wire.bytes_field(
+            fields.RESPONSES_FIELD_NUMBER, wire.token_batch([s.response_ids for s in samples])
+        ),
+        *wire.bytes_field(
+            fields.ROLLOUT_LOGPROBS_FIELD_NUMBER,
+            wire.float_tensor([s.rollout_logprobs for s in samples]),
+        ),
+        wire.message_piece(rest),
+    ]
 
 
-def batch_from_proto(msg: learner_pb2.TrainBatch) -> list[TrainSample]:
-    """Samples whose arrays are views over the message's bytes; the per-token checks run
-    once over the whole batch."""
+def batch_to_proto(samples: Sequence[TrainSample]) -> learner_pb2.TrainBatch:
+    """The same batch as a message (tests, tools); the client streams ``batch_pieces``."""
+    return learner_pb2.TrainBatch.FromString(b"".join(batch_pieces(samples)))
+
+
+def batch_from_proto(
+    msg: learner_pb2.TrainBatch, vocab_size: int | None = None
+) -> list[TrainSample]:
+    """Samples whose arrays are views over the message's bytes; the per-token checks (token
+    ids inside ``vocab_size`` when given, finite rewards) run once over the whole batch."""
     prompt_flat, prompt_offsets = token_buffer(msg.prompts, "batch.prompts")
     response_flat, response_offsets = token_buffer(msg.responses, "batch.responses")
+    if vocab_size is not None:
+        check_ids(prompt_flat, prompt_offsets, vocab_size, "batch.prompts")
+        check_ids(response_flat, response_offsets, vocab_size, "batch.responses")
     n = prompt_offsets.size - 1
     if n == 0:
         raise ValueError("batch: no samples")

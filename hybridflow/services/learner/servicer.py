@@ -76,9 +76,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self, request_iterator: Iterator[common_pb2.Chunk], context: grpc.ServicerContext
     ) -> learner_pb2.TrainStepResponse:
         batch = receive_message(request_iterator, learner_pb2.TrainBatch, self._max_bytes)
-        samples = convert.batch_from_proto(batch)
-        check_token_range(batch.prompts, self._vocab_size, "batch.prompts")
-        check_token_range(batch.responses, self._vocab_size, "batch.responses")
+        samples = convert.batch_from_proto(batch, self._vocab_size)
         return convert.result_to_proto(self._run("train_step", samples))
 
     @handle_errors

@@ -52,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg.max_n, cfg.max_new_tokens_limit, cfg.max_prompts_per_request, cfg.max_tokens_per_request
     )
     servicer = RolloutServicer(
-        rollout, cfg.prompts_per_message, cfg.server.max_message_bytes, limits
+        rollout,
+        cfg.prompts_per_message,
+        cfg.server.max_message_bytes,
+        limits,
+        message_bytes=cfg.message_bytes,
     )
     weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes, job.weight_sync)
 

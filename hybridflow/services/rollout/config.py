@@ -38,7 +38,11 @@ class RolloutConfig:
     """When new weights arrive mid-request: finish it on the old weights, or continue on the
     new ones from the next decode step (completions then carry per-token versions)."""
     prompts_per_message: int = 64
-    """Prompts per streamed Generate response message."""
+    """Most prompts per streamed Generate response message; a message also ends once it
+    holds about ``message_bytes``."""
+    message_bytes: int = 1 << 20
+    """Target size of one Generate response message: ~1 MiB messages let the client decode
+    one while the next is on the wire (one 4 MB message runs at ~0.65 of that rate)."""
     max_n: int = 64
     """Largest sampling.n one Generate may ask for (larger: INVALID_ARGUMENT)."""
     max_new_tokens_limit: int = 4096
@@ -61,6 +65,7 @@ class RolloutConfig:
                 at_least("rollout.num_threads", self.num_threads, 1),
                 at_least("rollout.replicas", self.replicas, 1),
                 at_least("rollout.prompts_per_message", self.prompts_per_message, 1),
+                at_least("rollout.message_bytes", self.message_bytes, 1024),
             ]
         )
         if self.replicas < 1:

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from hybridflow.rpc import wire
 from hybridflow.rpc.codec import (
-    pack_float_seqs,
     pack_ints,
     pack_tokens,
     split_by,
@@ -51,10 +51,10 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
     return params
 
 
-def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Completions:
-    msg = common_pb2.Completions(
-        tokens=pack_tokens([c.token_ids for c in completions]),
-        logprobs=pack_float_seqs([c.logprobs for c in completions]),
+def completion_pieces(completions: Sequence[Completion]) -> list[wire.Piece]:
+    """A serialized ``Completions`` as pieces (see rpc/wire.py): one concatenation per array
+    field, the rest through the generated class."""
+    rest = common_pb2.Completions(
         finish_reasons=[_FINISH_TO_PROTO[c.finish_reason] for c in completions],
         policy_versions=[c.policy_version for c in completions],
     )
@@ -65,8 +65,32 @@ def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Comple
             else np.full(c.token_ids.size, c.policy_version, dtype=np.int32)
             for c in completions
         ]
-        msg.token_versions.CopyFrom(pack_ints(np.concatenate(versions)))
-    return msg
+        rest.token_versions.CopyFrom(pack_ints(np.concatenate(versions)))
+    fields = common_pb2.Completions
+    return [
+        *wire.bytes_field(
+            fields.TOKENS_FIELD_NUMBER, wire.token_batch([c.token_ids for c in completions])
+        ),
+        *wire.bytes_field(
+            fields.LOGPROBS_FIELD_NUMBER, wire.float_tensor([c.logprobs for c in completions])
+        ),
+        wire.message_piece(rest),
+    ]
+
+
+def completions_to_proto(completions: Sequence[Completion]) -> common_pb2.Completions:
+    return common_pb2.Completions.FromString(b"".join(completion_pieces(completions)))
+
+
+def generate_response(
+    request_id: str, first_prompt_index: int, groups: Sequence[Sequence[Completion]]
+) -> rollout_pb2.GenerateResponse:
+    """One message of the Generate stream, its completions parsed in place (one copy)."""
+    reply = rollout_pb2.GenerateResponse(
+        request_id=request_id, first_prompt_index=first_prompt_index, num_prompts=len(groups)
+    )
+    reply.completions.MergeFromString(b"".join(completion_pieces([c for g in groups for c in g])))
+    return reply
 
 
 def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grpc
 
@@ -17,6 +17,7 @@ from hybridflow.rpc.errors import handle_errors
 from hybridflow.services.rollout import convert
 from hybridflow.services.rollout.local import LocalRollout
 from hybridflow.services.rollout.requests import Cancelled, RequestLimits, check_request_limits
+from hybridflow.types import Completion
 from hybridflow.v1 import common_pb2, rollout_pb2, rollout_pb2_grpc
 
 SERVICE_NAME = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_name
@@ -35,6 +36,21 @@ def check_generate_limits(request: rollout_pb2.GenerateRequest, limits: RequestL
     )
 
 
+def message_spans(
+    groups: Sequence[Sequence[Completion]], max_prompts: int, target_bytes: int
+) -> Iterator[tuple[int, int]]:
+    """[first, end) prompt ranges of the response messages: at most ``max_prompts`` each,
+    ending once a message holds ~``target_bytes`` (8 bytes per token: id and log-prob)."""
+    first, size = 0, 0
+    for i, group in enumerate(groups):
+        size += 8 * sum(c.token_ids.size for c in group)
+        if i + 1 - first >= max_prompts or size >= target_bytes:
+            yield first, i + 1
+            first, size = i + 1, 0
+    if first < len(groups):
+        yield first, len(groups)
+
+
 class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
     def __init__(
         self,
@@ -42,9 +58,11 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
         prompts_per_message: int,
         max_bytes: int,
         limits: RequestLimits | None = None,
+        message_bytes: int = 1 << 20,
     ) -> None:
         self._rollout = rollout
         self._prompts_per_message = prompts_per_message
+        self._message_bytes = message_bytes
         self._max_bytes = max_bytes
         self._limits = limits or RequestLimits()
 
@@ -62,15 +80,8 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
         except Cancelled as exc:
             log.info("Generate %r: %s", request.request_id, exc)
             return
-        step = self._prompts_per_message
-        for first in range(0, len(groups), step):
-            part = groups[first : first + step]
-            yield rollout_pb2.GenerateResponse(
-                request_id=request.request_id,
-                first_prompt_index=first,
-                num_prompts=len(part),
-                completions=convert.completions_to_proto([c for g in part for c in g]),
-            )
+        for first, end in message_spans(groups, self._prompts_per_message, self._message_bytes):
+            yield convert.generate_response(request.request_id, first, groups[first:end])
 
     @handle_errors
     def GetInfo(
