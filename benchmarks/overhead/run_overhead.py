@@ -1,7 +1,8 @@
 """Service overhead: the same GRPO work in-process (RLTrainer) and over the three services.
 
 Same model (builtin:tiny), same prompts, group size, sampling and number of steps; one
-warm-up step each is excluded. Prints and writes the samples/s of both and their ratio.
+warm-up step each is excluded. The two run alternately ``--repeats`` times; prints and writes
+the samples/s of both and the median of the per-pair ratios.
 
     python benchmarks/overhead/run_overhead.py [--steps 10] [--prompts 32] [--group 8]
 
@@ -12,11 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -48,6 +53,11 @@ def run_in_process(batches: Rows, group: int, max_new: int, lr: float) -> float:
     return sum(len(b) * group for b in prompts[1:]) / elapsed
 
 
+def _ints(ids: Any) -> list[int]:
+    """Token ids as a list (numpy arrays now; lists in older trees this script also runs on)."""
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+
+
 def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from transformers import AutoTokenizer
 
@@ -56,6 +66,7 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from hybridflow.data.datasets import PromptRecord
     from hybridflow.deploy.launcher import ServiceGroup
     from hybridflow.models import resolve_model_path
+    from hybridflow.rpc.token import export_run_token
     from hybridflow.services.learner.client import GrpcLearnerClient
     from hybridflow.services.reward.client import GrpcRewardClient
     from hybridflow.services.rollout.client import GrpcRolloutClient
@@ -65,10 +76,9 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     job = load_job_config(None, overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
     params = SamplingParams(max_new_tokens=max_new, n=group)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        ServiceGroup(job, None, overrides, Path(tmp)) as services,
-    ):
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        export_run_token(tmp, os.environ)  # services and clients share this run's token
+        services = stack.enter_context(ServiceGroup(job, None, overrides, Path(tmp)))
         services.start()
         addr = services.wait_ready(600)
         svc = Services(
@@ -76,7 +86,7 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
             reward=GrpcRewardClient(addr["reward"]),
             learner=GrpcLearnerClient(addr["learner"]),
             weight_targets=[addr["rollout0"]],
-            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            decode=lambda ids: tokenizer.decode(_ints(ids), skip_special_tokens=True),
         )
 
         def records(batch: list[dict]) -> list[PromptRecord]:
@@ -110,6 +120,7 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=6)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating pairs (median ratio)")
     parser.add_argument("--out", type=Path, default=REPO / "results")
     args = parser.parse_args()
 
@@ -120,13 +131,28 @@ def main() -> int:
 
     rows = make_arith_rows(args.prompts * (args.steps + 1), seed=1234)
     batches = [rows[i * args.prompts : (i + 1) * args.prompts] for i in range(args.steps + 1)]
-    in_process = run_in_process(batches, args.group, args.max_new_tokens, args.lr)
-    over_grpc = run_services(batches, args.group, args.max_new_tokens, args.lr)
+    pairs = []
+    for repeat in range(args.repeats):  # alternate, so drift hits both sides alike
+        in_process = run_in_process(batches, args.group, args.max_new_tokens, args.lr)
+        over_grpc = run_services(batches, args.group, args.max_new_tokens, args.lr)
+        pairs.append((in_process, over_grpc))
+        print(
+            f"repeat {repeat + 1}/{args.repeats}: in-process {in_process:.0f}, services "
+            f"{over_grpc:.0f} samples/s ({over_grpc / in_process:.3f})",
+            flush=True,
+        )
+    in_process = statistics.median(p[0] for p in pairs)
+    over_grpc = statistics.median(p[1] for p in pairs)
+    ratio = statistics.median(p[1] / p[0] for p in pairs)
     result = {
         "benchmark": "overhead",
         "in_process_samples_per_s": round(in_process, 2),
         "services_samples_per_s": round(over_grpc, 2),
-        "services_over_in_process": round(over_grpc / in_process, 3),
+        "services_over_in_process": round(ratio, 3),
+        "repeats": [
+            {"in_process": round(a, 2), "services": round(b, 2), "ratio": round(b / a, 3)}
+            for a, b in pairs
+        ],
         "steps": args.steps,
         "prompts_per_step": args.prompts,
         "group_size": args.group,

@@ -93,14 +93,13 @@ def run_job(
     )
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    from transformers import AutoTokenizer
-
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.coordinator.step import Services
     from hybridflow.data.datasets import read_prompt_dataset
     from hybridflow.models import resolve_model_path
+    from hybridflow.models.text_only import load_tokenizer
     from hybridflow.rpc.channel import wait_healthy
     from hybridflow.rpc.server import start_server, write_port_file
     from hybridflow.services.learner.client import GrpcLearnerClient
@@ -108,7 +107,7 @@ def run_job(
     from hybridflow.services.rollout.client import GrpcRolloutClient
     from hybridflow.v1 import coordinator_pb2_grpc
 
-    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
+    tokenizer = load_tokenizer(resolve_model_path(job.model))  # no torch in this process
     dataset = read_prompt_dataset(
         cfg.data,
         tokenizer,
