@@ -16,6 +16,7 @@ same bytes each way, timed alternately:
     python benchmarks/dataplane/run_dataplane.py [--sequences 512] [--tokens 1024]
 
 Do not run it while anything else uses the CPU: the ratios are only meaningful side by side.
+It also runs from an older checkout (copy it there) for a before/after comparison.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def _server(out: Any, stop: Any, args: dict[str, Any]) -> None:
     from hybridflow.services.rollout.servicer import SERVICE_NAME as ROLLOUT
     from hybridflow.services.rollout.servicer import RolloutServicer
     from hybridflow.types import SamplingParams, TrainStepResult
-    from hybridflow.v1 import learner_pb2, learner_pb2_grpc, rollout_pb2_grpc
+    from hybridflow.v1 import learner_pb2, learner_pb2_grpc, rollout_pb2, rollout_pb2_grpc
 
     max_bytes, chunk = args["max_bytes"], args["chunk"]
 
@@ -157,7 +158,11 @@ def _server(out: Any, stop: Any, args: dict[str, Any]) -> None:
     )
     params = SamplingParams(max_new_tokens=args["tokens"], n=args["n"])
     groups = engine.generate([[3]] * args["prompts"], params)
-    reply = convert.generate_response("bench", 0, groups)
+    flat = [c for g in groups for c in g]
+    reply = rollout_pb2.GenerateResponse(  # the bytes one full reply carries
+        request_id="bench", first_prompt_index=0, num_prompts=len(groups)
+    )
+    reply.completions.CopyFrom(convert.completions_to_proto(flat))
     payloads = {"generate": reply.SerializeToString()}
 
     def register(server: Any) -> None:
@@ -244,7 +249,7 @@ def main() -> int:
 
         def generate() -> None:
             groups = rollout.generate(prompt_ids, params, "bench")
-            assert sum(c.token_ids.size for g in groups for c in g) == ns.sequences * ns.tokens
+            assert sum(len(c.token_ids) for g in groups for c in g) == ns.sequences * ns.tokens
 
         def bare_push() -> None:
             push(iter_chunks(train_payload, chunk), timeout=120)

@@ -10,6 +10,16 @@ from hybridflow.v1 import reward_pb2
 
 
 def items_to_proto(items: Sequence[ScoreItem]) -> reward_pb2.ScoreRequest:
+    # A group's n items share their prompt's extra_info dict: encode each dict once.
+    encoded: dict[int, str] = {}
+
+    def extra_json(info: dict[str, object]) -> str:
+        if not info:
+            return ""
+        if id(info) not in encoded:
+            encoded[id(info)] = json.dumps(info)
+        return encoded[id(info)]
+
     return reward_pb2.ScoreRequest(
         items=[
             reward_pb2.ScoreItem(
@@ -18,7 +28,7 @@ def items_to_proto(items: Sequence[ScoreItem]) -> reward_pb2.ScoreRequest:
                 has_ground_truth=it.ground_truth is not None,
                 ground_truth=it.ground_truth or "",
                 prompt=it.prompt,
-                extra_info_json=json.dumps(it.extra_info) if it.extra_info else "",
+                extra_info_json=extra_json(it.extra_info),
             )
             for it in items
         ]
