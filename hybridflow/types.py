@@ -1,59 +1,29 @@
 """Domain types shared by every service: plain dataclasses, no torch, no grpc.
 
-Token ids, log-probs and per-token versions are 1-D numpy arrays (int32, float32, int32),
-never lists of Python numbers: the wire codec (``hybridflow.rpc.codec``) decodes them as views
+Token ids, log-probs and per-token versions are 1-D numpy arrays (int32, float32, int32; see
+``hybridflow.arrays``), never lists of Python numbers: the wire codec decodes them as views
 over the received bytes and packs them with one concatenation, so no hop walks a batch token
 by token. Arrays decoded from the wire are read-only. Lists are accepted at construction and
-converted once. Nothing in this module knows about processes or sockets.
+converted once. numpy is imported only where arrays are made or compared, so a process that
+only scores text (the reward service) does not load it. Nothing in this module knows about
+processes or sockets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    from hybridflow.arrays import FloatArray, TokenArray
 
 FinishReason = Literal["stop", "length"]
-
-TokenArray = npt.NDArray[np.int32]
-FloatArray = npt.NDArray[np.float32]
-
-TokenLike = TokenArray | Sequence[int]
-"""Token ids as an array, or as a list where a caller builds them by hand."""
-
-TOKEN_DTYPE = np.dtype(np.int32)
-FLOAT_DTYPE = np.dtype(np.float32)
-
-
-def as_tokens(values: Any) -> TokenArray:
-    """``values`` as a 1-D int32 array (no copy when it already is one)."""
-    if isinstance(values, np.ndarray) and values.dtype == TOKEN_DTYPE and values.ndim == 1:
-        return values
-    arr = np.asarray(values)
-    if arr.size == 0:
-        return np.zeros(0, dtype=TOKEN_DTYPE)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise ValueError(f"token ids must be a flat sequence of ints, got {arr.dtype}{arr.shape}")
-    if arr.dtype != TOKEN_DTYPE and (arr.min() < -(2**31) or arr.max() >= 2**31):
-        raise ValueError("token ids must fit in int32")
-    return arr.astype(TOKEN_DTYPE, copy=False)
-
-
-def as_floats(values: Any) -> FloatArray:
-    """``values`` as a 1-D float32 array (no copy when it already is one)."""
-    if isinstance(values, np.ndarray) and values.dtype == FLOAT_DTYPE and values.ndim == 1:
-        return values
-    arr = np.asarray(values, dtype=FLOAT_DTYPE)
-    if arr.ndim != 1:
-        raise ValueError(f"expected a flat sequence of floats, got shape {arr.shape}")
-    return arr
 
 
 def arrays_equal(a: Any, b: Any) -> bool:
     """Dataclass equality that compares array fields by value."""
+    import numpy as np
+
     if type(a) is not type(b):
         return NotImplemented  # type: ignore[no-any-return]
     for f in fields(a):
@@ -112,6 +82,8 @@ class Completion:
     ``policy_version``."""
 
     def __post_init__(self) -> None:
+        from hybridflow.arrays import as_floats, as_tokens
+
         self.token_ids = as_tokens(self.token_ids)
         self.logprobs = as_floats(self.logprobs)
         if self.token_versions is not None:
@@ -153,6 +125,8 @@ class TrainSample:
     policy_version: int
 
     def __post_init__(self) -> None:
+        from hybridflow.arrays import as_floats, as_tokens
+
         self.prompt_ids = as_tokens(self.prompt_ids)
         self.response_ids = as_tokens(self.response_ids)
         self.rollout_logprobs = as_floats(self.rollout_logprobs)

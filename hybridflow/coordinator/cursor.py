@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from hybridflow.types import TokenArray
+from hybridflow.arrays import TokenArray
 
 T = TypeVar("T")
 

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hybridflow.types import Completion, ScoreItem, ScoreResult, TokenArray, TrainSample
+from hybridflow.arrays import TokenArray
+from hybridflow.types import Completion, ScoreItem, ScoreResult, TrainSample
 
 
 class Prompt(Protocol):

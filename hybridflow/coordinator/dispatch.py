@@ -23,13 +23,14 @@ from typing import Any
 
 import grpc
 
+from hybridflow.arrays import TokenArray
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
 from hybridflow.services.reward.client import RewardClient
 from hybridflow.services.rollout.client import RolloutClient
-from hybridflow.types import SamplingParams, ScoreResult, TokenArray
+from hybridflow.types import SamplingParams, ScoreResult
 
 log = logging.getLogger(__name__)
 

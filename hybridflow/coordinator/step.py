@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from hybridflow.arrays import TokenArray
 from hybridflow.coordinator.dataflow import (
     Prompt,
     attach_scores,
@@ -25,7 +26,7 @@ from hybridflow.coordinator.dataflow import (
 from hybridflow.services.learner.client import LearnerClient
 from hybridflow.services.reward.client import RewardClient
 from hybridflow.services.rollout.client import RolloutClient
-from hybridflow.types import Completion, SamplingParams, TokenArray, TrainStepResult
+from hybridflow.types import Completion, SamplingParams, TrainStepResult
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybridflow.types import TokenArray, arrays_equal, as_tokens
+from hybridflow.arrays import TokenArray, as_tokens
+from hybridflow.types import arrays_equal
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
-from hybridflow.types import FLOAT_DTYPE, TOKEN_DTYPE, FloatArray, TokenArray, as_floats, as_tokens
+from hybridflow.arrays import FLOAT_DTYPE, TOKEN_DTYPE, FloatArray, TokenArray, as_floats, as_tokens
 from hybridflow.v1 import common_pb2
 
 if TYPE_CHECKING:

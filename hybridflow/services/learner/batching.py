@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridflow.types import TokenLike, TrainSample, as_tokens
+from hybridflow.arrays import TokenLike, as_tokens
+from hybridflow.types import TrainSample
 
 
 @dataclass

@@ -7,18 +7,13 @@ from typing import Protocol
 
 import numpy as np
 
+from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.codec import pack_tokens, split_by, unpack_floats
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.rpc.wire import iter_piece_chunks
 from hybridflow.services.learner import convert
-from hybridflow.types import (
-    FloatArray,
-    TokenLike,
-    TrainSample,
-    TrainStepResult,
-    WeightUpdateReport,
-)
+from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 
 

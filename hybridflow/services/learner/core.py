@@ -13,13 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridflow.types import (
-    FloatArray,
-    TokenLike,
-    TrainSample,
-    TrainStepResult,
-    WeightUpdateReport,
-)
+from hybridflow.arrays import FloatArray, TokenLike
+from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient, WeightPublisher
 from hybridflow.weights.config import WeightSyncConfig
 

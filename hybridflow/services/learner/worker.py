@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from hybridflow.algorithms.advantages import grpo_outcome_advantages
+from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.services.learner.batching import (
     StepPlan,
     build_padded_batch,
@@ -47,7 +48,7 @@ from hybridflow.services.learner.models import (
     resolve_checkpoint,
 )
 from hybridflow.services.learner.updates import UpdateContext, ppo_advantages, precompute
-from hybridflow.types import FloatArray, TokenLike, TrainSample, TrainStepResult
+from hybridflow.types import TrainSample, TrainStepResult
 
 
 class LearnerWorker:

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Protocol
 
+from hybridflow.arrays import TokenLike
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.rollout import convert
-from hybridflow.types import Completion, RolloutStatus, SamplingParams, TokenLike
+from hybridflow.types import Completion, RolloutStatus, SamplingParams
 from hybridflow.v1 import common_pb2, rollout_pb2_grpc
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridflow.arrays import TokenArray
 from hybridflow.rpc import wire
 from hybridflow.rpc.codec import (
     pack_ints,
@@ -16,7 +17,7 @@ from hybridflow.rpc.codec import (
     unpack_floats,
     unpack_ints,
 )
-from hybridflow.types import Completion, RolloutStatus, SamplingParams, TokenArray
+from hybridflow.types import Completion, RolloutStatus, SamplingParams
 from hybridflow.v1 import common_pb2, rollout_pb2
 
 _FINISH_TO_PROTO = {

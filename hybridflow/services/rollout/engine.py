@@ -31,9 +31,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hybridflow.arrays import FloatArray, TokenArray, as_tokens
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
 from hybridflow.services.rollout.sampler import sample_tokens
-from hybridflow.types import Completion, FloatArray, SamplingParams, TokenArray, as_tokens
+from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
     from hybridflow.weights.dist import DistReceiver

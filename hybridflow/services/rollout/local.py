@@ -12,17 +12,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from hybridflow.arrays import TokenArray, TokenLike, as_tokens
 from hybridflow.errors import FailedPrecondition
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop
-from hybridflow.types import (
-    Completion,
-    RolloutStatus,
-    SamplingParams,
-    TokenArray,
-    TokenLike,
-    WeightUpdateReport,
-    as_tokens,
-)
+from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybridflow.types import SamplingParams, TokenLike, as_tokens
+from hybridflow.arrays import TokenLike, as_tokens
+from hybridflow.types import SamplingParams
 
 
 def check_token_request(

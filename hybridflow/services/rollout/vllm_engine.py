@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from hybridflow.arrays import TokenArray, as_tokens
 from hybridflow.errors import Unavailable
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
-from hybridflow.types import Completion, SamplingParams, TokenArray, as_tokens
+from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput

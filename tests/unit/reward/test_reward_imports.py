@@ -1,6 +1,7 @@
-"""The reward service scores text with rules: its process must not load torch or
-transformers (seconds of start time and hundreds of MB for nothing). Checked on the real
-start path: the entry module's ``main`` with the quickstart config, and one Score call."""
+"""The reward service scores text with rules: its process must not load torch,
+transformers or numpy (seconds of start time and hundreds of MB, or ~12 MB for numpy, for
+nothing). Checked on the real start path: the entry module's ``main`` with the quickstart
+config, and one Score call."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def check_then_stop(running, grace_s, on_stop=None):
     results = client.score_batch([ScoreItem("arith", "42", "42"), ScoreItem("gsm8k", "#### 7", "7")])
     client.close()
     print("SCORES", [r.score for r in results], flush=True)
-    heavy = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+    heavy = sorted(m for m in ("torch", "transformers", "numpy") if m in sys.modules)
     print("HEAVY", heavy, flush=True)
     running.stop(0)
     if on_stop is not None:
@@ -36,7 +37,7 @@ sys.exit(main(["--config", "deploy/configs/quickstart.yaml"]))
 """
 
 
-def test_reward_service_start_loads_neither_torch_nor_transformers():
+def test_reward_service_start_loads_no_torch_transformers_or_numpy():
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT],

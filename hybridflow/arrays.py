@@ -1,0 +1,46 @@
+"""Token and float arrays of the domain types: dtypes, aliases and cheap conversions.
+
+``hybridflow.types`` holds the dataclasses; this module holds what needs numpy, so that a
+process importing only the score types never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+TokenArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float32]
+
+TokenLike = TokenArray | Sequence[int]
+"""Token ids as an array, or as a list where a caller builds them by hand."""
+
+TOKEN_DTYPE = np.dtype(np.int32)
+FLOAT_DTYPE = np.dtype(np.float32)
+
+
+def as_tokens(values: Any) -> TokenArray:
+    """``values`` as a 1-D int32 array (no copy when it already is one)."""
+    if isinstance(values, np.ndarray) and values.dtype == TOKEN_DTYPE and values.ndim == 1:
+        return values
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return np.zeros(0, dtype=TOKEN_DTYPE)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"token ids must be a flat sequence of ints, got {arr.dtype}{arr.shape}")
+    if arr.dtype != TOKEN_DTYPE and (arr.min() < -(2**31) or arr.max() >= 2**31):
+        raise ValueError("token ids must fit in int32")
+    return arr.astype(TOKEN_DTYPE, copy=False)
+
+
+def as_floats(values: Any) -> FloatArray:
+    """``values`` as a 1-D float32 array (no copy when it already is one)."""
+    if isinstance(values, np.ndarray) and values.dtype == FLOAT_DTYPE and values.ndim == 1:
+        return values
+    arr = np.asarray(values, dtype=FLOAT_DTYPE)
+    if arr.ndim != 1:
+        raise ValueError(f"expected a flat sequence of floats, got shape {arr.shape}")
+    return arr
