@@ -13,14 +13,15 @@ No rollout or reward service is involved; nothing here knows about gRPC.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hybridflow.data.datasets import epoch_order
 from hybridflow.data.preference import read_preference_dataset
 from hybridflow.preference.config import PreferenceConfig
+from hybridflow.services.learner.config import LearnerConfig
 
 
 @dataclass
@@ -60,13 +61,14 @@ class PreferenceTrainer:
         eval_data: str | Sequence[Any] | None = None,
         num_rows: int | None = None,
         seed: int = 0,
+        learner: LearnerConfig | None = None,
         **learner_overrides: Any,
     ) -> None:
         """``model``: builtin:tiny or a local HF checkpoint dir. ``data``/``eval_data``: a spec
         (``builtin:arith_dpo``, a .jsonl/.parquet path) or already-read records; eval data is
-        DPO pairs. ``learner_overrides`` set ``LearnerConfig`` fields (``lr``, ``device``,
-        ``micro_batch_size``, ...)."""
-        from hybridflow.services.learner.config import LearnerConfig
+        DPO pairs. ``learner`` (default: ``LearnerConfig`` with lr 1e-4 and ``seed``) is
+        updated with ``learner_overrides`` (``lr``, ``device``, ``micro_batch_size``, ...);
+        the frozen reference is always loaded (the eval's implicit rewards need it)."""
         from hybridflow.services.learner.worker import LearnerWorker
 
         self.config = PreferenceConfig(
@@ -81,9 +83,8 @@ class PreferenceTrainer:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.seed = seed
-        learner_cfg = LearnerConfig(
-            **{"lr": 1e-4, "seed": seed, **learner_overrides, "use_reference": True}
-        )
+        base = learner if learner is not None else LearnerConfig(lr=1e-4, seed=seed)
+        learner_cfg = replace(base, **learner_overrides, use_reference=True)
         self.worker = LearnerWorker(learner_cfg, model)
         tokenizer = self.worker.tokenizer
         self.records = (
@@ -147,22 +148,30 @@ def train_offline(
     steps: int = 100,
     eval_every: int = 0,
     save_to: str | Path | None = None,
+    on_metrics: Callable[[str, dict[str, float]], None] | None = None,
     **trainer_args: Any,
 ) -> OfflineResult:
     """Trains ``steps`` batches of ``loss`` on ``data`` and evaluates held-out pairs before,
-    every ``eval_every`` steps (0: only at the ends) and after. ``trainer_args`` go to
-    ``PreferenceTrainer`` (batch_size, beta, lr, eval_data, ...)."""
+    every ``eval_every`` steps (0: only at the ends) and after. ``on_metrics(kind, metrics)``
+    sees each as it comes (kind "train" or "eval"). ``trainer_args`` go to
+    ``PreferenceTrainer`` (batch_size, beta, lr, eval_data, learner, ...)."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     trainer = PreferenceTrainer(model, data, loss=loss, **trainer_args)
     result = OfflineResult()
     has_eval = bool(trainer.eval_records)
+
+    def record(kind: str, metrics: dict[str, float]) -> None:
+        (result.evals if kind == "eval" else result.history).append(metrics)
+        if on_metrics is not None:
+            on_metrics(kind, metrics)
+
     if has_eval:
-        result.evals.append(trainer.evaluate())
+        record("eval", trainer.evaluate())
     for step in range(1, steps + 1):
-        result.history.append(trainer.step())
+        record("train", trainer.step())
         if has_eval and (step == steps or (eval_every and step % eval_every == 0)):
-            result.evals.append(trainer.evaluate())
+            record("eval", trainer.evaluate())
     if save_to is not None:
         result.checkpoint = trainer.save(save_to)
     return result
