@@ -21,6 +21,7 @@ This module knows nothing about models, losses or the learner.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from hybridflow.data.datasets import _check_messages, _encode_plain, _iter_rows
@@ -87,6 +88,11 @@ def read_preference_dataset(
 
 def _preference_rows(spec: str, kind: str, num: int | None, seed: int) -> Any:
     if not spec.startswith("builtin:"):
+        if not Path(spec).is_file():
+            raise ValueError(
+                f"dataset {spec!r}: no such file (expected one of "
+                f"{builtin_preference_specs()}, a .jsonl or a .parquet file)"
+            )
         return _iter_rows(spec, num, seed)
     name, _, split = spec.partition(":")[2].partition(":")
     builtin_kind = name.removeprefix("arith_")

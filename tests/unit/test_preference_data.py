@@ -135,6 +135,8 @@ def test_unknown_builtin_and_kind_mismatch_are_refused(tokenizer: Any) -> None:
         read_preference_dataset("builtin:arith_orpo", tokenizer, "dpo")
     with pytest.raises(ValueError, match="holds kto rows, not dpo"):
         read_preference_dataset("builtin:arith_kto", tokenizer, "dpo")
+    with pytest.raises(ValueError, match="no such file.*builtin:arith_dpo"):
+        read_preference_dataset("/nonexistent/pairs.jsonl", tokenizer, "dpo")
     with pytest.raises(ValueError, match="kind must be one of"):
         read_preference_dataset("builtin:arith_dpo", tokenizer, "orpo")
 
