@@ -1,6 +1,7 @@
 """hybridflow: RL post-training for language models as gRPC services.
 
-``from hybridflow import RLTrainer`` gives the in-process API; the services live in
+``from hybridflow import RLTrainer`` gives the in-process API (``train_offline`` and
+``PreferenceTrainer``: offline DPO / KTO / SFT); the services live in
 ``hybridflow.services``, the single controller in ``hybridflow.coordinator``.
 """
 
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from hybridflow._version import __version__
 
 if TYPE_CHECKING:
+    from hybridflow.preference.offline import PreferenceTrainer, train_offline
     from hybridflow.trainer import RLTrainer, StepResult
 
-__all__ = ["RLTrainer", "StepResult", "__version__"]
+__all__ = ["PreferenceTrainer", "RLTrainer", "StepResult", "__version__", "train_offline"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +24,8 @@ def __getattr__(name: str) -> Any:
         from hybridflow import trainer
 
         return getattr(trainer, name)
+    if name in ("PreferenceTrainer", "train_offline"):  # preference learning (DPO, KTO, SFT)
+        from hybridflow.preference import offline
+
+        return getattr(offline, name)
     raise AttributeError(f"module 'hybridflow' has no attribute {name!r}")

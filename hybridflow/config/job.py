@@ -13,6 +13,7 @@ from pathlib import Path
 from hybridflow.config.loader import load_config
 from hybridflow.config.ranges import above, at_least, raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
+from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.rollout.config import RolloutConfig
@@ -65,6 +66,9 @@ class JobConfig:
     """How weights go from the learner to the rollout replicas."""
     deploy: DeployConfig = field(default_factory=DeployConfig)
     """Launcher settings."""
+    preference: PreferenceConfig = field(default_factory=PreferenceConfig)
+    """Offline DPO / KTO / SFT: with preference.data set, deploy/launch.sh runs only this
+    learner-side job (no rollout, reward service or coordinator)."""
 
     def validate(self) -> None:
         if not self.model:

@@ -194,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     write_launch_record(run_dir, config_path, overrides, resume)
     if not job.learner.checkpoint_dir:  # the only place checkpoint RPCs may write
         overrides = [*overrides, f"learner.checkpoint_dir={(run_dir / 'checkpoints').resolve()}"]
+    if job.preference.data:  # learner-only offline job (hybridflow/preference)
+        from hybridflow.preference.launch import run_preference_job
+
+        return run_preference_job(job, config_path, overrides, run_dir, env)
 
     from hybridflow.deploy.launcher import ServiceGroup
     from hybridflow.deploy.lifeline import launcher_env

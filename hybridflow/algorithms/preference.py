@@ -1,0 +1,117 @@
+"""Preference and supervised losses as pure tensor functions: DPO, KTO, SFT.
+
+Inputs are *sequence* log-probs (the sum of a completion's token log-probs, TRL's default)
+under the policy and the frozen reference; outputs are per-example losses (callers choose the
+normaliser, so that sums over data-parallel ranks equal the single-process mean) and the
+implicit rewards ``beta * (log pi - log pi_ref)`` that TRL reports as ``rewards/*``.
+
+- DPO (Rafailov et al. 2023, eq. 7; TRL ``loss_type="sigmoid"``):
+  ``h = (pi_c - pi_r) - (ref_c - ref_r)``,
+  ``loss = -(1 - eps) log sigma(beta h) - eps log sigma(-beta h)`` (eps: label smoothing,
+  the conservative DPO of Mitchell 2023; 0 gives the paper's loss).
+- KTO (Ethayarajh et al. 2024, eq. 8; TRL ``KTOTrainer.kto_loss``): with the reference point
+  ``z0 = max(0, KL)`` (a detached batch estimate of KL(pi || pi_ref) from mismatched
+  prompt/completion pairs) and ``r = pi - ref``: desirable ``w_d (1 - sigma(beta (r - z0)))``,
+  undesirable ``w_u (1 - sigma(beta (z0 - r)))``.
+- SFT: negative log-likelihood of the response tokens, summed (callers divide by the global
+  token count for a token mean).
+
+Nothing here knows about models, padding beyond a mask, ranks or data formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class DPOLossOutput:
+    """Per-pair DPO loss and the (detached) implicit rewards, each ``[pairs]``."""
+
+    losses: torch.Tensor
+    chosen_rewards: torch.Tensor
+    rejected_rewards: torch.Tensor
+
+
+@dataclass
+class KTOLossOutput:
+    """Per-example KTO loss (weights applied) and detached implicit rewards, each ``[n]``."""
+
+    losses: torch.Tensor
+    rewards: torch.Tensor
+
+
+def sequence_logprobs(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[rows]`` sum of ``token_logprobs [rows, tokens]`` where ``mask`` is 1."""
+    return (token_logprobs * mask.to(token_logprobs.dtype)).sum(-1)
+
+
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> DPOLossOutput:
+    """DPO sigmoid loss per pair; all inputs are ``[pairs]`` sequence log-probs."""
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing}")
+    logits = (policy_chosen - policy_rejected) - (ref_chosen - ref_rejected)
+    losses = (
+        -F.logsigmoid(beta * logits) * (1.0 - label_smoothing)
+        - F.logsigmoid(-beta * logits) * label_smoothing
+    )
+    return DPOLossOutput(
+        losses=losses,
+        chosen_rewards=beta * (policy_chosen - ref_chosen).detach(),
+        rejected_rewards=beta * (policy_rejected - ref_rejected).detach(),
+    )
+
+
+def kto_reference_point(
+    policy_mismatched: torch.Tensor, ref_mismatched: torch.Tensor, count: float | None = None
+) -> torch.Tensor:
+    """KTO's ``z0``: detached ``max(0, mean(pi - ref))`` over mismatched pairs.
+
+    ``count`` divides the sum instead of the local row count (pass the global count when the
+    sum is then all-reduced over ranks; clamp after the reduction with ``clamp(min=0)``).
+    """
+    diff = (policy_mismatched - ref_mismatched).detach()
+    if count is None:
+        return diff.mean().clamp(min=0.0)
+    return diff.sum() / count
+
+
+def kto_loss(
+    policy_logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    desirable: torch.Tensor,
+    kl: torch.Tensor | float,
+    beta: float,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> KTOLossOutput:
+    """KTO loss per example; ``desirable`` is a bool ``[n]``, ``kl`` the reference point z0."""
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if desirable_weight < 0 or undesirable_weight < 0:
+        raise ValueError("desirable_weight and undesirable_weight must be >= 0")
+    z0 = torch.as_tensor(kl, dtype=policy_logps.dtype, device=policy_logps.device).detach()
+    logratios = policy_logps - ref_logps
+    desirable = desirable.to(torch.bool)
+    chosen = desirable_weight * (1.0 - torch.sigmoid(beta * (logratios - z0)))
+    rejected = undesirable_weight * (1.0 - torch.sigmoid(beta * (z0 - logratios)))
+    return KTOLossOutput(
+        losses=torch.where(desirable, chosen, rejected), rewards=beta * logratios.detach()
+    )
+
+
+def sft_nll_sum(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Summed negative log-likelihood of the masked tokens (divide by the token count)."""
+    return -(token_logprobs * mask.to(token_logprobs.dtype)).sum()

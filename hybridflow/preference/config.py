@@ -1,0 +1,71 @@
+"""Preference-learning settings: the loss (DPO, KTO, SFT), its coefficients, and the offline job.
+
+The job's ``preference:`` section. With ``data`` set, ``deploy/launch.sh`` runs an offline,
+learner-only job (no rollout, reward service or coordinator). Imports without torch or grpc;
+``validate`` raises ValueError naming the field. Optimizer, micro-batching and devices stay in
+``LearnerConfig``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+PREFERENCE_LOSSES: tuple[str, ...] = ("dpo", "kto", "sft")
+
+
+@dataclass
+class PreferenceConfig:
+    """The preference (or SFT) loss of a learner-side offline step."""
+
+    loss: Literal["dpo", "kto", "sft"] = "dpo"
+    """dpo (pairs), kto (labelled completions) or sft (token-mean NLL of responses)."""
+    beta: float = 0.1
+    """Strength of the implicit KL to the reference (DPO and KTO; TRL's default 0.1)."""
+    label_smoothing: float = 0.0
+    """DPO: assumed probability that a pair's labels are flipped (conservative DPO), [0, 0.5)."""
+    desirable_weight: float = 1.0
+    """KTO: weight of the desirable examples' losses."""
+    undesirable_weight: float = 1.0
+    """KTO: weight of the undesirable examples' losses."""
+    data: str = ""
+    """Train data: builtin:arith_dpo / _kto / _sft or a .jsonl / .parquet file in TRL's format
+    for ``loss``; set, it makes deploy/launch.sh run this offline job instead of RL."""
+    eval_data: str = ""
+    """Held-out DPO pairs (empty: a built-in train set's own test pairs; a file: no eval)."""
+    steps: int = 100
+    """Optimizer steps of the offline job."""
+    batch_size: int = 16
+    """Examples (DPO: pairs) per optimizer step."""
+    eval_every: int = 0
+    """Evaluate every this many steps (0: only before and after training)."""
+    num_rows: int | None = None
+    """Read at most this many train rows (null: all; a built-in set then generates 512)."""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad field."""
+        if self.loss not in PREFERENCE_LOSSES:
+            raise ValueError(
+                f"preference.loss must be one of {PREFERENCE_LOSSES}, got {self.loss!r}"
+            )
+        if not (math.isfinite(self.beta) and self.beta > 0):
+            raise ValueError(f"preference.beta must be a finite number > 0, got {self.beta}")
+        if not 0.0 <= self.label_smoothing < 0.5:
+            raise ValueError(
+                f"preference.label_smoothing must be in [0, 0.5), got {self.label_smoothing}"
+            )
+        for name in ("desirable_weight", "undesirable_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"preference.{name} must be a finite number >= 0, got {value}")
+        for name, low in (("steps", 0), ("batch_size", 1), ("eval_every", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"preference.{name} must be >= {low}, got {getattr(self, name)}")
+        if self.num_rows is not None and self.num_rows < 1:
+            raise ValueError(f"preference.num_rows must be >= 1 or null, got {self.num_rows}")
+
+    @property
+    def needs_reference(self) -> bool:
+        """DPO and KTO compare with the frozen reference; SFT does not."""
+        return self.loss != "sft"

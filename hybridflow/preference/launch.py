@@ -1,0 +1,78 @@
+"""The learner-only branch of ``deploy/launch.sh``: runs ``python -m hybridflow.preference``
+(under torchrun when ``learner.nproc_per_node`` > 1) in the run directory and waits for it.
+
+No rollout, reward service or coordinator starts. SIGTERM / Ctrl-C is forwarded to the job's
+process group once; a second one kills it. The job dies with the launcher (lifeline env).
+This module knows nothing about the training itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("launch")
+
+
+def preference_command(
+    job: Any, config_path: str, overrides: list[str], run_dir: Path
+) -> list[str]:
+    """The job's command line (torchrun for several learner ranks, as for the learner service)."""
+    py = sys.executable
+    world = job.learner.nproc_per_node
+    cmd = [py, "-m", "hybridflow.preference"]
+    if world > 1:
+        cmd = [
+            py,
+            "-m",
+            "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={world}",
+            "-m",
+            "hybridflow.preference",
+        ]
+    cmd += ["--config", config_path, "--run-dir", str(run_dir)]
+    for override in overrides:
+        cmd += ["--set", override]
+    return cmd
+
+
+def run_preference_job(
+    job: Any, config_path: str, overrides: list[str], run_dir: Path, env: dict[str, str]
+) -> int:
+    """Runs the offline job to the end; its exit code (130 when stopped by a signal)."""
+    from hybridflow.deploy.lifeline import launcher_env
+
+    child_env = {**os.environ, **env, **launcher_env()}
+    if job.learner.devices:
+        child_env["CUDA_VISIBLE_DEVICES"] = job.learner.devices
+    cmd = preference_command(job, config_path, overrides, run_dir)
+    log.info(
+        "learner-only %s job (no rollout or reward service); run dir %s",
+        job.preference.loss,
+        run_dir,
+    )
+    proc = subprocess.Popen(cmd, env=child_env, start_new_session=True)
+    stops = [0]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stops[0] += 1
+        try:
+            os.killpg(proc.pid, signal.SIGTERM if stops[0] == 1 else signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = proc.wait()
+    if stops[0]:
+        return 130
+    if code != 0:
+        print(f"the {job.preference.loss} job exited with {code} (see above)", file=sys.stderr)
+    return code

@@ -1,0 +1,250 @@
+"""Learner-side preference steps: DPO, KTO or SFT on the worker's actor, and held-out eval.
+
+One ``preference_step`` is one optimizer step of the worker's actor on a batch of records
+(``PreferencePair`` for DPO, ``LabelledCompletion`` for KTO and SFT), the same on every rank of
+the SPMD group, laid out like the RL train step (``batching``): every rank receives the whole
+batch and takes a contiguous slice; micro-batches accumulate gradients; each loss is divided by
+the *global* example (DPO, KTO) or response-token (SFT) count and scaled by the world size
+before ``backward``, since FSDP2 averages gradients over ranks. The reference log-probs come
+from the worker's frozen reference (``learner.use_reference``), the one the RL KL term uses.
+
+A DPO pair is two rows of one micro-batch (chosen rows, then rejected rows). KTO's reference
+point z0 needs a pass over mismatched pairs first (prompt ``i`` with completion ``i - 1``,
+TRL's construction), without gradients, summed over ranks.
+
+Knows nothing about gRPC, data files or tokenisers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hybridflow.algorithms.preference import (
+    dpo_loss,
+    kto_loss,
+    sequence_logprobs,
+    sft_nll_sum,
+)
+from hybridflow.data.preference import LabelledCompletion, PreferencePair
+from hybridflow.preference.config import PreferenceConfig
+from hybridflow.services.learner.batching import (
+    MicroBatch,
+    PaddedBatch,
+    StepPlan,
+    build_padded_batch,
+    plan_micro_batches,
+    validate_sequences,
+)
+from hybridflow.services.learner.distributed import all_reduce_sum
+from hybridflow.services.learner.forward import policy_forward
+from hybridflow.services.learner.fsdp import clip_grad_norm
+from hybridflow.services.learner.metrics import StepMetrics
+from hybridflow.types import TokenArray
+
+if TYPE_CHECKING:
+    from hybridflow.services.learner.worker import LearnerWorker
+
+LOGPROB_TEMPERATURE = 1.0
+"""Preference losses score completions under the model's own distribution (no sampling)."""
+
+
+def validate_records(records: Sequence[Any], loss: str, vocab_size: int) -> None:
+    """Right record type for ``loss``, in-vocab non-empty sequences; ValueError naming the row."""
+    want = PreferencePair if loss == "dpo" else LabelledCompletion
+    for i, r in enumerate(records):
+        if not isinstance(r, want):
+            raise ValueError(f"records[{i}]: {loss} needs {want.__name__}, got {type(r).__name__}")
+    prompts, completions = _rows(records, range(len(records)))
+    validate_sequences(prompts, completions, vocab_size)
+
+
+def preference_step(
+    worker: LearnerWorker, records: Sequence[Any], cfg: PreferenceConfig
+) -> dict[str, float]:
+    """One actor optimizer step of ``cfg.loss`` on ``records`` (all ranks call); metrics."""
+    cfg.validate()
+    validate_records(records, cfg.loss, worker.vocab_size)
+    if cfg.needs_reference and worker.reference is None:
+        raise ValueError(f"preference loss {cfg.loss!r} needs learner.use_reference: true")
+    dist = worker.dist
+    plan = StepPlan.build(len(records), 1, dist.world_size, dist.rank)
+    micro_batches = plan_micro_batches(
+        plan.rank_slices[0], dist.rank, worker.config.micro_batch_size, 0
+    )
+    metrics = StepMetrics(worker.device)
+    num = float(len(records))
+    num_tokens = float(sum(len(_completion(r)) for r in records))
+    z0 = _kto_reference_point(worker, records, micro_batches) if cfg.loss == "kto" else None
+    worker.actor_optim.zero_grad(set_to_none=True)
+    for micro in micro_batches:
+        batch = _batch(worker, records, micro)
+        logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
+        weights = torch.tensor(micro.weights, dtype=torch.float32, device=worker.device)
+        if cfg.loss == "sft":
+            loss = sft_nll_sum(logp, batch.response_mask) / num_tokens
+            metrics.add("train/nll", loss)
+        else:
+            seq = sequence_logprobs(logp, batch.response_mask)
+            with torch.no_grad():
+                ref = sequence_logprobs(_ref_logp(worker, batch), batch.response_mask)
+            if cfg.loss == "dpo":
+                loss = _dpo_micro(cfg, seq, ref, weights, num, metrics)
+            else:
+                assert z0 is not None
+                labels = [bool(records[i].label) for i in micro.indices]
+                loss = _kto_micro(cfg, seq, ref, labels, weights, z0, num, metrics)
+        metrics.add("train/loss", loss)
+        (loss * dist.world_size).backward()
+    grad_norm = float(clip_grad_norm(worker.actor.parameters(), worker.config.grad_clip))
+    if math.isfinite(grad_norm):
+        worker.actor_optim.step()
+    worker.actor_optim.zero_grad(set_to_none=True)
+    worker.policy_version += 1
+    out = metrics.reduce()
+    out["actor/grad_norm"] = grad_norm
+    out["actor/num_skipped_steps"] = 0.0 if math.isfinite(grad_norm) else 1.0
+    out["training/policy_version"] = float(worker.policy_version)
+    if z0 is not None:
+        out["kl"] = float(z0)
+        for name in ("chosen", "rejected"):
+            count = out[f"train/count/{name}"]
+            out[f"train/rewards/{name}"] = out[f"train/rewards/{name}_sum"] / max(count, 1.0)
+    return out
+
+
+@torch.no_grad()
+def preference_eval(
+    worker: LearnerWorker, pairs: Sequence[PreferencePair], beta: float
+) -> dict[str, float]:
+    """Held-out pair metrics (all ranks call): TRL's ``rewards/*`` with the implicit reward
+    ``beta * (log pi - log pi_ref)``, the DPO loss, and the chosen responses' token-mean NLL.
+    Without a reference model only ``eval/nll`` and ``eval/logps/*`` are reported."""
+    validate_records(pairs, "dpo", worker.vocab_size)
+    dist = worker.dist
+    plan = StepPlan.build(len(pairs), 1, dist.world_size, dist.rank)
+    metrics = StepMetrics(worker.device)
+    num = float(len(pairs))
+    num_tokens = float(sum(len(p.chosen_ids) for p in pairs))
+    for micro in plan_micro_batches(
+        plan.rank_slices[0], dist.rank, worker.config.micro_batch_size, 0
+    ):
+        batch = _batch(worker, pairs, micro)
+        logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
+        rows = len(micro.indices)
+        metrics.add("eval/nll", sft_nll_sum(logp[:rows], batch.response_mask[:rows]) / num_tokens)
+        seq = sequence_logprobs(logp, batch.response_mask)
+        weights = torch.tensor(micro.weights, dtype=torch.float32, device=worker.device)
+        metrics.add("eval/logps/chosen", (seq[:rows] * weights).sum() / num)
+        metrics.add("eval/logps/rejected", (seq[rows:] * weights).sum() / num)
+        if worker.reference is not None:
+            ref = sequence_logprobs(_ref_logp(worker, batch), batch.response_mask)
+            out = dpo_loss(seq[:rows], seq[rows:], ref[:rows], ref[rows:], beta)
+            _reward_metrics(
+                metrics, "eval/", out.chosen_rewards, out.rejected_rewards, weights, num
+            )
+            metrics.add("eval/loss", (out.losses * weights).sum() / num)
+    return metrics.reduce()
+
+
+# ---------------------------------------------------------------- pieces
+def _completion(record: Any) -> TokenArray:
+    return record.completion_ids if isinstance(record, LabelledCompletion) else record.chosen_ids
+
+
+def _rows(records: Sequence[Any], indices: Sequence[int]) -> tuple[list[Any], list[Any]]:
+    """(prompts, completions) of the micro-batch rows: pairs give chosen rows, then rejected."""
+    picked = [records[i] for i in indices]
+    if picked and isinstance(picked[0], PreferencePair):
+        prompts = [r.prompt_ids for r in picked] * 2
+        return prompts, [r.chosen_ids for r in picked] + [r.rejected_ids for r in picked]
+    return [r.prompt_ids for r in picked], [r.completion_ids for r in picked]
+
+
+def _batch(worker: LearnerWorker, records: Sequence[Any], micro: MicroBatch) -> PaddedBatch:
+    prompts, completions = _rows(records, micro.indices)
+    repeat = len(prompts) // len(micro.indices)
+    return build_padded_batch(
+        prompts, completions, worker.pad_id, worker.device, list(micro.weights) * repeat
+    )
+
+
+def _ref_logp(worker: LearnerWorker, batch: PaddedBatch) -> torch.Tensor:
+    assert worker.reference is not None
+    return policy_forward(worker.reference, batch, LOGPROB_TEMPERATURE, with_entropy=False)[0]
+
+
+def _reward_metrics(
+    metrics: StepMetrics,
+    prefix: str,
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    weights: torch.Tensor,
+    num: float,
+) -> None:
+    metrics.add(f"{prefix}rewards/chosen", (chosen * weights).sum() / num)
+    metrics.add(f"{prefix}rewards/rejected", (rejected * weights).sum() / num)
+    metrics.add(f"{prefix}rewards/accuracies", ((chosen > rejected).float() * weights).sum() / num)
+    metrics.add(f"{prefix}rewards/margins", ((chosen - rejected) * weights).sum() / num)
+
+
+def _dpo_micro(
+    cfg: PreferenceConfig,
+    seq: torch.Tensor,
+    ref: torch.Tensor,
+    weights: torch.Tensor,
+    num: float,
+    metrics: StepMetrics,
+) -> torch.Tensor:
+    rows = weights.shape[0]
+    out = dpo_loss(seq[:rows], seq[rows:], ref[:rows], ref[rows:], cfg.beta, cfg.label_smoothing)
+    _reward_metrics(metrics, "train/", out.chosen_rewards, out.rejected_rewards, weights, num)
+    return (out.losses * weights).sum() / num
+
+
+def _kto_micro(
+    cfg: PreferenceConfig,
+    seq: torch.Tensor,
+    ref: torch.Tensor,
+    labels: list[bool],
+    weights: torch.Tensor,
+    z0: torch.Tensor,
+    num: float,
+    metrics: StepMetrics,
+) -> torch.Tensor:
+    desirable = torch.tensor(labels, dtype=torch.bool, device=seq.device)
+    out = kto_loss(seq, ref, desirable, z0, cfg.beta, cfg.desirable_weight, cfg.undesirable_weight)
+    live = weights > 0
+    for name, mask in (("chosen", desirable & live), ("rejected", ~desirable & live)):
+        metrics.add(f"train/rewards/{name}_sum", out.rewards[mask].sum())
+        metrics.add(f"train/count/{name}", mask.sum().float())
+    return (out.losses * weights).sum() / num
+
+
+@torch.no_grad()
+def _kto_reference_point(
+    worker: LearnerWorker, records: Sequence[Any], micro_batches: list[MicroBatch]
+) -> torch.Tensor:
+    """z0 = max(0, mean over the batch of log pi - log pi_ref on mismatched pairs)."""
+    n = len(records)
+    if n < 2:
+        raise ValueError(
+            "KTO needs >= 2 examples per step (its KL estimate pairs prompt i "
+            "with completion i - 1)"
+        )
+    total = torch.zeros((), dtype=torch.float64, device=worker.device)
+    for micro in micro_batches:
+        prompts = [records[i].prompt_ids for i in micro.indices]
+        completions = [records[(i - 1) % n].completion_ids for i in micro.indices]
+        batch = build_padded_batch(
+            prompts, completions, worker.pad_id, worker.device, micro.weights
+        )
+        pol = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)[0]
+        diff = sequence_logprobs(pol, batch.response_mask) - sequence_logprobs(
+            _ref_logp(worker, batch), batch.response_mask
+        )
+        total = total + diff.double().sum()
+    return (all_reduce_sum(total) / n).clamp(min=0.0).float()
