@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from hybridflow.arrays import TokenArray, as_tokens
 from hybridflow.data.datasets import _check_messages, _encode_plain, _iter_rows
-from hybridflow.types import TokenArray, as_tokens
 
 PreferenceKind = Literal["dpo", "kto", "sft"]
 KINDS: tuple[str, ...] = ("dpo", "kto", "sft")

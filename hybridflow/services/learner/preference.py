@@ -29,6 +29,7 @@ from hybridflow.algorithms.preference import (
     sequence_logprobs,
     sft_nll_sum,
 )
+from hybridflow.arrays import TokenArray
 from hybridflow.data.preference import LabelledCompletion, PreferencePair
 from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.batching import (
@@ -43,7 +44,6 @@ from hybridflow.services.learner.distributed import all_reduce_sum
 from hybridflow.services.learner.forward import policy_forward
 from hybridflow.services.learner.fsdp import clip_grad_norm
 from hybridflow.services.learner.metrics import StepMetrics
-from hybridflow.types import TokenArray
 
 if TYPE_CHECKING:
     from hybridflow.services.learner.worker import LearnerWorker
