@@ -1,4 +1,4 @@
-"""Advantage estimators: GRPO (group-normalised outcome scores) and GAE (with a critic).
+"""Advantage estimators: GRPO / Dr. GRPO, RLOO, REINFORCE++ (and its group baseline), GAE.
 
 Inputs are tensors: per-sample scores with group ids, or per-token rewards and values over a
 ``[batch, tokens]`` response layout with a 0/1 response mask. Nothing here knows where the
@@ -25,12 +25,22 @@ def grpo_outcome_advantages(
     advantage is ``score - group mean`` (Dr. GRPO). A group of one sample has mean 0 and std 1,
     so its advantage is its score (verl's convention).
     """
-    if scores.dim() != 1 or group_ids.shape != scores.shape:
-        raise ValueError(
-            f"scores and group_ids must be 1-D of equal length, got {tuple(scores.shape)} "
-            f"and {tuple(group_ids.shape)}"
-        )
+    _check_outcome_inputs(scores, group_ids)
     scores = scores.float()
+    inverse, counts, means, stds = _group_stats(scores, group_ids)
+    singleton = counts == 1
+    means = torch.where(singleton, torch.zeros_like(means), means)
+    stds = torch.where(singleton, torch.ones_like(stds), stds)
+    centred = scores - means[inverse]
+    if not norm_by_std:
+        return centred
+    return centred / (stds[inverse] + eps)
+
+
+def _group_stats(
+    scores: torch.Tensor, group_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample its group index; per group the count, mean and unbiased std of ``scores``."""
     _, inverse = torch.unique(group_ids, return_inverse=True)
     num_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
     counts = torch.zeros(num_groups, dtype=scores.dtype).index_add_(
@@ -42,13 +52,86 @@ def grpo_outcome_advantages(
         0, inverse, (scores - means[inverse]) ** 2
     )
     stds = torch.sqrt(sq_dev / (counts - 1).clamp(min=1.0))
-    singleton = counts == 1
-    means = torch.where(singleton, torch.zeros_like(means), means)
-    stds = torch.where(singleton, torch.ones_like(stds), stds)
-    centred = scores - means[inverse]
-    if not norm_by_std:
-        return centred
-    return centred / (stds[inverse] + eps)
+    return inverse, counts, means, stds
+
+
+def _check_outcome_inputs(scores: torch.Tensor, group_ids: torch.Tensor) -> None:
+    if scores.dim() != 1 or group_ids.shape != scores.shape:
+        raise ValueError(
+            f"scores and group_ids must be 1-D of equal length, got {tuple(scores.shape)} "
+            f"and {tuple(group_ids.shape)}"
+        )
+
+
+def rloo_outcome_advantages(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Per-sample RLOO advantage: ``score - mean of the other scores of its group``.
+
+    For a group of ``n > 1`` that is ``n / (n - 1) * (score - group mean)`` (verl's
+    ``compute_rloo_outcome_advantage``); a group of one keeps its score (baseline 0).
+    """
+    _check_outcome_inputs(scores, group_ids)
+    scores = scores.float()
+    inverse, counts, means, _ = _group_stats(scores, group_ids)
+    n = counts[inverse]
+    loo = (scores - means[inverse]) * n / (n - 1).clamp(min=1.0)
+    return torch.where(n > 1, loo, scores)
+
+
+def whiten_tokens(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``masked_whiten`` with mean and unbiased variance accumulated in float64.
+
+    Every token counts once (a long response weighs more than a short one), as verl's
+    ``masked_whiten``; needs at least two valid tokens.
+    """
+    mask = mask.to(values.dtype)
+    count = mask.double().sum()
+    if count.item() < 2:
+        raise ValueError(f"advantage whitening needs >= 2 response tokens, got {int(count)}")
+    mean = (values.double() * mask).sum() / count
+    var = ((values.double() - mean) ** 2 * mask).sum() / (count - 1)
+    return masked_whiten(values, mask, mean.to(values.dtype), var.to(values.dtype))
+
+
+def reinforce_plus_plus_advantages(
+    token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted returns whitened over every response token of the batch.
+
+    ``G_t = r_t + gamma * G_{t+1}`` within each response (verl's
+    ``compute_reinforce_plus_plus_outcome_advantage``); the advantage is ``G`` whitened with
+    the batch's token mean and variance (no critic, no group baseline). Returns
+    ``(advantages, returns)``; with outcome rewards and ``gamma = 1`` every token of a
+    response carries its score before whitening.
+    """
+    if token_rewards.shape != response_mask.shape:
+        raise ValueError(
+            f"token_rewards and response_mask must share a shape, got "
+            f"{tuple(token_rewards.shape)} and {tuple(response_mask.shape)}"
+        )
+    mask = response_mask.to(token_rewards.dtype)
+    returns = torch.zeros_like(token_rewards)
+    running = torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.shape[-1])):
+        running = (token_rewards[:, t] + gamma * running) * mask[:, t]
+        returns[:, t] = running
+    return whiten_tokens(returns, mask), returns
+
+
+def reinforce_plus_plus_baseline_advantages(
+    scores: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++ with a group baseline: ``score - group mean``, whitened over the batch.
+
+    Each response token carries its sample's mean-centred score (a group of one keeps its
+    score), then all tokens of the batch are whitened together (verl's
+    ``compute_reinforce_plus_plus_baseline_outcome_advantage``). Returns ``[B, T]``.
+    """
+    _check_outcome_inputs(scores, group_ids)
+    scores = scores.float()
+    inverse, counts, means, _ = _group_stats(scores, group_ids)
+    centred = torch.where(counts[inverse] > 1, scores - means[inverse], scores)
+    mask = response_mask.to(scores.dtype)
+    return whiten_tokens(centred.unsqueeze(-1) * mask, mask)
 
 
 def last_token_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

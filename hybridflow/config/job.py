@@ -78,6 +78,14 @@ class JobConfig:
                 "learner.temperature must equal coordinator.sampling.temperature "
                 "(log-probs must be taken under the sampling distribution)"
             )
+        if (
+            self.learner.overlong_buffer > 0
+            and self.learner.max_new_tokens != self.coordinator.sampling.max_new_tokens
+        ):
+            raise ValueError(
+                "learner.max_new_tokens must equal coordinator.sampling.max_new_tokens "
+                "when learner.overlong_buffer > 0 (the penalty counts from the sampling limit)"
+            )
 
 
 def load_job_config(path: str | Path | None, overrides: Sequence[str] = ()) -> JobConfig:

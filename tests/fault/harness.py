@@ -22,7 +22,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "deploy" / "launch.sh"
 
-NUM_STEPS = 10
+NUM_STEPS = 40
+LAST_KILL_STEP = 8
+"""Kills happen at steps 1..LAST_KILL_STEP of NUM_STEPS: the ~30 steps left after a kill take
+seconds even on an idle machine (the whole 40-step run trains in ~4 s), far more than the
+harness needs to see the step count and send the signal, so the run cannot finish first."""
 PROMPTS_PER_STEP = 8
 OVERRIDES = (
     f"coordinator.num_steps={NUM_STEPS}",
@@ -123,8 +127,16 @@ def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
                 ),
                 None,
             )
-        time.sleep(0.2)  # polling another process's files: nothing to wait on locally
-    os.kill(victim_pid, signal.SIGKILL)
+            if victim_pid is not None:
+                break  # kill at once
+        time.sleep(0.05)  # polling another process's files: nothing to wait on locally
+    try:
+        os.kill(victim_pid, signal.SIGKILL)
+    except ProcessLookupError:
+        raise AssertionError(
+            f"{trial.victim} (pid {victim_pid}) ended before the kill at step "
+            f"{trial.kill_after_step}:\n{_read(proc)}"
+        ) from None
     trial.exit_codes.append(_wait(proc, deadline, trial))
     if trial.victim in RESUMED:
         _wait_gone(trial.pids, deadline)  # nothing of the first attempt may linger

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.harness import NUM_STEPS, RESUMED, VICTIMS, Trial, audit, run_trial
+from tests.fault.harness import LAST_KILL_STEP, RESUMED, VICTIMS, Trial, audit, run_trial
 
 
 def _check(trial: Trial) -> None:
@@ -33,5 +33,5 @@ def test_kill_once(victim: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("trial", range(5))
 @pytest.mark.parametrize("victim", list(VICTIMS))
 def test_kill_at_random_moments(victim: str, trial: int, tmp_path: Path) -> None:
-    step = random.Random(f"{victim}-{trial}").randint(1, NUM_STEPS - 2)
+    step = random.Random(f"{victim}-{trial}").randint(1, LAST_KILL_STEP)
     _check(Trial(victim, step, tmp_path / victim))

@@ -1,4 +1,5 @@
-"""FSDP2 over 2 gloo ranks equals one process: GRPO and PPO steps, log-probs, weights; relay.
+"""FSDP2 over 2 gloo ranks equals one process: GRPO, PPO and registered estimator/loss steps,
+log-probs, weights; relay.
 
 The ranks are driven the way the learner service drives them: rank 0 calls each command through
 ``CommandRelay``, rank 1 serves. Rank 0 writes what it saw to a file; the test compares it with
@@ -48,6 +49,31 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_mini_batches": 2,
         "lam": 0.9,
         "loss_agg_mode": "seq-mean-token-mean",
+    },
+    # Registered estimators and losses (whole-batch estimators, micro-batch losses with global
+    # normalisers): REINFORCE++ with the KL penalty in the reward (gathered from the ranks) and
+    # overlong shaping, under GSPO; RLOO under CISPO over two mini-batches.
+    "reinforce_pp_gspo": {
+        "advantage_estimator": "reinforce_plus_plus",
+        "policy_loss": "gspo",
+        "lr": 1e-3,
+        "micro_batch_size": 2,
+        "ppo_epochs": 2,
+        "gamma": 0.9,
+        "use_reference": True,
+        "kl_coef": 0.05,
+        "kl_mode": "reward",
+        "overlong_buffer": 2,
+        "max_new_tokens": 6,
+    },
+    "rloo_cispo": {
+        "advantage_estimator": "rloo",
+        "policy_loss": "cispo",
+        "lr": 1e-3,
+        "micro_batch_size": 2,
+        "num_mini_batches": 2,
+        "clip_ratio_high": 0.28,
+        "loss_agg_mode": "seq-mean-token-sum",
     },
 }
 
@@ -186,6 +212,8 @@ def test_fsdp2_two_ranks_match_single_process(tmp_path: Path) -> None:
     assert single["grpo"]["metrics"]["actor/kl_loss"] > 0
     assert single["ppo"]["metrics"]["critic/vf_loss"] > 0
     assert single["ppo"]["version"] == 2
+    assert single["reinforce_pp_gspo"]["metrics"]["actor/overlong_frac"] > 0
+    assert single["rloo_cispo"]["version"] == 2
 
 
 def _relay_main(rank: int, port: int, out_dir: str) -> None:

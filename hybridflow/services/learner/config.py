@@ -20,13 +20,30 @@ LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean
 KL_ESTIMATOR_NAMES: tuple[str, ...] = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs")
 """KL estimator names; verl's aliases kl=k1, mse=k2, low_var_kl=k3 are accepted."""
 
+ADVANTAGE_ESTIMATOR_NAMES: tuple[str, ...] = (
+    "dr_grpo",
+    "gae",
+    "grpo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "rloo",
+)
+"""Built-in estimators; mirrors ``hybridflow.algorithms.registry.BUILTIN_ADVANTAGE_ESTIMATORS``."""
+
+POLICY_LOSS_NAMES: tuple[str, ...] = ("cispo", "gspo", "ppo_clip")
+"""Built-in policy losses; mirrors ``hybridflow.algorithms.registry.BUILTIN_POLICY_LOSSES``."""
+
+PRESET_ESTIMATORS: dict[str, str] = {"grpo": "grpo", "ppo": "gae"}
+"""The estimator each ``algorithm`` preset picks when ``advantage_estimator`` is empty."""
+
 
 @dataclass
 class LearnerConfig:
     """The learner: actor (plus critic and reference when needed), optimizer and RL loss."""
 
     algorithm: Literal["grpo", "ppo"] = "grpo"
-    """Advantage estimator: "grpo" (group-normalised outcome) or "ppo" (GAE with a critic)."""
+    """Preset: "grpo" (group-normalised outcome, PPO clip) or "ppo" (GAE with a critic, PPO
+    clip); advantage_estimator and policy_loss override its pieces."""
     lr: float = 1e-5
     """Actor AdamW learning rate (constant)."""
     weight_decay: float = 0.01
@@ -76,6 +93,21 @@ class LearnerConfig:
     """GAE lambda (PPO)."""
     value_clip: float | None = 0.5
     """Critic value clip range around the rollout-time values; null disables it (PPO)."""
+    # Estimator / loss registry and DAPO's overlong shaping (issue 10), kept together.
+    advantage_estimator: str = ""
+    """Empty (the preset's), a built-in (gae, grpo, dr_grpo, rloo, reinforce_plus_plus,
+    reinforce_plus_plus_baseline) or "package.module:function" (imported at learner start)."""
+    policy_loss: str = "ppo_clip"
+    """A built-in (ppo_clip, gspo, cispo) or "package.module:function" (imported at start)."""
+    overlong_buffer: int = 0
+    """DAPO overlong shaping: responses longer than max_new_tokens - overlong_buffer get a
+    linear penalty down to -overlong_penalty_factor at max_new_tokens; 0 disables it."""
+    overlong_penalty_factor: float = 1.0
+    """The overlong penalty at max_new_tokens (DAPO's penalty_factor)."""
+    max_new_tokens: int = 0
+    """Response length limit the overlong penalty counts from; must equal
+    coordinator.sampling.max_new_tokens (checked by the job config) when overlong_buffer > 0."""
+
     seed: int = 0
     """Seed of torch's generator (critic head init)."""
     num_threads: int = 1
@@ -146,9 +178,14 @@ class LearnerConfig:
             raise ValueError(f"learner.kl_mode must be 'loss' or 'reward', got {self.kl_mode!r}")
         if self.kl_coef > 0 and not self.use_reference:
             raise ValueError("learner.kl_coef > 0 needs learner.use_reference: true")
-        if self.kl_mode == "reward" and self.kl_coef > 0 and self.algorithm != "ppo":
+        self._validate_estimator_and_loss()
+        if (
+            self.kl_mode == "reward"
+            and self.kl_coef > 0
+            and self.resolved_advantage_estimator() in ("grpo", "dr_grpo")
+        ):
             raise ValueError(
-                "learner.kl_mode 'reward' applies to algorithm 'ppo' only "
+                "learner.kl_mode 'reward' does not apply to the grpo / dr_grpo estimators "
                 "(GRPO advantages come from sequence scores; use kl_mode 'loss')"
             )
         _non_negative("entropy_coef", self.entropy_coef)
@@ -161,6 +198,30 @@ class LearnerConfig:
             _positive("value_clip", self.value_clip)
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"learner.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+    def resolved_advantage_estimator(self) -> str:
+        """``advantage_estimator``, or the preset's when it is empty."""
+        return self.advantage_estimator or PRESET_ESTIMATORS[self.algorithm]
+
+    def _validate_estimator_and_loss(self) -> None:
+        for key, value, names in (
+            ("advantage_estimator", self.resolved_advantage_estimator(), ADVANTAGE_ESTIMATOR_NAMES),
+            ("policy_loss", self.policy_loss, POLICY_LOSS_NAMES),
+        ):
+            module, sep, attr = value.rpartition(":")
+            if value not in names and not (sep and module and attr):
+                raise ValueError(
+                    f"learner.{key} must be one of {names} or 'package.module:function', "
+                    f"got {value!r}"
+                )
+        if self.overlong_buffer < 0:
+            raise ValueError(f"learner.overlong_buffer must be >= 0, got {self.overlong_buffer}")
+        if self.overlong_buffer > 0 and not self.overlong_buffer <= self.max_new_tokens:
+            raise ValueError(
+                f"learner.overlong_buffer ({self.overlong_buffer}) needs learner.max_new_tokens "
+                f">= it (the sampling limit), got {self.max_new_tokens}"
+            )
+        _non_negative("overlong_penalty_factor", self.overlong_penalty_factor)
 
 
 def _positive(name: str, value: float) -> None:

@@ -1,4 +1,4 @@
-"""The phases of one learner train step on this rank: precompute, PPO advantages, updates.
+"""The phases of one learner train step on this rank: precompute, advantages, updates.
 
 Every loss term is normalised by the *global* token / sequence count of its mini-batch (known
 to every rank, since every rank receives the whole batch) and scaled by the world size before
@@ -15,12 +15,20 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from hybridflow.algorithms.advantages import gae_advantages, last_token_scores
+from hybridflow.algorithms.advantages import last_token_scores
 from hybridflow.algorithms.aggregation import agg_loss
 from hybridflow.algorithms.kl import kl_penalty
-from hybridflow.algorithms.masked import masked_whiten
 from hybridflow.algorithms.off_policy import importance_weights
-from hybridflow.algorithms.policy_loss import compute_policy_loss
+from hybridflow.algorithms.overlong import overlong_penalty
+from hybridflow.algorithms.registry import (
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOptions,
+    PolicyLossFn,
+    PolicyLossInputs,
+    PolicyLossOptions,
+    as_policy_loss_output,
+)
 from hybridflow.algorithms.value_loss import compute_value_loss
 from hybridflow.services.learner.batching import (
     MicroBatch,
@@ -30,7 +38,7 @@ from hybridflow.services.learner.batching import (
     plan_micro_batches,
 )
 from hybridflow.services.learner.config import LearnerConfig
-from hybridflow.services.learner.distributed import all_reduce_sum
+from hybridflow.services.learner.distributed import all_gather_objects
 from hybridflow.services.learner.forward import policy_forward, value_forward
 from hybridflow.services.learner.fsdp import clip_grad_norm
 from hybridflow.services.learner.metrics import StepMetrics, masked_extrema
@@ -51,6 +59,8 @@ class UpdateContext:
     pad_id: int
     world_size: int
     metrics: StepMetrics
+    policy_loss: PolicyLossFn
+    """The configured policy loss (resolved from ``config.policy_loss``)."""
     _grad_norms: dict[str, list[float]] = field(default_factory=dict)
 
     def batch(self, micro: MicroBatch) -> PaddedBatch:
@@ -132,18 +142,21 @@ class UpdateContext:
                     agg_loss(weights, mask, "token-mean", num_tokens=num_tokens),
                     scale,
                 )
-            out = compute_policy_loss(
-                old,
-                logp,
-                self.stack(advantages, micro, width),
-                mask,
-                cfg.clip_ratio_low,
-                cfg.clip_ratio_high,
-                cfg.clip_ratio_c,
-                cfg.loss_agg_mode,
-                num_tokens,
-                num_seqs,
-                token_weights=weights,
+            out = as_policy_loss_output(
+                self.policy_loss(
+                    PolicyLossInputs(
+                        old_logprob=old,
+                        logprob=logp,
+                        advantages=self.stack(advantages, micro, width),
+                        response_mask=mask,
+                        num_tokens=num_tokens,
+                        num_seqs=num_seqs,
+                        token_weights=weights,
+                    ),
+                    PolicyLossOptions(
+                        cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.loss_agg_mode
+                    ),
+                )
             )
             ent = agg_loss(entropy, mask, cfg.loss_agg_mode, num_tokens, num_seqs)
             loss = out.loss - cfg.entropy_coef * ent
@@ -258,50 +271,83 @@ def precompute(
     return cache
 
 
-def ppo_advantages(
-    ctx: UpdateContext, cache: Cache
+def compute_advantages(
+    ctx: UpdateContext, cache: Cache, estimator: AdvantageEstimator
 ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
-    """GAE advantages (whitened over the whole batch) and returns of this rank's samples."""
-    cfg, m, owned = ctx.config, ctx.metrics, ctx.plan.owned
-    num_tokens = float(sum(len(s.response_ids) for s in ctx.samples))
-    micro = MicroBatch(indices=owned, weights=[1.0] * len(owned))
-    width = max((len(ctx.samples[i].response_ids) for i in owned), default=1)
-    mask = torch.zeros((len(owned), width), device=ctx.device)
-    for row, i in enumerate(owned):
-        mask[row, : len(ctx.samples[i].response_ids)] = 1.0
-    rewards = torch.tensor(
-        [ctx.samples[i].reward for i in owned], dtype=torch.float32, device=ctx.device
-    )
-    token_rewards = last_token_scores(rewards, mask) if owned else mask.clone()
+    """Advantages and returns of this rank's samples from the estimator over the whole batch.
+
+    Every rank holds every sample, so the estimator runs on the whole batch on each rank (the
+    per-sample KL penalties and critic values, computed by the owning rank, are gathered
+    first): any batch statistic it takes is the single-process one by construction.
+    Scores get DAPO's overlong penalty here when ``overlong_buffer > 0``.
+    """
+    cfg, m, samples = ctx.config, ctx.metrics, ctx.samples
+    lengths = torch.tensor([len(s.response_ids) for s in samples])
+    width = int(lengths.max())
+    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(-1)).float()
+    scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    if cfg.overlong_buffer > 0:
+        penalty = overlong_penalty(
+            lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty_factor
+        )
+        scores = scores + penalty
+        m.set_global("actor/overlong_penalty/mean", float(penalty.mean()))
+        m.set_global("actor/overlong_frac", float((penalty < 0).float().mean()))
+    token_rewards = last_token_scores(scores, mask)
+    num_tokens = float(mask.sum())
     if "ref_logp" in cache and cfg.kl_mode == "reward":
-        kl = (
-            kl_penalty(
-                ctx.stack(cache["old_logp"], micro, width),
-                ctx.stack(cache["ref_logp"], micro, width),
-                cfg.kl_estimator,
-            )
-            * mask
+        kl = _gather_rows(
+            {
+                i: kl_penalty(cache["old_logp"][i], cache["ref_logp"][i], cfg.kl_estimator)
+                for i in ctx.plan.owned
+            },
+            len(samples),
+            width,
         )
         token_rewards = token_rewards - cfg.kl_coef * kl
-        m.add("actor/reward_kl_penalty", agg_loss(kl, mask, "token-mean", num_tokens))
+        m.set_global("actor/reward_kl_penalty", float((kl * mask).sum() / num_tokens))
         m.set_global("actor/reward_kl_penalty_coeff", cfg.kl_coef)
-    values = ctx.stack(cache["values"], micro, width)
-    if owned:
-        adv, returns = gae_advantages(token_rewards, values, mask, cfg.gamma, cfg.lam, whiten=False)
-    else:
-        adv, returns = torch.zeros_like(mask), torch.zeros_like(mask)
-    totals = all_reduce_sum(torch.stack([(adv * mask).sum(), mask.sum()]).double())
-    mean = totals[0] / totals[1]
-    sq_dev = all_reduce_sum(((adv.double() - mean) ** 2 * mask).sum())
-    var = sq_dev / (totals[1] - 1)
-    adv = masked_whiten(adv, mask, mean.float(), var.float())
-    num_seqs = float(len(ctx.samples))
-    m.add("critic/rewards/mean", (token_rewards * mask).sum() / num_seqs)
-    for name, tensor in (("advantages", adv), ("returns", returns), ("values", values)):
-        m.add(f"critic/{name}/mean", agg_loss(tensor, mask, "token-mean", num_tokens))
+    values = (
+        _gather_rows({i: cache["values"][i] for i in ctx.plan.owned}, len(samples), width)
+        if estimator.needs_critic
+        else None
+    )
+    inputs = AdvantageInputs(
+        token_rewards=token_rewards,
+        response_mask=mask,
+        group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
+        values=values,
+    )
+    options = AdvantageOptions(gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std=cfg.norm_adv_by_std)
+    adv, returns = estimator.fn(inputs, options)
+    for name, tensor in (("advantages", adv), ("returns", returns)):
+        if not isinstance(tensor, torch.Tensor) or tensor.shape != mask.shape:
+            raise ValueError(
+                f"advantage estimator {estimator.name!r}: {name} must be a [batch, tokens] "
+                f"tensor of shape {tuple(mask.shape)}, got "
+                f"{getattr(tensor, 'shape', type(tensor).__name__)}"
+            )
+    adv, returns = adv.float() * mask, returns.float() * mask
+    m.set_global("critic/rewards/mean", float((token_rewards * mask).sum() / len(samples)))
+    stats = [("advantages", adv)]
+    if values is not None:
+        stats += [("returns", returns), ("values", values)]
+    for name, tensor in stats:
+        m.set_global(f"critic/{name}/mean", float((tensor * mask).sum() / num_tokens))
         hi, lo = masked_extrema(tensor, mask)
-        m.max(f"critic/{name}/max", hi)
-        m.min(f"critic/{name}/min", lo)
-    adv_out = {i: adv[row, : len(ctx.samples[i].response_ids)] for row, i in enumerate(owned)}
-    ret_out = {i: returns[row, : len(ctx.samples[i].response_ids)] for row, i in enumerate(owned)}
-    return adv_out, ret_out
+        m.set_global(f"critic/{name}/max", hi)
+        m.set_global(f"critic/{name}/min", lo)
+    return (
+        {i: adv[i, : lengths[i]].to(ctx.device) for i in ctx.plan.owned},
+        {i: returns[i, : lengths[i]].to(ctx.device) for i in ctx.plan.owned},
+    )
+
+
+def _gather_rows(mine: dict[int, torch.Tensor], num_rows: int, width: int) -> torch.Tensor:
+    """``[num_rows, width]`` CPU float tensor of every rank's per-sample rows, zero-padded."""
+    out = torch.zeros((num_rows, width), dtype=torch.float32)
+    local = {i: t.detach().float().cpu() for i, t in mine.items()}
+    for part in all_gather_objects(local):
+        for i, row in part.items():
+            out[i, : row.shape[0]] = row
+    return out

@@ -4,11 +4,11 @@
 1. validate; split the batch into mini-batches, each mini-batch into contiguous rank slices;
 2. per sample (no grad): old log-probs (only when several updates reuse the batch, else the
    detached current ones), reference log-probs (KL), critic values (PPO);
-3. advantages: GRPO from rewards and group ids over the whole batch; PPO from the final reward
-   at the last response token (minus the KL penalty in ``kl_mode="reward"``) with GAE, whitened
-   with global statistics;
+3. advantages: the configured estimator (``hybridflow.algorithms.registry``) over the whole
+   batch on every rank, from the (overlong-shaped) score at the last response token minus the
+   KL penalty in ``kl_mode="reward"``, with the gathered critic values for GAE;
 4. per mini-batch: critic update (PPO), then actor update; micro-batches accumulate gradients,
-   losses are normalised by the global token/sequence counts and scaled by the world size
+   losses (the configured policy loss) are normalised by the global token/sequence counts and scaled by the world size
    (FSDP2 averages gradients over ranks), so the gradient equals the single-process one.
 ``policy_version`` rises by one per actor optimizer step.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from hybridflow.algorithms.advantages import grpo_outcome_advantages
+from hybridflow.algorithms.registry import resolve_advantage_estimator, resolve_policy_loss
 from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.services.learner.batching import (
     StepPlan,
@@ -47,8 +47,11 @@ from hybridflow.services.learner.models import (
     load_tokenizer,
     resolve_checkpoint,
 )
-from hybridflow.services.learner.updates import UpdateContext, ppo_advantages, precompute
+from hybridflow.services.learner.updates import UpdateContext, compute_advantages, precompute
 from hybridflow.types import TrainSample, TrainStepResult
+
+_WHITENING_ESTIMATORS = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+"""Estimators that whiten over the batch's tokens (they need at least two)."""
 
 
 class LearnerWorker:
@@ -58,6 +61,9 @@ class LearnerWorker:
         """``model_path``: builtin:tiny or a local checkpoint dir (the job's top-level model)."""
         config.validate()
         self.config = config
+        # User estimators / losses are imported here: a bad path fails at start-up.
+        self.estimator = resolve_advantage_estimator(config.resolved_advantage_estimator())
+        self.policy_loss = resolve_policy_loss(config.policy_loss)
         torch.set_num_threads(config.num_threads)
         self.dist = current_dist_info()
         if config.device.startswith("cuda") and self.dist.is_distributed:
@@ -79,7 +85,7 @@ class LearnerWorker:
         )
         self.critic = (
             load_critic(self.model_path, self.device, config.seed)
-            if config.algorithm == "ppo"
+            if self.estimator.needs_critic
             else None
         )
         if self.dist.is_distributed:
@@ -120,8 +126,13 @@ class LearnerWorker:
                 f"samples: {len(samples)} samples cannot fill "
                 f"learner.num_mini_batches={cfg.num_mini_batches}"
             )
-        if self.critic is not None and sum(len(s.response_ids) for s in samples) < 2:
-            raise ValueError("samples: PPO advantage whitening needs >= 2 response tokens")
+        if (
+            self.estimator.name in _WHITENING_ESTIMATORS
+            and sum(len(s.response_ids) for s in samples) < 2
+        ):
+            raise ValueError(
+                f"samples: advantage whitening ({self.estimator.name}) needs >= 2 response tokens"
+            )
         plan = StepPlan.build(
             len(samples), cfg.num_mini_batches, self.dist.world_size, self.dist.rank
         )
@@ -133,21 +144,11 @@ class LearnerWorker:
             pad_id=self.pad_id,
             world_size=self.dist.world_size,
             metrics=StepMetrics(self.device),
+            policy_loss=self.policy_loss,
         )
         self._batch_metrics(ctx)
         cache = precompute(ctx, self.actor, self.reference, self.critic)
-        if self.critic is not None:
-            advantages, returns = ppo_advantages(ctx, cache)
-        else:
-            scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-            groups = torch.tensor([s.group_id for s in samples], dtype=torch.long)
-            seq_adv = grpo_outcome_advantages(scores, groups, norm_by_std=cfg.norm_adv_by_std)
-            advantages = {
-                i: seq_adv[i].expand(len(samples[i].response_ids)).to(self.device)
-                for i in plan.owned
-            }
-            returns = {}
-            _grpo_advantage_metrics(ctx.metrics, samples, seq_adv)
+        advantages, returns = compute_advantages(ctx, cache, self.estimator)
         num_updates = cfg.ppo_epochs * cfg.num_mini_batches
         for epoch in range(cfg.ppo_epochs):
             for mb in range(cfg.num_mini_batches):
@@ -225,16 +226,3 @@ class LearnerWorker:
         out.mkdir(parents=True, exist_ok=True)
         self.actor.save_pretrained(out, state_dict=state)
         self.tokenizer.save_pretrained(out)
-
-
-def _grpo_advantage_metrics(
-    metrics: StepMetrics, samples: list[TrainSample], seq_adv: torch.Tensor
-) -> None:
-    """Token-level advantage statistics of GRPO (each token carries its sample's advantage)."""
-    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
-    metrics.set_global("critic/advantages/mean", float((seq_adv * lengths).sum() / lengths.sum()))
-    metrics.set_global("critic/advantages/max", float(seq_adv.max()))
-    metrics.set_global("critic/advantages/min", float(seq_adv.min()))
-    metrics.set_global(
-        "critic/rewards/mean", float(torch.tensor([s.reward for s in samples]).mean())
-    )

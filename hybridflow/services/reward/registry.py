@@ -9,17 +9,12 @@ does not run scorers or handle their errors (``scorers.py`` does) and knows noth
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
-import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
+from hybridflow.config.import_path import load_callable
 from hybridflow.services.reward import rules
 from hybridflow.services.reward.config import RewardConfig
 
@@ -64,53 +59,8 @@ def load_scorer_function(path: str) -> ScorerFn:
 
     The function must accept (response, ground_truth, extra_info) positionally.
     """
-    module_name, sep, attr_path = path.rpartition(":")
-    if not sep or not module_name or not attr_path:
-        raise ValueError(
-            f"scorer path {path!r}: expected 'package.module:function' or 'file.py:function'"
-        )
-    is_file = module_name.endswith(".py")
-    if is_file and not Path(module_name).is_file():
-        raise ValueError(f"scorer path {path!r}: file {module_name!r} does not exist")
-    try:
-        module = (
-            _import_file(Path(module_name)) if is_file else importlib.import_module(module_name)
-        )
-    except Exception as exc:  # any import-time failure of user code is a config error
-        raise ValueError(
-            f"scorer path {path!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    target: Any = module
-    for attr in attr_path.split("."):
-        if not hasattr(target, attr):
-            raise ValueError(
-                f"scorer path {path!r}: {module_name!r} has no attribute {attr_path!r}"
-            )
-        target = getattr(target, attr)
-    if not callable(target):
-        raise ValueError(f"scorer path {path!r}: {attr_path!r} is not callable")
-    try:
-        inspect.signature(target).bind("", None, {})
-    except TypeError as exc:
-        raise ValueError(
-            f"scorer path {path!r}: must accept (response, ground_truth, extra_info): {exc}"
-        ) from exc
-    except ValueError:
-        pass  # builtins without an introspectable signature: trust the caller
-    return cast(ScorerFn, target)
-
-
-def _import_file(file_path: Path) -> Any:
-    resolved = str(file_path.resolve())
-    digest = hashlib.sha1(resolved.encode()).hexdigest()[:12]
-    module_name = f"hybridflow_user_scorer_{file_path.stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, resolved)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{resolved} cannot be loaded as a module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    fn = load_callable(path, "scorer", ("", None, {}), "(response, ground_truth, extra_info)")
+    return cast(ScorerFn, fn)
 
 
 class ScorerRegistry:

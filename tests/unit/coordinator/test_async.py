@@ -138,11 +138,14 @@ class SlowRollout(FakeRollout):
         super().__init__()
         self.release = release
         self.calls = 0
+        self.held: set[int] = set()
+        """First token of each prompt of the held request."""
 
     def generate(self, prompts, params, request_id=""):
         self.calls += 1
         version = self.version
         if self.calls == 1:
+            self.held = {int(p[0]) for p in prompts}
             assert self.release.wait(30)
         out = super().generate(prompts, params, request_id)
         for g in out:
@@ -153,6 +156,7 @@ class SlowRollout(FakeRollout):
 
 def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
     release = threading.Event()
+    buffered = threading.Event()  # the held groups reached the buffer
     slow = SlowRollout(release)
     rollouts = [slow, FakeRollout()]
     svc, learner = job_services(rollouts)
@@ -162,6 +166,8 @@ def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
         result = original(samples)
         if learner.version == 3:
             release.set()  # the slow replica's version-0 groups now are 3 behind
+            # ... and the next batch is taken only once they are buffered (ordering, not time)
+            assert buffered.wait(30)
         return result
 
     learner.train_step = train
@@ -169,6 +175,14 @@ def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
     job = TrainingJob(
         config(num_steps=10, max_staleness=1, prompts_per_request=2), svc, data, tmp_path
     )
+    put = job.buffer.put
+
+    def put_and_note(groups):
+        put(groups)
+        if any(int(g.prompt.prompt_ids[0]) in slow.held for g in groups):
+            buffered.set()
+
+    job.buffer.put = put_and_note  # type: ignore[method-assign]
     summary = job.run()
     assert summary.num_dropped_stale >= 1
     assert max(staleness_of(learner)) <= 1

@@ -48,3 +48,47 @@ def test_config_imports_without_torch() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"advantage_estimator": "rlo"}, "learner.advantage_estimator must be one of"),
+        ({"advantage_estimator": "pkg.mod:"}, "learner.advantage_estimator must be one of"),
+        ({"policy_loss": "ppo"}, "learner.policy_loss must be one of"),
+        ({"overlong_buffer": -1}, "learner.overlong_buffer"),
+        ({"overlong_buffer": 4}, "learner.max_new_tokens"),
+        ({"overlong_buffer": 4, "max_new_tokens": 8, "overlong_penalty_factor": -1.0},
+         "learner.overlong_penalty_factor"),
+        ({"advantage_estimator": "dr_grpo", "kl_coef": 0.1, "use_reference": True,
+          "kl_mode": "reward"}, "learner.kl_mode"),
+    ],
+)  # fmt: skip
+def test_estimator_loss_and_overlong_keys(change: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        LearnerConfig(**change).validate()  # type: ignore[arg-type]
+
+
+def test_presets_pick_the_estimator_and_names_or_paths_pass() -> None:
+    assert LearnerConfig().resolved_advantage_estimator() == "grpo"
+    assert LearnerConfig(algorithm="ppo").resolved_advantage_estimator() == "gae"
+    assert LearnerConfig(algorithm="ppo", advantage_estimator="rloo").resolved_advantage_estimator() == "rloo"  # fmt: skip
+    for fields in (
+        {"advantage_estimator": "reinforce_plus_plus", "policy_loss": "gspo"},
+        {"advantage_estimator": "my_pkg.algos:estimate", "policy_loss": "my_pkg.algos:loss"},
+        {"policy_loss": "cispo", "overlong_buffer": 4, "max_new_tokens": 8},
+        {"advantage_estimator": "rloo", "kl_coef": 0.1, "use_reference": True, "kl_mode": "reward"},
+    ):
+        LearnerConfig(**fields).validate()  # type: ignore[arg-type]
+
+
+def test_job_config_checks_max_new_tokens_for_overlong_shaping() -> None:
+    from hybridflow.config.job import JobConfig
+
+    job = JobConfig()
+    job.learner.overlong_buffer, job.learner.max_new_tokens = 2, 4
+    job.coordinator.sampling.max_new_tokens = 8
+    with pytest.raises(ValueError, match="learner.max_new_tokens must equal"):
+        job.validate()
+    job.learner.max_new_tokens = 8
+    job.validate()

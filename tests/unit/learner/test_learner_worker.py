@@ -244,3 +244,51 @@ def test_off_policy_weights_scale_the_policy_loss(
     assert corrected["actor/pg_loss"] == pytest.approx(factor * plain["actor/pg_loss"], rel=1e-4)
     if mode != "none":
         assert corrected["actor/is_weight_mean"] == pytest.approx(factor, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "loss"),
+    [
+        ("rloo", "ppo_clip"),
+        ("reinforce_plus_plus", "gspo"),
+        ("reinforce_plus_plus_baseline", "cispo"),
+        ("dr_grpo", "gspo"),
+    ],
+)
+def test_registered_estimators_and_losses_train(
+    tiny_checkpoint: Path, make_samples, estimator: str, loss: str
+) -> None:
+    worker = _worker(tiny_checkpoint, advantage_estimator=estimator, policy_loss=loss, ppo_epochs=2)
+    assert worker.critic is None
+    before = _params(worker)
+    m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
+    assert all(math.isfinite(v) for v in m.values())
+    assert m["actor/grad_norm"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in _params(worker).items())
+
+
+def test_overlong_shaping_lowers_the_rewards(tiny_checkpoint: Path, make_samples) -> None:
+    samples = make_samples([1.0, 1.0, 1.0, 1.0])  # response lengths 2, 4, 6, 3
+    worker = _worker(tiny_checkpoint, overlong_buffer=2, max_new_tokens=6)
+    m = worker.train_step(samples).metrics
+    # Lengths 5..6 fall in the buffer: only the 6-token response, at the limit: -1.
+    assert m["actor/overlong_frac"] == pytest.approx(0.25)
+    assert m["critic/rewards/mean"] == pytest.approx((4 - 1.0) / 4)
+    assert m["critic/score/mean"] == pytest.approx(1.0)
+
+
+def test_user_estimator_module_and_bad_path(
+    tiny_checkpoint: Path, make_samples, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "learner_user_algos.py").write_text(
+        "def estimate(inputs, options):\n"
+        "    adv = (inputs.token_rewards.sum(-1) - 0.5).unsqueeze(-1) * inputs.response_mask\n"
+        "    return adv, adv\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    worker = _worker(tiny_checkpoint, advantage_estimator="learner_user_algos:estimate")
+    m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
+    assert m["critic/advantages/max"] == pytest.approx(0.5)
+    assert m["critic/advantages/min"] == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match=r"learner\.advantage_estimator: .*has no attribute"):
+        _worker(tiny_checkpoint, advantage_estimator="learner_user_algos:nope")
