@@ -72,7 +72,7 @@ class InstantRollout:
             for _ in prompts
         ]
 
-    def status(self) -> RolloutStatus:
+    def status(self, timeout_s: float | None = None) -> RolloutStatus:
         return RolloutStatus("instant", "instant", self.version, 0, 0)
 
 

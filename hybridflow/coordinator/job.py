@@ -451,12 +451,19 @@ class TrainingJob:
         return summary
 
 
+PROBE_TIMEOUT_S = 5.0
+"""Deadline of the liveness probe after a failed publish. A live replica answers GetInfo in
+milliseconds, generating or not; a hung one (SIGSTOP, a wedged host) must not hold the trainer
+loop for the channel's default deadline (120 s)."""
+
+
 def _alive(dispatcher: ReplicaDispatcher) -> bool:
-    """Whether the dispatcher's replica answers a status call now."""
+    """Whether the dispatcher's replica answers a status call now. A replica that sheds the
+    probe (RESOURCE_EXHAUSTED: at its concurrency limit) is busy, not gone."""
     try:
-        dispatcher.rollout.status()
-    except grpc.RpcError:
-        return False
+        dispatcher.rollout.status(timeout_s=PROBE_TIMEOUT_S)
+    except grpc.RpcError as exc:
+        return bool(exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED)  # type: ignore[attr-defined]
     return True
 
 

@@ -21,7 +21,9 @@ class RolloutClient(Protocol):
         self, prompts: Sequence[TokenLike], params: SamplingParams, request_id: str = ""
     ) -> list[list[Completion]]: ...
 
-    def status(self) -> RolloutStatus: ...
+    def status(self, timeout_s: float | None = None) -> RolloutStatus:
+        """What the replica serves; ``timeout_s``: this call's deadline (None: the default)."""
+        ...
 
 
 class GrpcRolloutClient:
@@ -50,8 +52,8 @@ class GrpcRolloutClient:
             )
         return groups
 
-    def status(self) -> RolloutStatus:
-        reply = self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)
+    def status(self, timeout_s: float | None = None) -> RolloutStatus:
+        reply = self._stub.GetInfo(common_pb2.Empty(), timeout=timeout_s or self._config.timeout_s)
         return convert.status_from_proto(reply)
 
     def close(self) -> None:

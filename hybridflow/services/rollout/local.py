@@ -198,7 +198,8 @@ class LocalRollout:
         )
         return WeightUpdateReport(policy_version, num_bytes, done - start)
 
-    def status(self) -> RolloutStatus:
+    def status(self, timeout_s: float | None = None) -> RolloutStatus:
+        """``timeout_s`` is for the RolloutClient protocol: nothing here waits."""
         return RolloutStatus(
             model=self.model,
             engine=self.engine_name,

@@ -60,7 +60,7 @@ class FakeRollout:
             for p in prompts
         ]
 
-    def status(self) -> RolloutStatus:
+    def status(self, timeout_s: float | None = None) -> RolloutStatus:
         return RolloutStatus("fake", "fake", self.version, 0, 10)
 
 

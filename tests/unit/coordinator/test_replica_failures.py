@@ -3,11 +3,13 @@ weights) or is unreachable for a while rejoins with the current weights, and the
 every step trained; one that never comes back leaves the job with a clear error."""
 
 import threading
+from types import SimpleNamespace
 
+import grpc
 import pytest
 
 from hybridflow.coordinator.config import CoordinatorConfig
-from hybridflow.coordinator.job import TrainingJob
+from hybridflow.coordinator.job import PROBE_TIMEOUT_S, TrainingJob, _alive
 from hybridflow.coordinator.step import Services
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
@@ -32,12 +34,12 @@ class RestartingRollout(FakeRollout):
                 raise Unavailable()
         return super().generate(prompts, params, request_id)
 
-    def status(self):
+    def status(self, timeout_s=None):
         with self.lock:
             if self.down_at and self.down_at <= self.calls < self.down_at + self.down_calls:
                 self.calls += 1  # each probe counts: the replica comes back after a few
                 raise Unavailable()
-        return super().status()
+        return super().status(timeout_s)
 
 
 def _job(tmp_path, rollout, **kw):
@@ -69,3 +71,31 @@ def test_replica_that_never_comes_back_fails_the_job(tmp_path):
     job, _ = _job(tmp_path, rollout, replica_rejoin_timeout_s=0)
     with pytest.raises(RuntimeError, match="replica_rejoin_timeout_s"):
         job.run()
+
+
+class Exhausted(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class ProbedRollout(FakeRollout):
+    """Records the deadline of each status probe; answers or raises ``error``."""
+
+    def __init__(self, error: grpc.RpcError | None = None) -> None:
+        super().__init__()
+        self.error = error
+        self.deadlines: list[float | None] = []
+
+    def status(self, timeout_s=None):
+        self.deadlines.append(timeout_s)
+        if self.error is not None:
+            raise self.error
+        return super().status(timeout_s)
+
+
+def test_liveness_probe_has_a_short_deadline_and_a_busy_replica_is_alive():
+    busy, gone, fine = ProbedRollout(Exhausted()), ProbedRollout(Unavailable()), ProbedRollout()
+    verdicts = [_alive(SimpleNamespace(rollout=r)) for r in (busy, gone, fine)]
+    assert verdicts == [True, False, True]  # load shedding is not death
+    assert {d for r in (busy, gone, fine) for d in r.deadlines} == {PROBE_TIMEOUT_S}
+    assert PROBE_TIMEOUT_S <= 10  # a hung replica holds the trainer loop seconds, not minutes
