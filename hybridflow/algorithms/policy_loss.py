@@ -14,7 +14,8 @@ import torch
 
 from hybridflow.algorithms.aggregation import agg_loss
 
-_LOG_RATIO_CLAMP = 20.0
+LOG_RATIO_CLAMP = 20.0
+"""Bound on |logp - old_logp| before exp (no overflow on a wild token)."""
 
 
 @dataclass
@@ -54,7 +55,7 @@ def compute_policy_loss(
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (or None), got {clip_ratio_c}")
     mask = response_mask.to(logprob.dtype)
-    neg_approx_kl = torch.clamp(logprob - old_logprob, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    neg_approx_kl = torch.clamp(logprob - old_logprob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(neg_approx_kl)
     ppo_kl = agg_loss(-neg_approx_kl.detach(), mask, "token-mean", num_tokens=num_tokens)
 

@@ -10,10 +10,27 @@ from __future__ import annotations
 import torch
 
 from hybridflow.algorithms.aggregation import agg_loss
-from hybridflow.algorithms.policy_loss import PolicyLossOutput
+from hybridflow.algorithms.policy_loss import LOG_RATIO_CLAMP, PolicyLossOutput
 
-_LOG_RATIO_CLAMP = 20.0
 _GSPO_LOG_RATIO_MAX = 10.0
+
+
+def _output(
+    loss: torch.Tensor,
+    clipped: torch.Tensor,
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    num_tokens: float | None,
+) -> PolicyLossOutput:
+    """The loss with its metrics: token fraction ``clipped``, token-mean ``old_logp - logp``
+    (no dual-clip here, so ``pg_clipfrac_lower`` is 0)."""
+    clipfrac = agg_loss(clipped.to(mask.dtype), mask, "token-mean", num_tokens=num_tokens)
+    return PolicyLossOutput(
+        loss=loss,
+        pg_clipfrac=clipfrac.detach(),
+        pg_clipfrac_lower=torch.zeros((), dtype=mask.dtype, device=mask.device),
+        ppo_kl=agg_loss(-log_ratio.detach(), mask, "token-mean", num_tokens=num_tokens),
+    )
 
 
 def compute_policy_loss_gspo(
@@ -48,16 +65,7 @@ def compute_policy_loss_gspo(
     if token_weights is not None:
         pg_losses = pg_losses * token_weights
     loss = agg_loss(pg_losses, mask, "seq-mean-token-mean", num_seqs=num_seqs)
-    clipfrac = agg_loss(
-        torch.gt(pg_losses2, pg_losses1).to(mask.dtype), mask, "token-mean", num_tokens=num_tokens
-    )
-    ppo_kl = agg_loss(-log_ratio.detach(), mask, "token-mean", num_tokens=num_tokens)
-    return PolicyLossOutput(
-        loss=loss,
-        pg_clipfrac=clipfrac.detach(),
-        pg_clipfrac_lower=torch.zeros((), dtype=mask.dtype, device=mask.device),
-        ppo_kl=ppo_kl,
-    )
+    return _output(loss, torch.gt(pg_losses2, pg_losses1), log_ratio, mask, num_tokens)
 
 
 def compute_policy_loss_cispo(
@@ -80,20 +88,11 @@ def compute_policy_loss_cispo(
     ``loss_agg_mode`` (the paper uses token-mean). ``pg_clipfrac`` counts clipped weights.
     """
     mask = response_mask.to(logprob.dtype)
-    log_ratio = torch.clamp(logprob - old_logprob, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = torch.clamp(logprob - old_logprob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio).detach()
     weight = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     pg_losses = -weight * advantages * logprob
     if token_weights is not None:
         pg_losses = pg_losses * token_weights
     loss = agg_loss(pg_losses, mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
-    clipfrac = agg_loss(
-        torch.ne(weight, ratio).to(mask.dtype), mask, "token-mean", num_tokens=num_tokens
-    )
-    ppo_kl = agg_loss(-log_ratio.detach(), mask, "token-mean", num_tokens=num_tokens)
-    return PolicyLossOutput(
-        loss=loss,
-        pg_clipfrac=clipfrac.detach(),
-        pg_clipfrac_lower=torch.zeros((), dtype=mask.dtype, device=mask.device),
-        ppo_kl=ppo_kl,
-    )
+    return _output(loss, torch.ne(weight, ratio), log_ratio, mask, num_tokens)
