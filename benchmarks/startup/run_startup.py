@@ -38,6 +38,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from hybridflow.deploy.launcher import process_tree  # noqa: E402
+
 CONFIG = "deploy/configs/quickstart.yaml"
 METRICS = (
     "time_to_first_step_s",
@@ -50,20 +54,6 @@ METRICS = (
     "launch_wall_s",
 )
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants (Linux /proc)."""
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        try:
-            for task in Path(f"/proc/{current}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except OSError:
-            continue
-    return out
 
 
 def cpu_seconds(pid: int) -> float | None:

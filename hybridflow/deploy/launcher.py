@@ -137,20 +137,7 @@ class ServiceGroup:
         self.gpu_memory.start()  # samples peak GPU memory per process where nvidia-smi exists
         py = self.python
         self.processes.append(self._spawn("reward", [py, "-m", "hybridflow.services.reward"]))
-        world = self.job.learner.nproc_per_node
-        if world > 1:
-            learner_cmd = [
-                py,
-                "-m",
-                "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc-per-node={world}",
-                "-m",
-                "hybridflow.services.learner",
-            ]
-        else:
-            learner_cmd = [py, "-m", "hybridflow.services.learner"]
+        learner_cmd = ranks_command(py, "hybridflow.services.learner", self.job.learner)
         self.processes.append(self._spawn("learner", learner_cmd, self.job.learner.devices))
         devices = self.job.rollout.devices
         for i in range(self.job.rollout.replicas):
@@ -229,7 +216,7 @@ class ServiceGroup:
         out = {}
         for p in self.processes:
             if p.popen.poll() is None:
-                pids = _process_tree(p.popen.pid)
+                pids = process_tree(p.popen.pid)
                 out[p.name] = {
                     "peak_rss_bytes": float(sum(_peak_rss(pid) for pid in pids)),
                     "cpu_s": sum(_cpu_seconds(pid) for pid in pids),
@@ -270,7 +257,25 @@ def _signal_group(popen: subprocess.Popen[Any], sig: int) -> None:
         pass
 
 
-def _process_tree(pid: int) -> list[int]:
+def ranks_command(py: str, module: str, learner: Any) -> list[str]:
+    """``python -m module``, under torchrun when ``learner.nproc_per_node`` > 1 (the learner
+    service and the offline preference job run their ranks the same way)."""
+    world = learner.nproc_per_node
+    if world <= 1:
+        return [py, "-m", module]
+    return [
+        py,
+        "-m",
+        "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world}",
+        "-m",
+        module,
+    ]
+
+
+def process_tree(pid: int) -> list[int]:
     """``pid`` and its descendants (Linux /proc)."""
     out, todo = [], [pid]
     while todo:

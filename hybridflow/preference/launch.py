@@ -23,20 +23,9 @@ def preference_command(
     job: Any, config_path: str, overrides: list[str], run_dir: Path
 ) -> list[str]:
     """The job's command line (torchrun for several learner ranks, as for the learner service)."""
-    py = sys.executable
-    world = job.learner.nproc_per_node
-    cmd = [py, "-m", "hybridflow.preference"]
-    if world > 1:
-        cmd = [
-            py,
-            "-m",
-            "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={world}",
-            "-m",
-            "hybridflow.preference",
-        ]
+    from hybridflow.deploy.launcher import ranks_command
+
+    cmd = ranks_command(sys.executable, "hybridflow.preference", job.learner)
     cmd += ["--config", config_path, "--run-dir", str(run_dir)]
     for override in overrides:
         cmd += ["--set", override]
