@@ -115,20 +115,11 @@ def _run_commands(call: Any, save_dir: Path) -> dict[str, Any]:
 
 
 def _rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
+    _join_group(rank, port)
 
-    from hybridflow.services.learner.distributed import CommandRelay, init_from_env
+    from hybridflow.services.learner.distributed import CommandRelay
     from hybridflow.services.learner.worker import LearnerWorker
 
-    info = init_from_env("cpu")
-    assert info.world_size == WORLD_SIZE and info.rank == rank
     results: dict[str, Any] = {}
     for name, fields in CONFIGS.items():
         worker = LearnerWorker(LearnerConfig(**fields), ckpt)
@@ -145,6 +136,22 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
     if rank == 0:
         torch.save(results, Path(out_dir) / "ranks.pt")
     _leave_group()
+
+
+def _join_group(rank: int, port: int) -> None:
+    """This spawned process as ``rank`` of WORLD_SIZE gloo ranks on loopback ``port``."""
+    torch.set_num_threads(1)
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(WORLD_SIZE),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    from hybridflow.services.learner.distributed import init_from_env
+
+    info = init_from_env("cpu")
+    assert info.world_size == WORLD_SIZE and info.rank == rank
 
 
 def _leave_group() -> None:
@@ -217,19 +224,11 @@ def test_fsdp2_two_ranks_match_single_process(tmp_path: Path) -> None:
 
 
 def _relay_main(rank: int, port: int, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
+    _join_group(rank, port)
     import torch.distributed as dist
 
-    from hybridflow.services.learner.distributed import CommandRelay, init_from_env
+    from hybridflow.services.learner.distributed import CommandRelay
 
-    init_from_env("cpu")
     seen: list[Any] = []
 
     def handler(command: str, payload: Any) -> Any:

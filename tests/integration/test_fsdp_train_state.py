@@ -4,7 +4,6 @@ the next step; all three continuations agree with the ranks that never stopped."
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,8 @@ import torch
 from hybridflow.services.learner.config import LearnerConfig
 from tests.helpers import build_tiny_checkpoint
 from tests.integration.test_fsdp_parity import (
-    WORLD_SIZE,
     _free_port,
+    _join_group,
     _leave_group,
     _samples,
     _spawn,
@@ -28,19 +27,10 @@ def _full(worker: Any) -> dict[str, torch.Tensor]:
 
 
 def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    from hybridflow.services.learner.distributed import init_from_env
+    _join_group(rank, port)
     from hybridflow.services.learner.train_state import load_train_state, save_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
-    init_from_env("cpu")
     worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
     samples = _samples()
     state_dir = Path(out_dir) / "state"

@@ -7,7 +7,6 @@ filler row on rank 1; KTO's reference point sums mismatched pairs over both rank
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,12 @@ import torch
 from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.config import LearnerConfig
 from tests.helpers import build_tiny_checkpoint
-from tests.integration.test_fsdp_parity import WORLD_SIZE, _free_port, _leave_group, _spawn
+from tests.integration.test_fsdp_parity import (
+    _free_port,
+    _join_group,
+    _leave_group,
+    _spawn,
+)
 
 STEPS = (("dpo", 2), ("kto", 2), ("sft", 1))
 
@@ -41,17 +45,7 @@ def _run(ckpt: str) -> dict[str, Any]:
 
 
 def _rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    from hybridflow.services.learner.distributed import init_from_env
-
-    assert init_from_env("cpu").world_size == WORLD_SIZE
+    _join_group(rank, port)
     results = _run(ckpt)
     if rank == 0:
         torch.save(results, Path(out_dir) / "ranks.pt")
