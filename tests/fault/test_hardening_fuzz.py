@@ -126,7 +126,7 @@ def _generate_request() -> rollout_pb2.GenerateRequest:
     )
 
 
-def _fuzz_rollout(model_path, num_messages: int) -> None:  # noqa: ANN001
+def _fuzz_rollout(model_path, num_messages: int) -> FuzzReport:  # noqa: ANN001
     server = _start_rollout(model_path)
     channel = make_channel(server.address)
     try:
@@ -159,12 +159,13 @@ def _fuzz_rollout(model_path, num_messages: int) -> None:  # noqa: ANN001
             rollout_pb2_grpc.RolloutServiceStub(channel).Generate(_generate_request(), timeout=60)
         )
         assert sum(r.num_prompts for r in replies) == 2
+        return report
     finally:
         channel.close()
         server.stop(0)
 
 
-def _fuzz_learner(model_path, tmp_path, num_messages: int) -> None:  # noqa: ANN001
+def _fuzz_learner(model_path, tmp_path, num_messages: int) -> FuzzReport:  # noqa: ANN001
     server, _ = start_learner_server(
         model_path,
         checkpoint_dir=str(tmp_path / "checkpoints"),
@@ -196,12 +197,13 @@ def _fuzz_learner(model_path, tmp_path, num_messages: int) -> None:  # noqa: ANN
         )
         logprobs = unpack_floats(reply.logprobs, "logprobs", expected_size=2)
         assert all(lp <= 0 for lp in logprobs)
+        return report
     finally:
         channel.close()
         server.stop(0)
 
 
-def _fuzz_reward(num_messages: int) -> None:
+def _fuzz_reward(num_messages: int) -> FuzzReport:
     servicer = RewardServicer(RewardScorer(RewardConfig()), RewardConfig())
     server = start_server(
         ServerConfig(),
@@ -221,25 +223,31 @@ def _fuzz_reward(num_messages: int) -> None:
             reward_pb2.ScoreRequest(items=[item]), timeout=30
         )
         assert reply.num_errors == 0 and reply.results[0].score == 1.0
+        return report
     finally:
         channel.close()
         server.stop(0)
 
 
+def _survived(report: FuzzReport, num_messages: int) -> bool:
+    """Every fuzzed call answered: none crashed the server or hung."""
+    return report.num_calls >= num_messages and not report.crashes and not report.hangs
+
+
 def test_fuzz_rollout(tiny_model_path):
-    _fuzz_rollout(tiny_model_path, 200)
+    assert _survived(_fuzz_rollout(tiny_model_path, 200), 200)
 
 
 def test_fuzz_learner(tiny_model_path, tmp_path):
-    _fuzz_learner(tiny_model_path, tmp_path, 200)
+    assert _survived(_fuzz_learner(tiny_model_path, tmp_path, 200), 200)
 
 
 def test_fuzz_reward():
-    _fuzz_reward(200)
+    assert _survived(_fuzz_reward(200), 200)
 
 
 @pytest.mark.slow
 def test_fuzz_every_service_10k(tiny_model_path, tmp_path):
-    _fuzz_rollout(tiny_model_path, 10_000)
-    _fuzz_learner(tiny_model_path, tmp_path, 10_000)
-    _fuzz_reward(10_000)
+    assert _survived(_fuzz_rollout(tiny_model_path, 10_000), 10_000)
+    assert _survived(_fuzz_learner(tiny_model_path, tmp_path, 10_000), 10_000)
+    assert _survived(_fuzz_reward(10_000), 10_000)

@@ -47,7 +47,7 @@ def test_sigkill_launcher_leaves_no_process(tmp_path, overrides):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         # Parent-death signal, then the watchdog's hard exit after its grace (15 s).
-        wait_all_gone(procs, timeout_s=60)
+        assert not wait_all_gone(procs, timeout_s=60)
     finally:
         kill_all(procs)
 
@@ -62,7 +62,7 @@ def test_sigterm_ends_everything_while_the_coordinator_is_blocked(tmp_path):
         os.kill(proc.pid, signal.SIGTERM)
         # Bound: stop_timeout_s (2) + the services' stop grace (15) + slack for a busy host.
         proc.wait(timeout=90)
-        wait_all_gone(procs, timeout_s=10)
+        assert not wait_all_gone(procs, timeout_s=10)
     finally:
         kill_all(procs)
     kinds = [(e["service"], e["event"]) for e in events(run_dir)]
@@ -82,7 +82,7 @@ def test_sigkill_learner_stops_the_job_with_one_line_and_the_resume_command(tmp_
     try:
         os.kill(find(procs, "hybridflow.services.learner"), signal.SIGKILL)
         proc.wait(timeout=120)
-        wait_all_gone(procs, timeout_s=30)
+        assert not wait_all_gone(procs, timeout_s=30)
     finally:
         kill_all(procs)
     text = output.read_text()
