@@ -9,6 +9,7 @@ grpc, and knows nothing of which service it configures.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -139,6 +140,8 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
             raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):
+            value = _yaml11_float(value)  # YAML 1.1 reads "2e-4" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{source}: '{key}' must be a number, got {value!r}")
         return float(value)
@@ -163,3 +166,13 @@ def to_dict(obj: Any) -> Any:
 def dump_yaml(obj: Any, path: str | Path) -> None:
     """Writes a config (dataclass) as YAML."""
     Path(path).write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))
+
+
+def _yaml11_float(text: str) -> float | str:
+    """``text`` as a float when it is an exponent number YAML 1.1 leaves a string ("2e-4",
+    "1E5"); anything else is returned unchanged (and refused by the caller)."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if "e" in text.lower() and math.isfinite(number) else text

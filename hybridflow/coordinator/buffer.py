@@ -11,8 +11,10 @@ Invariants (tested in tests/unit/coordinator/test_async.py):
 - A group more than ``max_staleness`` versions behind the learner is never trained: it is
   handed back for re-generation and counted (``dropped_stale``); nothing is lost.
 - Every prompt handed out and not yet trained is in exactly one place: in flight (admitted
-  by a dispatcher, not yet back), buffered (scored), or re-queued. ``pending()`` lists them
+  by a dispatcher, not yet back), buffered (scored), re-queued, or filtered and not yet
+  written to the audit (dynamic sampling, ``dynamic_sampling.py``). ``pending()`` lists them
   all: what a checkpoint must regenerate on resume.
+- A filtered group frees its admission slot: a new prompt takes its place.
 - Pacing observations: time dispatchers spend blocked by admission, and per taken batch how
   long it had been complete, are measured here on one clock (``clock``) and handed to the
   pacer after each step (``pace``).
@@ -28,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
+from hybridflow.coordinator.dynamic_sampling import GroupFilter
 from hybridflow.coordinator.pacing import Pacer, StepObservation
 
 
@@ -79,8 +82,15 @@ class GroupBuffer:
     finished group then wakes one thread, not every replica's dispatcher.
     """
 
-    def __init__(self, admission: Admission, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        clock: Callable[[], float] = time.monotonic,
+        group_filter: GroupFilter | None = None,
+    ) -> None:
+        """``group_filter``: dynamic sampling (None: every group is trained)."""
         self.admission = admission
+        self.group_filter = group_filter
         self.clock = clock
         self.lock = threading.Lock()
         self.admit = threading.Condition(self.lock)
@@ -89,6 +99,7 @@ class GroupBuffer:
         self._arrivals = 0
         self._arrived_at: dict[int, float] = {}  # arrival -> clock time
         self._requeued: list[Prompt] = []
+        self._filtered: list[ScoredGroup] = []  # filtered, not yet audited
         self._in_flight: dict[int, Prompt] = {}  # id(prompt) -> prompt
         self.stats = BufferStats()
         self._blocked_since: dict[int, float] = {}  # dispatcher -> blocked by admission since
@@ -111,6 +122,11 @@ class GroupBuffer:
         with self.lock:
             for g in groups:
                 self._in_flight.pop(id(g.prompt), None)
+                if self.group_filter is not None and not self.group_filter.keep(g):
+                    self._filtered.append(g)
+                    self.admission.give_back(1)  # a new prompt takes its place
+                    self.admit.notify_all()
+                    continue
                 version = min(c.policy_version for c in g.completions)
                 self._groups.append((version, self._arrivals, g))
                 self._arrived_at[self._arrivals] = self.clock()
@@ -159,6 +175,8 @@ class GroupBuffer:
                     for version, _, _ in batch:
                         self.stats.staleness[learner_version - version] += 1
                     self._note_take(max(self._arrived_at.pop(a) for _, a, _ in batch))
+                    if self.group_filter is not None:
+                        self.group_filter.batch_taken()
                     return [g for _, _, g in batch]
                 if not self.ready.wait(timeout_s):
                     return None
@@ -211,6 +229,12 @@ class GroupBuffer:
             self.admit.notify_all()
             self.ready.notify_all()
 
+    def take_filtered(self) -> list[ScoredGroup]:
+        """The groups filtered since the last call (the trainer loop audits them)."""
+        with self.lock:
+            taken, self._filtered = self._filtered, []
+            return taken
+
     def pending(self) -> list[Prompt]:
         """Every prompt handed out and not trained (in flight, buffered, re-queued), in
         hand-out order when prompts carry a ``seq`` (cursor hand-outs do). Caller holds
@@ -219,6 +243,7 @@ class GroupBuffer:
             *self._in_flight.values(),
             *(g.prompt for _, _, g in self._groups),
             *self._requeued,
+            *(g.prompt for g in self._filtered),
         ]
         return sorted(prompts, key=lambda p: getattr(p, "seq", 0))
 

@@ -53,6 +53,9 @@ class CoordinatorState:
     num_samples: int = 0
     num_requeued: int = 0
     num_dropped_stale: int = 0
+    num_filtered: int = 0
+    """Groups dynamic sampling did not train (their prompts consumed)."""
+    num_passed_equal: int = 0
     staleness: dict[str, int] = field(default_factory=dict)
     learner_busy_s: float = 0.0
     wall_s: float = 0.0

@@ -73,6 +73,13 @@ class CoordinatorConfig:
     learner busy, so samples are as fresh as the overlap allows: about 1 version stale when
     generation is faster than training; runs further ahead only when that would keep the
     learner waiting) or greedy (every slot the bound allows: samples max_staleness stale)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a group whose rewards are all equal (zero advantage under a
+    group baseline) is not trained; a new prompt takes its place until the batch is full.
+    Filtered prompts count as consumed (trained.jsonl marks them "filtered")."""
+    dynamic_sampling_max_rounds: int = 10
+    """Safety valve: once this many batches' worth of groups were filtered for one step,
+    equal groups are trained after all (counted), so a solved task cannot stall the run."""
     rollout_addresses: list[str] = field(default_factory=list)
     """host:port of each rollout replica (deploy/launch.sh fills these in)."""
     reward_address: str = ""
@@ -111,6 +118,7 @@ class CoordinatorConfig:
                         "prompts_per_step",
                         "group_size",
                         "sync_every",
+                        "dynamic_sampling_max_rounds",
                     )
                 ),
                 at_least("coordinator.seed", self.seed, 0),
@@ -120,6 +128,10 @@ class CoordinatorConfig:
                 if self.admission in ADMISSION_POLICIES
                 else f"coordinator.admission: must be one of {', '.join(ADMISSION_POLICIES)}, "
                 f"got {self.admission!r}",
+                "coordinator.dynamic_sampling: needs coordinator.group_size >= 2 (a group of "
+                "one always has equal rewards)"
+                if self.dynamic_sampling and self.group_size < 2
+                else None,
             ]
         )
         for name in ("data_size", "num_steps", "prompts_per_step", "group_size", "sync_every"):

@@ -4,6 +4,8 @@ Rollout replicas generate continuously (one ``ReplicaDispatcher`` thread each) w
 trainer loop here takes batches from the ``GroupBuffer``, trains, and publishes weights.
 
 Invariants (tested in tests/unit/coordinator/):
+- Dynamic sampling (``dynamic_sampling.py``): groups with equal rewards are consumed without
+  training, audited as ``"filtered"``, and replaced by new prompts.
 - Nothing lost: every prompt of an epoch is handed out once (``PromptCursor``); a failed
   replica's prompts and stale groups are re-queued and generated again, and counted
   (``async/requeued``, ``async/dropped_stale``); what is still in flight or buffered when the
@@ -42,6 +44,7 @@ from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import CursorState, PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
+from hybridflow.coordinator.dynamic_sampling import GroupFilter
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
@@ -77,6 +80,8 @@ class RunSummary:
     time_to_first_step_s: float | None = None
     """Seconds from the launch (``TrainingJob.launch_time``) to the end of this run's first
     trained step; None when no step was trained."""
+    num_filtered: int = 0
+    """Groups not trained by dynamic sampling (all rewards equal); their prompts are consumed."""
 
 
 class TrainingJob:
@@ -121,7 +126,10 @@ class TrainingJob:
         # Admission lead (coordinator.admission: pace | greedy), fed after each step: pacing.py
         self.pacer = Pacer(config.max_staleness, config.sync_every, config.admission == "greedy")
         self.buffer = GroupBuffer(
-            Admission(config.prompts_per_step, config.max_staleness, self.pacer.lead)
+            Admission(config.prompts_per_step, config.max_staleness, self.pacer.lead),
+            group_filter=GroupFilter(config.prompts_per_step, config.dynamic_sampling_max_rounds)
+            if config.dynamic_sampling
+            else None,
         )
         self._stop = threading.Event()
         self._learner_lock = threading.Lock()  # trainer loop and rejoining dispatchers
@@ -169,6 +177,23 @@ class TrainingJob:
             report = self.services.learner.publish_weights([self.services.weight_targets[index]])
         self.dispatchers[index].published_version = report.policy_version
         return True
+
+    def _dynamic_sampling_metrics(
+        self, batch: Sequence[ScoredGroup], filtered: Sequence[ScoredGroup]
+    ) -> dict[str, float]:
+        """This step's filtered groups, the mean score over trained and filtered groups (the
+        policy's reward; ``critic/score/mean`` is the trained batch's) and the run's totals.
+        Empty without dynamic sampling."""
+        f = self.buffer.group_filter
+        if f is None:
+            return {}
+        scores = [r.score for g in (*batch, *filtered) for r in g.results]
+        return {
+            "dynamic_sampling/filtered": float(len(filtered)),
+            "dynamic_sampling/score_all_mean": sum(scores) / max(len(scores), 1),
+            "dynamic_sampling/filtered_total": float(f.num_filtered),
+            "dynamic_sampling/passed_equal": float(f.num_passed_equal),
+        }
 
     def _live_targets(self) -> list[str]:
         return [t for t, d in zip(self.services.weight_targets, self.dispatchers) if not d.failed]
@@ -274,6 +299,9 @@ class TrainingJob:
             self.config.max_staleness // state.versions_per_step
         )
         self.buffer.stats.dropped_stale = state.num_dropped_stale
+        if self.buffer.group_filter is not None:
+            self.buffer.group_filter.num_filtered = state.num_filtered
+            self.buffer.group_filter.num_passed_equal = state.num_passed_equal
         self.buffer.stats.staleness.update({int(k): v for k, v in state.staleness.items()})
         self._requeued_before = state.num_requeued
         rewind_jsonl(self.run_dir / "metrics.jsonl", state.step)
@@ -305,6 +333,9 @@ class TrainingJob:
             d.num_requeued for d in self.dispatchers
         )
         self.state.num_dropped_stale = self.buffer.stats.dropped_stale
+        if self.buffer.group_filter is not None:
+            self.state.num_filtered = self.buffer.group_filter.num_filtered
+            self.state.num_passed_equal = self.buffer.group_filter.num_passed_equal
         self.state.staleness = {str(k): v for k, v in self.buffer.stats.staleness.items()}
         path = self.checkpoints.commit(self.state)
         self.events.record("checkpoint", time.time(), time.time(), step=step)
@@ -393,11 +424,17 @@ class TrainingJob:
                     "training/epoch": float(self.cursor.state.epoch),
                 }
                 gen_s_seen = gen_s
-                st.rewards.append(metrics["critic/score/mean"])
+                # The policy's reward: with dynamic sampling, over trained and filtered groups.
+                st.rewards.append(
+                    metrics.get("dynamic_sampling/score_all_mean", metrics["critic/score/mean"])
+                )
                 st.num_samples += len(train_batch)
                 st.step, st.policy_version = step, version
                 st.wall_s = wall
                 _write_audit(audit, step, batch, version)
+                filtered = self.buffer.take_filtered()
+                _write_audit(audit, step, filtered, version, filtered=True)
+                metrics.update(self._dynamic_sampling_metrics(batch, filtered))
                 metrics_log.write(step, metrics)
                 if first_step_s is None:
                     first_step_s = time.time() - self.launch_time
@@ -446,6 +483,7 @@ class TrainingJob:
             resumed_from_step=first_step - 1,
             last_checkpoint=last_checkpoint,
             time_to_first_step_s=first_step_s,
+            num_filtered=self.buffer.group_filter.num_filtered if self.buffer.group_filter else 0,
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
@@ -467,21 +505,26 @@ def _alive(dispatcher: ReplicaDispatcher) -> bool:
     return True
 
 
-def _write_audit(audit: TextIO, step: int, batch: Sequence[ScoredGroup], version: int) -> None:
-    """One line per trained group: what the kill harness counts (once per epoch)."""
+def _write_audit(
+    audit: TextIO,
+    step: int,
+    batch: Sequence[ScoredGroup],
+    version: int,
+    filtered: bool = False,
+) -> None:
+    """One line per consumed group: what the kill harness counts (once per epoch). Groups
+    dynamic sampling filtered are consumed without training: ``"filtered": true``."""
     for g in batch:
         p = g.prompt
-        audit.write(
-            json.dumps(
-                {
-                    "step": step,
-                    "epoch": getattr(p, "epoch", 0),
-                    "index": p.index,
-                    "seq": getattr(p, "seq", -1),
-                    "generated_version": min(c.policy_version for c in g.completions),
-                    "version": version,
-                }
-            )
-            + "\n"
-        )
+        line = {
+            "step": step,
+            "epoch": getattr(p, "epoch", 0),
+            "index": p.index,
+            "seq": getattr(p, "seq", -1),
+            "generated_version": min(c.policy_version for c in g.completions),
+            "version": version,
+        }
+        if filtered:
+            line["filtered"] = True
+        audit.write(json.dumps(line) + "\n")
     audit.flush()

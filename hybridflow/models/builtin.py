@@ -75,8 +75,12 @@ class BuiltinSpec:
     """Phase 2: near misses are the sum plus or minus 1..label_max_offset (never negative)."""
 
 
-SPECS: dict[str, BuiltinSpec] = {"tiny": BuiltinSpec()}
-"""Built-in model names and their specs."""
+SPECS: dict[str, BuiltinSpec] = {
+    "tiny": BuiltinSpec(),
+    "tiny-random": BuiltinSpec(clean_steps=0, noisy_steps=0),
+}
+"""Built-in model names and their specs. ``tiny-random`` is ``tiny`` without the warm start
+(the seeded random initialisation): the cold-start comparison of the algorithm suite."""
 
 
 def spec_hash(spec: BuiltinSpec) -> str:

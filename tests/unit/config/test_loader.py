@@ -76,3 +76,14 @@ def test_dump_round_trips(tmp_path):
     out = tmp_path / "resolved.yaml"
     dump_yaml(cfg, out)
     assert load_config(Outer, out) == cfg
+
+
+def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
+    """YAML 1.1 reads 2e-4 as a string; a float field takes it (file and --set alike)."""
+    cfg = load_config(Outer, write(tmp_path, "inner:\n  rate: 2e-4\n"))
+    assert cfg.inner.rate == 2e-4
+    assert load_config(Outer, None, ["inner.rate=1E3"]).inner.rate == 1000.0
+    with pytest.raises(ConfigError, match="'inner.rate' must be a number, got 'fast'"):
+        load_config(Outer, None, ["inner.rate=fast"])
+    with pytest.raises(ConfigError, match="'inner.rate' must be a number, got 'inf'"):
+        load_config(Outer, None, ["inner.rate=inf"])
