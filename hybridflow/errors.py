@@ -1,25 +1,41 @@
-"""Domain exceptions that servicers map to gRPC status codes (``hybridflow.rpc.errors``).
+"""Domain exceptions: what a service refuses or fails with, on both sides of the wire.
 
-``ValueError`` stays the one for bad input (INVALID_ARGUMENT); this module adds what is not
-the caller's fault. Imports nothing.
+Servicers map them to gRPC status codes (``hybridflow.rpc.errors``); the gRPC clients turn
+status codes back into them (``hybridflow.rpc.client_errors``), so the coordinator and the
+schedule handle a failed call without knowing about gRPC, and the in-process twins of the
+services raise the same classes. ``ValueError`` stays the one for bad input
+(INVALID_ARGUMENT; a client raises ``BadRequest``, a ValueError); ``ServiceError`` is the
+base of what is not the caller's fault. Imports nothing.
 """
 
 from __future__ import annotations
 
 
-class Unavailable(RuntimeError):
-    """The service cannot serve (its engine died): UNAVAILABLE, with the cause as message."""
+class BadRequest(ValueError):
+    """The service refused the request as invalid (INVALID_ARGUMENT): retrying it elsewhere
+    cannot help."""
 
 
-class FailedPrecondition(RuntimeError):
+class ServiceError(RuntimeError):
+    """A call to a service failed for a reason other than bad input."""
+
+
+class Unavailable(ServiceError):
+    """The service cannot serve now: unreachable, restarting, past its deadline, or its
+    engine died (UNAVAILABLE / DEADLINE_EXCEEDED). Another replica, or a retry once it is
+    back, may succeed."""
+
+
+class FailedPrecondition(ServiceError):
     """The request is well-formed but the service's state refuses it (no checkpoint directory
     configured, a weight version that goes backwards): FAILED_PRECONDITION."""
 
 
-class AlreadyExists(RuntimeError):
+class AlreadyExists(ServiceError):
     """The request would overwrite something that exists (a checkpoint): ALREADY_EXISTS."""
 
 
-class ResourceExhausted(RuntimeError):
-    """A per-request limit of the service's config is exceeded: RESOURCE_EXHAUSTED, with the
+class ResourceExhausted(ServiceError):
+    """A per-request limit of the service's config is exceeded, or the service is at its
+    concurrency limit and sheds the call (alive, but busy): RESOURCE_EXHAUSTED, with the
     limit's config key in the message."""

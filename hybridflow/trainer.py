@@ -1,21 +1,31 @@
 """``RLTrainer``: the whole RL step in one process, over the in-process twins of the services.
 
-The same ``run_step`` the coordinator drives over gRPC runs here against ``LocalRollout``,
-``RewardScorer`` and ``LearnerCore`` directly: no sockets, no subprocesses.
+Each ``step`` runs the coordinator's own schedule (``TrainingJob``, synchronous:
+``max_staleness: 0``) for one step over ``LocalRollout``, ``RewardScorer`` and ``LearnerCore``
+directly: no sockets, no subprocesses, and the same admission, dispatch, scoring, dynamic
+sampling, ReMax baselines, metrics and audit as a job started with ``deploy/launch.sh``.
 
     trainer = RLTrainer(actor="builtin:tiny", reward_fn=my_reward, algo="grpo")
     result = trainer.step(prompts=["1+2=", "3+4="])
     result.metrics["reward_mean"], result.metrics["policy_loss"], result.metrics["value_loss"]
+
+Step k samples with seed ``seed + k - 1``: step 1 of a trainer draws what step 1 of a
+service job with ``coordinator.seed = seed`` draws.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hybridflow.types import SamplingParams
+
+if TYPE_CHECKING:
+    from hybridflow.coordinator.checkpoint import CoordinatorState
 
 RewardFn = Callable[[str, str], float]
 """reward_fn(prompt, response) -> float."""
@@ -38,17 +48,23 @@ class RLTrainer:
         self,
         actor: str | Path,
         reward_fn: RewardFn,
-        algo: Literal["grpo", "ppo"] = "grpo",
+        algo: Literal["grpo", "ppo", "dpo", "rft"] = "grpo",
         group_size: int = 4,
         sampling: SamplingParams | None = None,
         seed: int = 0,
+        run_dir: str | Path | None = None,
+        dynamic_sampling: bool = False,
         **learner_overrides: Any,
     ) -> None:
-        """``actor``: builtin:tiny or a local HF checkpoint dir. ``learner_overrides`` set
-        LearnerConfig fields (e.g. ``lr=1e-3``)."""
+        """``actor``: builtin:tiny or a local HF checkpoint dir. ``algo``: the learner's preset
+        (grpo, ppo, dpo: online DPO on each group's best and worst response, rft:
+        rejection-sampling fine-tuning). ``run_dir``: where metrics.jsonl, trained.jsonl and
+        events.jsonl go (None: a temporary directory removed by ``close``).
+        ``dynamic_sampling``: DAPO's (coordinator.dynamic_sampling). ``learner_overrides``
+        set LearnerConfig fields (e.g. ``lr=1e-3``)."""
         from transformers import AutoTokenizer
 
-        from hybridflow.coordinator.step import Services
+        from hybridflow.coordinator.services import Services
         from hybridflow.models import resolve_model_path
         from hybridflow.services.learner.config import LearnerConfig
         from hybridflow.services.learner.core import LearnerCore
@@ -61,6 +77,8 @@ class RLTrainer:
         path = resolve_model_path(str(actor))
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.params = replace(sampling or SamplingParams(max_new_tokens=8), n=group_size)
+        self.seed = seed
+        self.dynamic_sampling = dynamic_sampling
         learner_cfg = LearnerConfig(
             algorithm=algo, seed=seed, temperature=self.params.temperature, **learner_overrides
         )
@@ -81,11 +99,15 @@ class RLTrainer:
             weight_targets=["local"],
             decode=lambda ids: str(self.tokenizer.decode(ids, skip_special_tokens=True)),
         )
-        self._step = 0
+        self._own_run_dir = run_dir is None
+        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="rltrainer-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._state: CoordinatorState | None = None
 
     def step(self, prompts: Sequence[str]) -> StepResult:
         """Generate ``group_size`` responses per prompt, score, train one step, sync weights."""
-        from hybridflow.coordinator.step import run_step
+        from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
+        from hybridflow.coordinator.job import TrainingJob
         from hybridflow.data.datasets import PromptRecord
 
         if not prompts:
@@ -103,16 +125,43 @@ class RLTrainer:
         ]
         if any(r.prompt_ids.size == 0 for r in records):
             raise ValueError("prompts: every prompt must tokenise to at least one token")
-        self._step += 1
-        outcome = run_step(self.services, records, self.params, self._step)
-        m = outcome.metrics
+        step = (self._state.step if self._state else 0) + 1
+        config = CoordinatorConfig(
+            seed=self.seed + step - 1,
+            num_steps=step,
+            prompts_per_step=len(records),
+            group_size=self.params.n,
+            sampling=SamplingConfig(
+                temperature=self.params.temperature,
+                top_p=self.params.top_p,
+                max_new_tokens=self.params.max_new_tokens,
+            ),
+            max_staleness=0,
+            dynamic_sampling=self.dynamic_sampling,
+            save_checkpoint=False,
+            checkpoint_every=0,
+            progress=False,
+        )
+        config.validate()
+        job = TrainingJob(
+            config,
+            self.services,
+            records,
+            self.run_dir,
+            continue_from=self._state,
+        )
+        job.run()
+        self._state = job.state
+        m = job.last_metrics
         metrics = {
             **m,
             "policy_loss": m.get("actor/pg_loss", 0.0),
             "value_loss": m.get("critic/vf_loss", 0.0),
             "reward_mean": m["critic/score/mean"],
         }
-        return StepResult(metrics, outcome.result.policy_version)
+        return StepResult(metrics, job.state.policy_version)
 
     def close(self) -> None:
-        self.services.close()
+        """Removes the temporary run directory (a given ``run_dir`` is kept)."""
+        if self._own_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)

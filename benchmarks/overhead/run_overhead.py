@@ -62,7 +62,9 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from transformers import AutoTokenizer
 
     from hybridflow.config.job import load_job_config
-    from hybridflow.coordinator.step import Services, run_step
+    from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
+    from hybridflow.coordinator.job import TrainingJob
+    from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import PromptRecord
     from hybridflow.deploy.launcher import ServiceGroup
     from hybridflow.models import resolve_model_path
@@ -70,12 +72,10 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from hybridflow.services.learner.client import GrpcLearnerClient
     from hybridflow.services.reward.client import GrpcRewardClient
     from hybridflow.services.rollout.client import GrpcRolloutClient
-    from hybridflow.types import SamplingParams
 
     overrides = [f"learner.lr={lr}", "learner.algorithm=grpo"]
     job = load_job_config(None, overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
-    params = SamplingParams(max_new_tokens=max_new, n=group)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         export_run_token(tmp, os.environ)  # services and clients share this run's token
         services = stack.enter_context(ServiceGroup(job, None, overrides, Path(tmp)))
@@ -102,12 +102,31 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
                 for i, row in enumerate(batch)
             ]
 
-        run_step(svc, records(batches[0]), params, 0)  # warm-up
+        state = None
+
+        def step(batch: list[dict]) -> None:
+            """One step of ``batch`` through the schedule, as RLTrainer.step runs it."""
+            nonlocal state
+            num = (state.step if state else 0) + 1
+            cfg = CoordinatorConfig(
+                seed=num - 1,
+                num_steps=num,
+                prompts_per_step=len(batch),
+                group_size=group,
+                sampling=SamplingConfig(max_new_tokens=max_new),
+                save_checkpoint=False,
+                checkpoint_every=0,
+                progress=False,
+            )
+            job = TrainingJob(cfg, svc, records(batch), Path(tmp), continue_from=state)
+            job.run()
+            state = job.state
+
+        step(batches[0])  # warm-up
         start = time.perf_counter()
-        for i, batch in enumerate(batches[1:], start=1):
-            run_step(svc, records(batch), params, i)
+        for batch in batches[1:]:
+            step(batch)
         elapsed = time.perf_counter() - start
-        svc.close()
     return sum(len(b) * group for b in batches[1:]) / elapsed
 
 

@@ -37,7 +37,7 @@ def dispatch_overhead(cfg: SimulatedConfig, num_replicas: int, run_dir: Path) ->
     )
     from hybridflow.coordinator.config import CoordinatorConfig
     from hybridflow.coordinator.job import TrainingJob
-    from hybridflow.coordinator.step import Services
+    from hybridflow.coordinator.services import Services
 
     rollouts = [InstantRollout(cfg.response_tokens) for _ in range(num_replicas)]
     learner = InstantLearner(rollouts)
@@ -61,10 +61,7 @@ def dispatch_overhead(cfg: SimulatedConfig, num_replicas: int, run_dir: Path) ->
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    try:
-        summary = TrainingJob(job_cfg, services, records, run_dir).run()
-    finally:
-        services.close()
+    summary = TrainingJob(job_cfg, services, records, run_dir).run()
     total_s = time.perf_counter() - start
     rows = [
         json.loads(line)

@@ -2,7 +2,7 @@
 
 Invariants (tested in tests/unit/coordinator/test_async.py):
 - Capacity rule (AReaL): at most ``(published_step + lead + 1) * batch_groups`` groups are
-  ever started, where ``published_step`` counts the train steps whose weights the replicas
+  ever started (and never more than the run's ``num_steps`` batches), where ``published_step`` counts the train steps whose weights the replicas
   have and ``lead <= max_staleness_steps`` (greedy admission: lead = max_staleness_steps;
   paced: chosen by ``pacing.Pacer``). A group started under weights of step p therefore
   belongs to one of the batches up to p + lead + 1 when batches are taken oldest-first, so
@@ -45,12 +45,19 @@ class Admission:
     """How many more groups may start generating, given the published weights."""
 
     def __init__(
-        self, batch_groups: int, max_staleness_steps: int, lead_steps: int | None = None
+        self,
+        batch_groups: int,
+        max_staleness_steps: int,
+        lead_steps: int | None = None,
+        max_groups: int | None = None,
     ) -> None:
-        """``lead_steps``: how far ahead generation may start (None: greedy, the bound)."""
+        """``lead_steps``: how far ahead generation may start (None: greedy, the bound).
+        ``max_groups``: groups the run will ever train (num_steps batches); nothing starts
+        beyond them, so the last step leaves no generation behind (None: no cap)."""
         self.batch_groups = batch_groups
         self.max_staleness_steps = max_staleness_steps
         self.lead_steps = lead_steps
+        self.max_groups = max_groups
         self.num_started = 0
         self.published_step = 0
 
@@ -62,6 +69,8 @@ class Admission:
 
     def capacity(self) -> int:
         limit = (self.published_step + self.lead() + 1) * self.batch_groups
+        if self.max_groups is not None:
+            limit = min(limit, self.max_groups)
         return max(0, limit - self.num_started)
 
     def start(self, num: int) -> None:

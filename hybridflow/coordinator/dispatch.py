@@ -1,11 +1,13 @@
 """Keeps one rollout replica busy: admit prompts, generate, score, hand groups to the buffer.
 
-One thread per replica. A replica that fails (anything but INVALID_ARGUMENT) has its
-in-flight prompts re-queued for the others and is taken out of the rotation (``failed``);
-with a ``rejoin`` callback it keeps probing, and once the replica is back (the launcher
-restarts it on its port) and has the current weights, it serves again. Bad input is fatal
-and reported to the trainer loop through ``error``; a reward service that is unreachable is
-retried for ``service_wait_s`` (it may be restarting) before that is fatal too.
+One thread per replica. A replica whose call fails (``ServiceError``: unreachable, shedding
+load, dead engine) has its in-flight prompts re-queued for the others and is taken out of the
+rotation (``failed``); with a ``rejoin`` callback it keeps probing, and once the replica is
+back (the launcher restarts it on its port) and has the current weights, it serves again. Bad
+input (a ValueError, ``BadRequest`` from a gRPC client) and anything unexpected are fatal and
+reported to the trainer loop through ``error``, never a silent thread death; a reward service
+that is ``Unavailable`` is retried for ``service_wait_s`` (it may be restarting) before that
+is fatal too. Transport-free: the clients raise ``hybridflow.errors`` classes.
 
 Each request carries a seed derived from the job seed and its first hand-out, so the same
 prompts under the same weights sample the same completions (a resumed run repeats the
@@ -21,20 +23,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import grpc
-
 from hybridflow.arrays import TokenArray
+from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
-from hybridflow.services.reward.client import RewardClient
-from hybridflow.services.rollout.client import RolloutClient
+from hybridflow.errors import ServiceError, Unavailable
 from hybridflow.types import SamplingParams, ScoreResult
 
 log = logging.getLogger(__name__)
-
-_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class ReplicaDispatcher(threading.Thread):
@@ -100,6 +98,13 @@ class ReplicaDispatcher(threading.Thread):
         return []
 
     def run(self) -> None:
+        try:
+            self._serve()
+        except Exception as exc:  # noqa: BLE001 — reported to the trainer loop
+            log.exception("dispatcher %d stopped", self.index)
+            self.error = exc
+
+    def _serve(self) -> None:
         request = 0
         while not self.stop_event.is_set():
             if self.failed and not self._wait_for_rejoin():
@@ -119,20 +124,21 @@ class ReplicaDispatcher(threading.Thread):
                 groups = self.rollout.generate(
                     [p.prompt_ids for p in prompts], params, f"r{self.index}-{request}"
                 )
-            except grpc.RpcError as exc:
+            except ServiceError as exc:
                 self.buffer.requeue(prompts)
                 self.num_requeued += len(prompts)
-                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # type: ignore[attr-defined]
-                    self.error = exc
-                    return
                 log.warning(
                     "replica %d failed (%s); its %d prompts are re-queued",
                     self.index,
-                    describe_error(exc),
+                    exc,
                     len(prompts),
                 )
                 self.failed = True
                 continue  # the loop waits for it to come back
+            except Exception:
+                self.buffer.requeue(prompts)  # bad input: fatal, and nothing lost
+                self.num_requeued += len(prompts)
+                raise
             got = min((c.policy_version for g in groups for c in g), default=expected_version)
             if got < expected_version:
                 log.warning(
@@ -159,14 +165,13 @@ class ReplicaDispatcher(threading.Thread):
             )
             try:
                 results = self._score(score_items(prompts, groups, self.decode))
-                self.events.record(
-                    "score", gen_end, time.time(), replica=self.index, num_items=len(results)
-                )
-                self.buffer.put(attach_scores(prompts, groups, results))
-            except Exception as exc:  # noqa: BLE001 — reported to the trainer loop
-                self.buffer.requeue(prompts)
-                self.error = exc
-                return
+            except Exception:
+                self.buffer.requeue(prompts)  # fatal (run() reports it); nothing lost
+                raise
+            self.events.record(
+                "score", gen_end, time.time(), replica=self.index, num_items=len(results)
+            )
+            self.buffer.put(attach_scores(prompts, groups, results))
 
     def _score(self, items: list[Any]) -> list[ScoreResult]:
         """Scores, retrying while the reward service is unreachable (being restarted) for
@@ -175,13 +180,10 @@ class ReplicaDispatcher(threading.Thread):
         while True:
             try:
                 return self.reward.score_batch(items)
-            except grpc.RpcError as exc:
-                code = exc.code()  # type: ignore[attr-defined]
-                if code not in _TRANSIENT or time.monotonic() > deadline:
+            except Unavailable as exc:
+                if time.monotonic() > deadline or self.stop_event.is_set():
                     raise
-                if self.stop_event.is_set():
-                    raise
-                log.warning("reward service unreachable (%s); retrying", describe_error(exc))
+                log.warning("reward service unreachable (%s); retrying", exc)
                 self.stop_event.wait(1.0)
 
     def _wait_for_rejoin(self) -> bool:
@@ -212,9 +214,5 @@ class ReplicaDispatcher(threading.Thread):
 
 
 def describe_error(exc: BaseException) -> str:
-    """One line: a gRPC error's status and the first line of its details."""
-    code = exc.code() if hasattr(exc, "code") else None
-    if code is None:
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
-    details = exc.details() if hasattr(exc, "details") else ""
-    return f"{getattr(code, 'name', code)}: {(details or '').splitlines()[0] if details else ''}"
+    """One line: the error's class and the first line of its message."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -35,8 +35,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-import grpc
-
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
 from hybridflow.coordinator.config import CoordinatorConfig
@@ -48,8 +46,9 @@ from hybridflow.coordinator.dynamic_sampling import GroupFilter
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
-from hybridflow.coordinator.step import Services
-from hybridflow.types import SamplingParams
+from hybridflow.coordinator.services import Services
+from hybridflow.errors import ResourceExhausted, ServiceError
+from hybridflow.types import SamplingParams, TrainSample
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +93,13 @@ class TrainingJob:
         control: JobControl | None = None,
         resume: bool = False,
         checkpoint_root: Path | None = None,
+        continue_from: CoordinatorState | None = None,
     ) -> None:
         """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
-        (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all."""
+        (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all.
+        ``continue_from``: the state a previous job over the same services ended with (its
+        ``state``), so steps, versions and counters continue; the replicas already have the
+        learner's weights. ``RLTrainer`` runs one job per step this way."""
         if config.sync_every - 1 > config.max_staleness:
             raise ValueError(
                 f"coordinator.sync_every={config.sync_every} lets samples lag "
@@ -126,7 +129,12 @@ class TrainingJob:
         # Admission lead (coordinator.admission: pace | greedy), fed after each step: pacing.py
         self.pacer = Pacer(config.max_staleness, config.sync_every, config.admission == "greedy")
         self.buffer = GroupBuffer(
-            Admission(config.prompts_per_step, config.max_staleness, self.pacer.lead),
+            Admission(
+                config.prompts_per_step,
+                config.max_staleness,
+                self.pacer.lead,
+                max_groups=config.num_steps * config.prompts_per_step,
+            ),
             group_filter=GroupFilter(config.prompts_per_step, config.dynamic_sampling_max_rounds)
             if config.dynamic_sampling
             else None,
@@ -155,7 +163,7 @@ class TrainingJob:
             )
             for i, r in enumerate(services.rollouts)
         ]
-        self.state = CoordinatorState(
+        self.state = continue_from or CoordinatorState(
             step=0,
             policy_version=0,
             versions_per_step=1,
@@ -165,6 +173,14 @@ class TrainingJob:
             num_started=0,
             num_rows=self.num_rows,
         )
+        if continue_from is not None:  # every step trained and published, nothing pending
+            self.buffer.restore(
+                [], continue_from.step * config.prompts_per_step, continue_from.step
+            )
+            for d in self.dispatchers:
+                d.published_version = continue_from.policy_version
+        self.last_metrics: dict[str, float] = {}
+        """The metrics of the last trained step."""
         self._requeued_before = 0  # re-queues counted by the runs before a resume
         self.launch_time = time.time()
         """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
@@ -215,7 +231,7 @@ class TrainingJob:
                     if not d.failed:
                         d.published_version = report.policy_version
                 return
-            except grpc.RpcError as exc:
+            except ServiceError as exc:
                 dead = [i for i, d in enumerate(self.dispatchers) if not d.failed and not _alive(d)]
                 for i in dead:
                     log.warning(
@@ -343,150 +359,207 @@ class TrainingJob:
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
-        cfg = self.config
-        if self.resume:
-            self._restore()
-        st = self.state
-        first_step = st.step + 1
-        metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
-        audit = (self.run_dir / "trained.jsonl").open("a")
-        progress = Progress(cfg.num_steps, cfg.progress)
-        version = st.policy_version
-        gen_s_seen = 0.0
-        start = time.perf_counter()
-        wall_before = st.wall_s
-        self.control.start()
-        if st.step > 0:
-            self.control.step_done(st.step, version, {})
-            self._publish()  # fresh replicas get the restored weights before generating
-        for d in self.dispatchers:
-            d.start()
-        checkpoint = ""
-        last_checkpoint = ""
-        first_step_s: float | None = None
+        """Trains steps until ``num_steps`` or a stop; checkpoints; returns the summary."""
+        run = self._open()
         try:
-            for step in range(first_step, cfg.num_steps + 1):
-                if not self.control.wait_to_continue():
-                    progress.message(f"stop requested: ending after step {step - 1}")
+            for step in range(run.first_step, self.config.num_steps + 1):
+                if not self._train_one(step, run):
+                    run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
-                t0 = time.perf_counter()
-                batch = self._next_batch(version)
-                if batch is None:
-                    progress.message(f"stop requested: ending after step {step - 1}")
-                    break
-                t1 = time.perf_counter()
-                w1 = time.time()
-                train_batch = train_samples(batch, first_group_id=step * cfg.prompts_per_step)
-                with self._learner_lock:
-                    result = self.services.learner.train_step(train_batch)
-                t2 = time.perf_counter()
-                w2 = time.time()
-                self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
-                if step == 1:
-                    st.versions_per_step = max(1, result.policy_version - version)
-                    self.buffer.admission.max_staleness_steps = (
-                        cfg.max_staleness // st.versions_per_step
-                    )
-                version = result.policy_version
-                if step % cfg.sync_every == 0:
-                    # A failed replica leaves the set: the weight-sync group is re-planned.
-                    self._publish()
-                    self.buffer.publish(step)
-                    self.events.record("sync", w2, time.time(), step=step, version=version)
-                lead = self.buffer.pace(self.pacer, wait_s=t1 - t0)  # pacing.py
-                t3 = time.perf_counter()
-                st.learner_busy_s += t3 - t1
-                gen_s = sum(d.busy_s for d in self.dispatchers)
-                wall = wall_before + t3 - start
-                stats = self.buffer.stats
-                metrics = {
-                    **rollout_metrics(batch),
-                    **result.metrics,
-                    "timing_s/gen": gen_s - gen_s_seen,
-                    "timing_s/wait_batch": t1 - t0,
-                    "timing_s/update_actor": t2 - t1,
-                    "timing_s/update_weights": t3 - t2,
-                    "timing_s/step": t3 - t0,
-                    "perf/throughput": sum(
-                        len(s.prompt_ids) + len(s.response_ids) for s in train_batch
-                    )
-                    / (t3 - t0),
-                    "perf/samples_per_s": len(train_batch) / (t3 - t0),
-                    "async/dropped_stale": float(stats.dropped_stale),
-                    "async/requeued": float(
-                        self._requeued_before + sum(d.num_requeued for d in self.dispatchers)
-                    ),
-                    "async/buffered": float(len(self.buffer)),
-                    "async/lead_steps": float(lead),
-                    "async/rollout_idle_ratio": sum(d.idle_ratio() for d in self.dispatchers)
-                    / len(self.dispatchers),
-                    "async/learner_idle_ratio": 1.0 - st.learner_busy_s / wall,
-                    "training/epoch": float(self.cursor.state.epoch),
-                }
-                gen_s_seen = gen_s
-                # The policy's reward: with dynamic sampling, over trained and filtered groups.
-                st.rewards.append(
-                    metrics.get("dynamic_sampling/score_all_mean", metrics["critic/score/mean"])
-                )
-                st.num_samples += len(train_batch)
-                st.step, st.policy_version = step, version
-                st.wall_s = wall
-                _write_audit(audit, step, batch, version)
-                filtered = self.buffer.take_filtered()
-                _write_audit(audit, step, filtered, version, filtered=True)
-                metrics.update(self._dynamic_sampling_metrics(batch, filtered))
-                metrics_log.write(step, metrics)
-                if first_step_s is None:
-                    first_step_s = time.time() - self.launch_time
-                    progress.first_step(first_step_s)
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    last_checkpoint = self._checkpoint(step)
-                self.control.step_done(step, version, metrics)
-                progress.update(step, st.rewards[-1], f"v{version}")
-            if st.step > 0:
-                last_checkpoint = self._checkpoint(st.step)  # on stop and at the end
-            if cfg.save_checkpoint and st.step >= first_step and self.checkpoints is not None:
-                with self._learner_lock:
-                    checkpoint = self.services.learner.save_checkpoint(
-                        f"hf/{self.checkpoints.step_name(st.step)}"
-                    )
+            self._finish(run)
             self.control.finish()
         except Exception as exc:
             self.control.finish(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            self._stop.set()
-            self.buffer.wake_all()
-            for d in self.dispatchers:
-                d.join(timeout=60)
-            metrics_log.close()
-            audit.close()
-            self.events.close()
-        wall = wall_before + time.perf_counter() - start
+            self._close(run)
+        return self._summarize(run)
+
+    def _open(self) -> _Run:
+        """Restores (resume), opens the logs, brings fresh replicas up to date, starts the
+        dispatchers."""
+        if self.resume:
+            self._restore()
+        st = self.state
+        run = _Run(
+            first_step=st.step + 1,
+            metrics_log=MetricsLog(self.run_dir / "metrics.jsonl"),
+            audit=(self.run_dir / "trained.jsonl").open("a"),
+            progress=Progress(self.config.num_steps, self.config.progress),
+            start=time.perf_counter(),
+            wall_before=st.wall_s,
+        )
+        self.control.start()
+        if st.step > 0:
+            self.control.step_done(st.step, st.policy_version, {})
+        if self.resume and st.step > 0:
+            self._publish()  # fresh replicas get the restored weights before generating
+        for d in self.dispatchers:
+            d.start()
+        return run
+
+    def _train_one(self, step: int, run: _Run) -> bool:
+        """One step: batch → train → publish → pace → log → checkpoint. False: stopped."""
+        cfg, st = self.config, self.state
+        if not self.control.wait_to_continue():
+            return False
+        t0 = time.perf_counter()
+        batch = self._next_batch(st.policy_version)
+        if batch is None:
+            return False
+        t1, w1 = time.perf_counter(), time.time()
+        train_batch = train_samples(batch, first_group_id=step * cfg.prompts_per_step)
+        with self._learner_lock:
+            result = self.services.learner.train_step(train_batch)
+        t2, w2 = time.perf_counter(), time.time()
+        self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
+        if step == 1:
+            st.versions_per_step = max(1, result.policy_version - st.policy_version)
+            self.buffer.admission.max_staleness_steps = cfg.max_staleness // st.versions_per_step
+        version = result.policy_version
+        if step % cfg.sync_every == 0:
+            # A failed replica leaves the set: the weight-sync group is re-planned.
+            self._publish()
+            self.buffer.publish(step)
+            self.events.record("sync", w2, time.time(), step=step, version=version)
+        lead = self.buffer.pace(self.pacer, wait_s=t1 - t0)  # pacing.py
+        t3 = time.perf_counter()
+        st.learner_busy_s += t3 - t1
+        wall = run.wall_before + t3 - run.start
+        gen_s = sum(d.busy_s for d in self.dispatchers)
+        metrics = {
+            **rollout_metrics(batch),
+            **result.metrics,
+            **_step_timings(train_batch, t0, t1, t2, t3, gen_s - run.gen_s_seen),
+            **self._schedule_metrics(lead, wall),
+        }
+        run.gen_s_seen = gen_s
+        _write_audit(run.audit, step, batch, version)
+        filtered = self.buffer.take_filtered()
+        _write_audit(run.audit, step, filtered, version, filtered=True)
+        metrics.update(self._dynamic_sampling_metrics(batch, filtered))
+        # The policy's reward: with dynamic sampling, over trained and filtered groups.
+        st.rewards.append(
+            metrics.get("dynamic_sampling/score_all_mean", metrics["critic/score/mean"])
+        )
+        st.num_samples += len(train_batch)
+        st.step, st.policy_version, st.wall_s = step, version, wall
+        run.metrics_log.write(step, metrics)
+        self.last_metrics = metrics
+        if run.first_step_s is None:
+            run.first_step_s = time.time() - self.launch_time
+            run.progress.first_step(run.first_step_s)
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            run.last_checkpoint = self._checkpoint(step)
+        self.control.step_done(step, version, metrics)
+        run.progress.update(step, st.rewards[-1], f"v{version}")
+        return True
+
+    def _schedule_metrics(self, lead: int, wall: float) -> dict[str, float]:
+        """The async schedule's counters after a step."""
+        stats = self.buffer.stats
+        return {
+            "async/dropped_stale": float(stats.dropped_stale),
+            "async/requeued": float(self._num_requeued()),
+            "async/buffered": float(len(self.buffer)),
+            "async/lead_steps": float(lead),
+            "async/rollout_idle_ratio": self._rollout_idle_ratio(),
+            "async/learner_idle_ratio": 1.0 - self.state.learner_busy_s / wall,
+            "training/epoch": float(self.cursor.state.epoch),
+        }
+
+    def _num_requeued(self) -> int:
+        return self._requeued_before + sum(d.num_requeued for d in self.dispatchers)
+
+    def _rollout_idle_ratio(self) -> float:
+        return sum(d.idle_ratio() for d in self.dispatchers) / len(self.dispatchers)
+
+    def _finish(self, run: _Run) -> None:
+        """A resumable checkpoint of the last step (on stop and at the end) and the final
+        Hugging Face export."""
+        st = self.state
+        if st.step > 0:
+            run.last_checkpoint = self._checkpoint(st.step)
+        if self.config.save_checkpoint and st.step >= run.first_step and self.checkpoints:
+            with self._learner_lock:
+                run.checkpoint = self.services.learner.save_checkpoint(
+                    f"hf/{self.checkpoints.step_name(st.step)}"
+                )
+
+    def _close(self, run: _Run) -> None:
+        """Stops the dispatchers and closes the logs (also after a failure)."""
+        self._stop.set()
+        self.buffer.wake_all()
+        for d in self.dispatchers:
+            d.join(timeout=60)
+        run.metrics_log.close()
+        run.audit.close()
+        self.events.close()
+        run.wall_end = run.wall_before + time.perf_counter() - run.start
+
+    def _summarize(self, run: _Run) -> RunSummary:
+        """summary.json: rewards, throughput, what is left untrained, the checkpoints."""
+        st, wall = self.state, run.wall_end
         leftover, requeued = self.buffer.drain()
         tail = st.rewards[-20:]
+        group_filter = self.buffer.group_filter
         summary = RunSummary(
             num_steps=len(st.rewards),
             reward_start=st.rewards[0] if st.rewards else 0.0,
             reward_end=sum(tail) / len(tail) if tail else 0.0,
             wall_s=wall,
             samples_per_s=st.num_samples / wall if wall else 0.0,
-            policy_version=version,
-            num_requeued=self._requeued_before + sum(d.num_requeued for d in self.dispatchers),
+            policy_version=st.policy_version,
+            num_requeued=self._num_requeued(),
             num_dropped_stale=self.buffer.stats.dropped_stale,
             num_untrained_at_end=len(leftover) + len(requeued),
             staleness_histogram={str(k): v for k, v in sorted(self.buffer.stats.staleness.items())},
-            rollout_idle_ratio=sum(d.idle_ratio() for d in self.dispatchers)
-            / len(self.dispatchers),
+            rollout_idle_ratio=self._rollout_idle_ratio(),
             learner_idle_ratio=1.0 - st.learner_busy_s / wall if wall else 0.0,
-            checkpoint=checkpoint,
-            resumed_from_step=first_step - 1,
-            last_checkpoint=last_checkpoint,
-            time_to_first_step_s=first_step_s,
-            num_filtered=self.buffer.group_filter.num_filtered if self.buffer.group_filter else 0,
+            checkpoint=run.checkpoint,
+            resumed_from_step=run.first_step - 1,
+            last_checkpoint=run.last_checkpoint,
+            time_to_first_step_s=run.first_step_s,
+            num_filtered=group_filter.num_filtered if group_filter else 0,
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
+
+
+@dataclass
+class _Run:
+    """What one ``run`` carries from step to step: its logs and clocks."""
+
+    first_step: int
+    metrics_log: MetricsLog
+    audit: TextIO
+    progress: Progress
+    start: float
+    """perf_counter at the start of this run."""
+    wall_before: float
+    """Training wall time of the runs before a resume."""
+    wall_end: float = 0.0
+    gen_s_seen: float = 0.0
+    """Generation seconds already reported (``timing_s/gen`` is per step)."""
+    first_step_s: float | None = None
+    checkpoint: str = ""
+    last_checkpoint: str = ""
+
+
+def _step_timings(
+    train_batch: Sequence[TrainSample], t0: float, t1: float, t2: float, t3: float, gen_s: float
+) -> dict[str, float]:
+    """Where a step's time went (t0 wait → t1 train → t2 publish+pace → t3) and throughput."""
+    num_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in train_batch)
+    return {
+        "timing_s/gen": gen_s,
+        "timing_s/wait_batch": t1 - t0,
+        "timing_s/update_actor": t2 - t1,
+        "timing_s/update_weights": t3 - t2,
+        "timing_s/step": t3 - t0,
+        "perf/throughput": num_tokens / (t3 - t0),
+        "perf/samples_per_s": len(train_batch) / (t3 - t0),
+    }
 
 
 PROBE_TIMEOUT_S = 5.0
@@ -497,11 +570,13 @@ loop for the channel's default deadline (120 s)."""
 
 def _alive(dispatcher: ReplicaDispatcher) -> bool:
     """Whether the dispatcher's replica answers a status call now. A replica that sheds the
-    probe (RESOURCE_EXHAUSTED: at its concurrency limit) is busy, not gone."""
+    probe (``ResourceExhausted``: at its concurrency limit) is busy, not gone."""
     try:
         dispatcher.rollout.status(timeout_s=PROBE_TIMEOUT_S)
-    except grpc.RpcError as exc:
-        return bool(exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED)  # type: ignore[attr-defined]
+    except ResourceExhausted:
+        return True
+    except ServiceError:
+        return False
     return True
 
 

@@ -19,8 +19,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-import grpc
-
 from hybridflow.coordinator.config import CoordinatorConfig
 
 log = logging.getLogger("coordinator")
@@ -96,7 +94,7 @@ def run_job(
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
-    from hybridflow.coordinator.step import Services
+    from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import read_prompt_dataset
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
@@ -140,10 +138,12 @@ def run_job(
         wait_healthy(address, job.deploy.health_timeout_s, config=cfg.channel)
 
     rollouts = [GrpcRolloutClient(a, cfg.channel) for a in cfg.rollout_addresses]
+    reward = GrpcRewardClient(cfg.reward_address, cfg.channel)
+    learner = GrpcLearnerClient(cfg.learner_address, cfg.channel)
     services = Services(
         rollouts=list(rollouts),
-        reward=GrpcRewardClient(cfg.reward_address, cfg.channel),
-        learner=GrpcLearnerClient(cfg.learner_address, cfg.channel),
+        reward=reward,
+        learner=learner,
         weight_targets=list(cfg.rollout_addresses),
         decode=lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
     )
@@ -177,7 +177,7 @@ def run_job(
         )
         training.launch_time = origin
         summary = training.run()
-    except (RuntimeError, ValueError, grpc.RpcError) as exc:
+    except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)
         if checkpoint_root is not None:
@@ -185,7 +185,10 @@ def run_job(
         return 1
     finally:
         server.stop(1.0)
-        services.close()
+        for rollout in rollouts:
+            rollout.close()
+        reward.close()
+        learner.close()
     _record_own_cpu(run_dir)
     print(
         f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
@@ -220,13 +223,12 @@ def _report_missing_addresses(cfg: CoordinatorConfig) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    """A failure as one line: gRPC errors by status and details, not a traceback."""
-    from hybridflow.coordinator.dispatch import describe_error
+    """A failure as one line, not a traceback: a failed service call names the service, its
+    status and details (the message of ``hybridflow.errors`` classes from the clients)."""
+    from hybridflow.errors import ServiceError
 
-    cause = exc.__cause__ or exc
-    if isinstance(cause, grpc.RpcError):
-        return describe_error(cause)
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    cause = exc.__cause__ if isinstance(exc.__cause__, (ServiceError, ValueError)) else exc
+    return f"{type(cause).__name__}: {cause}".splitlines()[0]
 
 
 def _record_own_cpu(run_dir: Path) -> None:

@@ -11,7 +11,7 @@ import torch
 from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.job import TrainingJob
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 
 
 class StopAfter(JobControl):

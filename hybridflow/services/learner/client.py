@@ -1,14 +1,16 @@
-"""Learner client interface and its gRPC implementation; ``LearnerCore`` is the in-process twin."""
+"""The learner's gRPC client (``LearnerClient`` in ``hybridflow.clients``; ``LearnerCore`` is the
+in-process twin). Failed calls raise ``hybridflow.errors`` classes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
 from hybridflow.arrays import FloatArray, TokenLike
+from hybridflow.clients import LearnerClient
 from hybridflow.rpc.channel import make_channel
+from hybridflow.rpc.client_errors import translate_errors
 from hybridflow.rpc.codec import pack_tokens, split_by, unpack_floats
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.rpc.wire import iter_piece_chunks
@@ -16,27 +18,7 @@ from hybridflow.services.learner import convert
 from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 
-
-class LearnerClient(Protocol):
-    """What the coordinator and RLTrainer need from the learner."""
-
-    def train_step(self, samples: list[TrainSample]) -> TrainStepResult: ...
-
-    def compute_logprobs(
-        self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
-    ) -> list[FloatArray]: ...
-
-    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport: ...
-
-    def save_checkpoint(self, path: str) -> str: ...
-
-    def save_train_state(self, name: str) -> int:
-        """Saves everything needed to resume under ``name``; returns the policy version."""
-        ...
-
-    def load_train_state(self, name: str) -> int:
-        """Restores the train state saved under ``name``; returns its policy version."""
-        ...
+__all__ = ["GrpcLearnerClient", "LearnerClient"]
 
 
 class GrpcLearnerClient:
@@ -46,11 +28,13 @@ class GrpcLearnerClient:
         self._channel = make_channel(address, self._config)
         self._stub = learner_pb2_grpc.LearnerServiceStub(self._channel)
 
+    @translate_errors
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         chunks = iter_piece_chunks(convert.batch_pieces(samples), self._config.chunk_bytes)
         reply = self._stub.TrainStep(chunks, timeout=self._config.timeout_s)
         return convert.result_from_proto(reply)
 
+    @translate_errors
     def compute_logprobs(
         self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
     ) -> list[FloatArray]:
@@ -66,6 +50,7 @@ class GrpcLearnerClient:
         np.cumsum([len(r) for r in responses], out=offsets[1:])
         return split_by(unpack_floats(reply.logprobs, "logprobs", int(offsets[-1])), offsets)
 
+    @translate_errors
     def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
         reply = self._stub.PublishWeights(
             learner_pb2.PublishWeightsRequest(targets=list(targets)),
@@ -73,24 +58,28 @@ class GrpcLearnerClient:
         )
         return WeightUpdateReport(reply.policy_version, reply.num_bytes, reply.duration_s)
 
+    @translate_errors
     def save_checkpoint(self, path: str) -> str:
         reply = self._stub.SaveCheckpoint(
             learner_pb2.SaveCheckpointRequest(path=path), timeout=self._config.timeout_s
         )
         return str(reply.path)
 
+    @translate_errors
     def save_train_state(self, name: str) -> int:
         reply = self._stub.SaveTrainState(
             learner_pb2.TrainStateRequest(name=name), timeout=self._config.timeout_s
         )
         return int(reply.policy_version)
 
+    @translate_errors
     def load_train_state(self, name: str) -> int:
         reply = self._stub.LoadTrainState(
             learner_pb2.TrainStateRequest(name=name), timeout=self._config.timeout_s
         )
         return int(reply.policy_version)
 
+    @translate_errors
     def info(self) -> learner_pb2.LearnerInfo:
         return self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)
 

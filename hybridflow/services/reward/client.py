@@ -1,21 +1,19 @@
-"""Reward client interface and its gRPC implementation; ``RewardScorer`` is the in-process twin."""
+"""The reward service's gRPC client (``RewardClient`` in ``hybridflow.clients``; ``RewardScorer`` is
+the in-process twin). Failed calls raise ``hybridflow.errors`` classes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
+from hybridflow.clients import RewardClient
 from hybridflow.rpc.channel import make_channel
+from hybridflow.rpc.client_errors import translate_errors
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.reward import convert
 from hybridflow.types import ScoreItem, ScoreResult
 from hybridflow.v1 import reward_pb2_grpc
 
-
-class RewardClient(Protocol):
-    """Scores a batch; one result per item, in order."""
-
-    def score_batch(self, items: list[ScoreItem]) -> list[ScoreResult]: ...
+__all__ = ["GrpcRewardClient", "RewardClient"]
 
 
 class GrpcRewardClient:
@@ -25,6 +23,7 @@ class GrpcRewardClient:
         self._channel = make_channel(address, self._config)
         self._stub = reward_pb2_grpc.RewardServiceStub(self._channel)
 
+    @translate_errors
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         reply = self._stub.Score(convert.items_to_proto(items), timeout=self._config.timeout_s)
         results = convert.results_from_proto(reply)

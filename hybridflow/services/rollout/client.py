@@ -1,29 +1,21 @@
-"""Rollout client interface, its gRPC implementation; ``LocalRollout`` is the in-process twin."""
+"""The rollout service's gRPC client (``RolloutClient`` in ``hybridflow.clients``; ``LocalRollout`` is
+the in-process twin). Failed calls raise ``hybridflow.errors`` classes."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Protocol
 
 from hybridflow.arrays import TokenLike
+from hybridflow.clients import RolloutClient
 from hybridflow.rpc.channel import make_channel
+from hybridflow.rpc.client_errors import translate_errors
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.rollout import convert
 from hybridflow.types import Completion, RolloutStatus, SamplingParams
 from hybridflow.v1 import common_pb2, rollout_pb2_grpc
 
-
-class RolloutClient(Protocol):
-    """What the coordinator and RLTrainer need from a rollout replica."""
-
-    def generate(
-        self, prompts: Sequence[TokenLike], params: SamplingParams, request_id: str = ""
-    ) -> list[list[Completion]]: ...
-
-    def status(self, timeout_s: float | None = None) -> RolloutStatus:
-        """What the replica serves; ``timeout_s``: this call's deadline (None: the default)."""
-        ...
+__all__ = ["GrpcRolloutClient", "RolloutClient"]
 
 
 class GrpcRolloutClient:
@@ -35,6 +27,7 @@ class GrpcRolloutClient:
         self._channel = make_channel(address, self._config)
         self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
 
+    @translate_errors
     def generate(
         self, prompts: Sequence[TokenLike], params: SamplingParams, request_id: str = ""
     ) -> list[list[Completion]]:
@@ -52,6 +45,7 @@ class GrpcRolloutClient:
             )
         return groups
 
+    @translate_errors
     def status(self, timeout_s: float | None = None) -> RolloutStatus:
         reply = self._stub.GetInfo(common_pb2.Empty(), timeout=timeout_s or self._config.timeout_s)
         return convert.status_from_proto(reply)

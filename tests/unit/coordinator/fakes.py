@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-
+from hybridflow import errors
 from hybridflow.types import (
     Completion,
     RolloutStatus,
@@ -36,9 +35,8 @@ def records(num: int) -> list[Record]:
     return [Record(f"p{i}", [i + 1], index=i) for i in range(num)]
 
 
-class Unavailable(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
+class Unavailable(errors.Unavailable):
+    """What a client raises for a replica that is gone (transport-free, ``hybridflow.errors``)."""
 
 
 class FakeRollout:
@@ -115,16 +113,8 @@ class FakeLearner:
         return self.version
 
 
-class InvalidArgument(grpc.RpcError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.INVALID_ARGUMENT
-
-    def details(self) -> str:
-        return self.message
+class InvalidArgument(errors.BadRequest):
+    """What a client raises for refused input."""
 
 
 class HandOutOrder:

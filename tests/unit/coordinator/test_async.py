@@ -9,7 +9,7 @@ from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.job import TrainingJob
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 from hybridflow.types import Completion, ScoreResult
 
 from .fakes import (

@@ -23,7 +23,7 @@ from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.pacing import Pacer, StepObservation
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, records
 

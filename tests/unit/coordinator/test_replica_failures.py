@@ -5,12 +5,12 @@ every step trained; one that never comes back leaves the job with a clear error.
 import threading
 from types import SimpleNamespace
 
-import grpc
 import pytest
 
+from hybridflow import errors
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.job import PROBE_TIMEOUT_S, TrainingJob, _alive
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
 
@@ -73,15 +73,14 @@ def test_replica_that_never_comes_back_fails_the_job(tmp_path):
         job.run()
 
 
-class Exhausted(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
+class Exhausted(errors.ResourceExhausted):
+    """A replica at its concurrency limit sheds the call: busy, not gone."""
 
 
 class ProbedRollout(FakeRollout):
     """Records the deadline of each status probe; answers or raises ``error``."""
 
-    def __init__(self, error: grpc.RpcError | None = None) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
         super().__init__()
         self.error = error
         self.deadlines: list[float | None] = []

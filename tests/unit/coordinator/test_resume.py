@@ -10,7 +10,7 @@ import pytest
 from hybridflow.coordinator.checkpoint import CheckpointStore
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.job import TrainingJob
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
 

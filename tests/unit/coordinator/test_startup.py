@@ -10,7 +10,7 @@ import pytest
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.run import LAUNCH_TIME_ENV, launch_time, read_address_overrides
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, records
 
