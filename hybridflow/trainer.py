@@ -38,7 +38,7 @@ class RLTrainer:
         self,
         actor: str | Path,
         reward_fn: RewardFn,
-        algo: Literal["grpo", "ppo"] = "grpo",
+        algo: Literal["grpo", "ppo", "dpo", "rft"] = "grpo",
         group_size: int = 4,
         sampling: SamplingParams | None = None,
         seed: int = 0,
