@@ -1,8 +1,8 @@
 """Learner service configuration (imports without torch or grpc).
 
-One dataclass: model, algorithm (GRPO or PPO), optimizer, PPO clipping, KL, critic, and the
-process settings. ``validate`` raises ``ValueError`` naming the field. This module knows
-nothing about models, tensors or the wire.
+One dataclass: model, algorithm (GRPO, PPO, online DPO or RFT), optimizer, PPO clipping, KL,
+critic, and the process settings. ``validate`` raises ``ValueError`` naming the field. This
+module knows nothing about models, tensors or the wire.
 """
 
 from __future__ import annotations
@@ -33,17 +33,39 @@ ADVANTAGE_ESTIMATOR_NAMES: tuple[str, ...] = (
 POLICY_LOSS_NAMES: tuple[str, ...] = ("cispo", "gspo", "ppo_clip")
 """Built-in policy losses; mirrors ``hybridflow.algorithms.registry.BUILTIN_POLICY_LOSSES``."""
 
+ALGORITHMS: tuple[str, ...] = ("grpo", "ppo", "dpo", "rft")
+"""The ``algorithm`` presets: two policy-gradient ones, then the two preference ones."""
+
 PRESET_ESTIMATORS: dict[str, str] = {"grpo": "grpo", "ppo": "gae"}
-"""The estimator each ``algorithm`` preset picks when ``advantage_estimator`` is empty."""
+"""The estimator each policy-gradient preset picks when ``advantage_estimator`` is empty."""
+
+POLICY_GRADIENT_ONLY: dict[str, object] = {
+    "advantage_estimator": "",
+    "policy_loss": "ppo_clip",
+    "kl_coef": 0.0,
+    "entropy_coef": 0.0,
+    "ppo_epochs": 1,
+    "num_mini_batches": 1,
+    "off_policy": "none",
+    "overlong_buffer": 0,
+}
+"""Keys (with their defaults) that only the policy-gradient presets read: dpo and rft take
+one DPO / SFT step per batch, so a non-default value would be silently ignored; refused."""
 
 
 @dataclass
 class LearnerConfig:
     """The learner: actor (plus critic and reference when needed), optimizer and RL loss."""
 
-    algorithm: Literal["grpo", "ppo"] = "grpo"
+    algorithm: Literal["grpo", "ppo", "dpo", "rft"] = "grpo"
     """Preset: "grpo" (group-normalised outcome, PPO clip) or "ppo" (GAE with a critic, PPO
-    clip); advantage_estimator and policy_loss override its pieces."""
+    clip), whose pieces advantage_estimator and policy_loss override; "dpo" (online DPO: each
+    group's best vs worst response, against the frozen reference) or "rft" (rejection-sampling
+    fine-tuning: SFT on the responses scoring >= rft_threshold), one step per batch."""
+    dpo_beta: float = 0.1
+    """Online DPO (algorithm dpo): strength of the implicit KL to the reference."""
+    rft_threshold: float = 1.0
+    """RFT (algorithm rft): responses with reward >= this are kept for the SFT step."""
     lr: float = 1e-5
     """Actor AdamW learning rate (constant)."""
     weight_decay: float = 0.01
@@ -80,7 +102,8 @@ class LearnerConfig:
     kl_mode: Literal["loss", "reward"] = "loss"
     """Where KL enters: "loss" (a loss term) or "reward" (a per-token reward penalty; PPO)."""
     use_reference: bool = False
-    """Load a frozen copy of the initial actor as the KL reference."""
+    """Load a frozen copy of the initial actor as the KL reference (algorithm dpo always
+    loads it; see ``needs_reference``)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (loss -= entropy_coef * entropy)."""
     temperature: float = 1.0
@@ -141,8 +164,13 @@ class LearnerConfig:
                 at_least("learner.seed", self.seed, 0),
             ]
         )
-        if self.algorithm not in ("grpo", "ppo"):
-            raise ValueError(f"learner.algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"learner.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}"
+            )
+        _positive("dpo_beta", self.dpo_beta)
+        if not math.isfinite(self.rft_threshold):
+            raise ValueError(f"learner.rft_threshold must be finite, got {self.rft_threshold}")
         _positive("lr", self.lr)
         _positive("critic_lr", self.critic_lr)
         _non_negative("weight_decay", self.weight_decay)
@@ -176,18 +204,12 @@ class LearnerConfig:
         _positive("is_cap", self.is_cap)
         if self.kl_mode not in ("loss", "reward"):
             raise ValueError(f"learner.kl_mode must be 'loss' or 'reward', got {self.kl_mode!r}")
+        if not self.is_policy_gradient:
+            self._refuse_policy_gradient_keys()
         if self.kl_coef > 0 and not self.use_reference:
             raise ValueError("learner.kl_coef > 0 needs learner.use_reference: true")
-        self._validate_estimator_and_loss()
-        if (
-            self.kl_mode == "reward"
-            and self.kl_coef > 0
-            and self.resolved_advantage_estimator() in ("grpo", "dr_grpo")
-        ):
-            raise ValueError(
-                "learner.kl_mode 'reward' does not apply to the grpo / dr_grpo estimators "
-                "(GRPO advantages come from sequence scores; use kl_mode 'loss')"
-            )
+        if self.is_policy_gradient:
+            self._validate_estimator_and_loss()
         _non_negative("entropy_coef", self.entropy_coef)
         _non_negative("temperature", self.temperature)
         if not 0.0 <= self.gamma <= 1.0:
@@ -199,9 +221,34 @@ class LearnerConfig:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"learner.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
 
+    @property
+    def is_policy_gradient(self) -> bool:
+        """grpo / ppo (advantages and a policy loss), not a preference preset (dpo / rft)."""
+        return self.algorithm in PRESET_ESTIMATORS
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the learner loads the frozen reference: use_reference, or online DPO."""
+        return self.use_reference or self.algorithm == "dpo"
+
     def resolved_advantage_estimator(self) -> str:
-        """``advantage_estimator``, or the preset's when it is empty."""
+        """``advantage_estimator``, or the preset's when it is empty (policy-gradient presets)."""
+        if not self.is_policy_gradient:
+            raise ValueError(f"learner.algorithm {self.algorithm!r} has no advantage estimator")
         return self.advantage_estimator or PRESET_ESTIMATORS[self.algorithm]
+
+    def _refuse_policy_gradient_keys(self) -> None:
+        why = (
+            "one DPO step per batch; its KL strength is learner.dpo_beta"
+            if self.algorithm == "dpo"
+            else "one SFT step per batch"
+        )
+        for key, default in POLICY_GRADIENT_ONLY.items():
+            if getattr(self, key) != default:
+                raise ValueError(
+                    f"learner.{key} does not apply to learner.algorithm {self.algorithm!r} "
+                    f"({why}): leave it at {default!r}, got {getattr(self, key)!r}"
+                )
 
     def _validate_estimator_and_loss(self) -> None:
         for key, value, names in (
@@ -214,6 +261,15 @@ class LearnerConfig:
                     f"learner.{key} must be one of {names} or 'package.module:function', "
                     f"got {value!r}"
                 )
+        if (
+            self.kl_mode == "reward"
+            and self.kl_coef > 0
+            and self.resolved_advantage_estimator() in ("grpo", "dr_grpo")
+        ):
+            raise ValueError(
+                "learner.kl_mode 'reward' does not apply to the grpo / dr_grpo estimators "
+                "(GRPO advantages come from sequence scores; use kl_mode 'loss')"
+            )
         if self.overlong_buffer < 0:
             raise ValueError(f"learner.overlong_buffer must be >= 0, got {self.overlong_buffer}")
         if self.overlong_buffer > 0 and not self.overlong_buffer <= self.max_new_tokens:

@@ -6,7 +6,8 @@ the SPMD group, laid out like the RL train step (``batching``): every rank recei
 batch and takes a contiguous slice; micro-batches accumulate gradients; each loss is divided by
 the *global* example (DPO, KTO) or response-token (SFT) count and scaled by the world size
 before ``backward``, since FSDP2 averages gradients over ranks. The reference log-probs come
-from the worker's frozen reference (``learner.use_reference``), the one the RL KL term uses.
+from the worker's frozen reference (``learner.use_reference``, or ``algorithm: dpo``), the one
+the RL KL term uses. ``online_preference`` calls this step for the dpo / rft presets.
 
 A DPO pair is two rows of one micro-batch (chosen rows, then rejected rows). KTO's reference
 point z0 needs a pass over mismatched pairs first (prompt ``i`` with completion ``i - 1``,

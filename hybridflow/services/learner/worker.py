@@ -12,6 +12,9 @@
    (FSDP2 averages gradients over ranks), so the gradient equals the single-process one.
 ``policy_version`` rises by one per actor optimizer step.
 
+The preference presets (``algorithm`` dpo / rft) replace steps 2-4 with one online DPO or
+RFT step (``online_preference``); their version rises by one per train step.
+
 Knows nothing about gRPC, the coordinator or weight transports; single process and FSDP2 run
 the same code (a single rank is a world of one).
 """
@@ -24,7 +27,12 @@ from pathlib import Path
 
 import torch
 
-from hybridflow.algorithms.registry import resolve_advantage_estimator, resolve_policy_loss
+from hybridflow.algorithms.registry import (
+    AdvantageEstimator,
+    PolicyLossFn,
+    resolve_advantage_estimator,
+    resolve_policy_loss,
+)
 from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.services.learner.batching import (
     StepPlan,
@@ -47,6 +55,7 @@ from hybridflow.services.learner.models import (
     load_tokenizer,
     resolve_checkpoint,
 )
+from hybridflow.services.learner.online_preference import online_dpo_step, rft_step
 from hybridflow.services.learner.updates import UpdateContext, compute_advantages, precompute
 from hybridflow.types import TrainSample, TrainStepResult
 
@@ -62,8 +71,11 @@ class LearnerWorker:
         config.validate()
         self.config = config
         # User estimators / losses are imported here: a bad path fails at start-up.
-        self.estimator = resolve_advantage_estimator(config.resolved_advantage_estimator())
-        self.policy_loss = resolve_policy_loss(config.policy_loss)
+        self.estimator: AdvantageEstimator | None = None
+        self.policy_loss: PolicyLossFn | None = None
+        if config.is_policy_gradient:
+            self.estimator = resolve_advantage_estimator(config.resolved_advantage_estimator())
+            self.policy_loss = resolve_policy_loss(config.policy_loss)
         torch.set_num_threads(config.num_threads)
         self.dist = current_dist_info()
         if config.device.startswith("cuda") and self.dist.is_distributed:
@@ -81,11 +93,11 @@ class LearnerWorker:
         # Right padding is masked out everywhere, so any in-vocab id may fill it.
         self.pad_id = int(pad) if pad is not None else 0
         self.reference = (
-            load_reference(self.model_path, self.device) if config.use_reference else None
+            load_reference(self.model_path, self.device) if config.needs_reference else None
         )
         self.critic = (
             load_critic(self.model_path, self.device, config.seed)
-            if self.estimator.needs_critic
+            if self.estimator is not None and self.estimator.needs_critic
             else None
         )
         if self.dist.is_distributed:
@@ -118,9 +130,13 @@ class LearnerWorker:
 
     # ------------------------------------------------------------------ train
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
-        """One train batch: advantages, then ``ppo_epochs * num_mini_batches`` optimizer steps."""
+        """One train batch: advantages, then ``ppo_epochs * num_mini_batches`` optimizer steps
+        (dpo / rft: one online DPO / RFT step)."""
         cfg = self.config
         validate_samples(samples, self.vocab_size)
+        if not cfg.is_policy_gradient:
+            return self._preference_train_step(samples)
+        assert self.estimator is not None and self.policy_loss is not None
         if len(samples) < cfg.num_mini_batches:
             raise ValueError(
                 f"samples: {len(samples)} samples cannot fill "
@@ -146,7 +162,8 @@ class LearnerWorker:
             metrics=StepMetrics(self.device),
             policy_loss=self.policy_loss,
         )
-        self._batch_metrics(ctx)
+        for key, value in self._batch_metrics(samples).items():
+            ctx.metrics.set_global(key, value)
         cache = precompute(ctx, self.actor, self.reference, self.critic)
         advantages, returns = compute_advantages(ctx, cache, self.estimator)
         num_updates = cfg.ppo_epochs * cfg.num_mini_batches
@@ -171,9 +188,19 @@ class LearnerWorker:
         metrics["training/policy_version"] = float(self.policy_version)
         return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
 
-    def _batch_metrics(self, ctx: UpdateContext) -> None:
+    def _preference_train_step(self, samples: list[TrainSample]) -> TrainStepResult:
+        """algorithm dpo / rft: one step of ``online_preference``; the version rises by one."""
+        cfg = self.config
+        metrics = self._batch_metrics(samples)
+        step = online_dpo_step if cfg.algorithm == "dpo" else rft_step
+        metrics.update(step(self, samples))
+        metrics["actor/lr"] = cfg.lr
+        metrics["training/policy_version"] = float(self.policy_version)
+        return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
+
+    def _batch_metrics(self, samples: list[TrainSample]) -> dict[str, float]:
         """Statistics of the whole batch (every rank holds it: no reduction needed)."""
-        m, samples = ctx.metrics, ctx.samples
+        out: dict[str, float] = {}
         for key, values in (
             ("critic/score", [s.reward for s in samples]),
             ("response_length", [float(len(s.response_ids)) for s in samples]),
@@ -183,9 +210,10 @@ class LearnerWorker:
                 [float(self.policy_version - s.policy_version) for s in samples],
             ),
         ):
-            m.set_global(f"{key}/mean", sum(values) / len(values))
-            m.set_global(f"{key}/max", max(values))
-            m.set_global(f"{key}/min", min(values))
+            out[f"{key}/mean"] = sum(values) / len(values)
+            out[f"{key}/max"] = max(values)
+            out[f"{key}/min"] = min(values)
+        return out
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()

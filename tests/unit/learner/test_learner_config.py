@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,11 @@ def test_defaults_validate() -> None:
     [
         ({"lr": 0.0}, "learner.lr"),
         ({"lr": float("nan")}, "learner.lr"),
-        ({"algorithm": "dpo"}, "learner.algorithm"),
+        ({"algorithm": "sac"}, "learner.algorithm"),
+        ({"dpo_beta": 0.0}, "learner.dpo_beta"),
+        ({"dpo_beta": float("inf")}, "learner.dpo_beta"),
+        ({"rft_threshold": float("nan")}, "learner.rft_threshold"),
+        ({"rft_threshold": float("-inf")}, "learner.rft_threshold"),
         ({"betas": (0.9,)}, "learner.betas"),
         ({"micro_batch_size": 0}, "learner.micro_batch_size"),
         ({"ppo_epochs": 0}, "learner.ppo_epochs"),
@@ -92,3 +97,53 @@ def test_job_config_checks_max_new_tokens_for_overlong_shaping() -> None:
         job.validate()
     job.learner.max_new_tokens = 8
     job.validate()
+
+
+@pytest.mark.parametrize("algorithm", ["dpo", "rft"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"advantage_estimator": "grpo"},
+        {"policy_loss": "gspo"},
+        {"kl_coef": 0.1, "use_reference": True},
+        {"ppo_epochs": 2},
+        {"num_mini_batches": 2},
+        {"entropy_coef": 0.01},
+        {"off_policy": "tis"},
+        {"overlong_buffer": 2, "max_new_tokens": 4},
+    ],
+)
+def test_preference_presets_refuse_policy_gradient_keys(
+    algorithm: str, change: dict[str, object]
+) -> None:
+    key = next(iter(change))
+    with pytest.raises(ValueError, match=rf"learner\.{key} does not apply to learner\.algorithm"):
+        LearnerConfig(algorithm=algorithm, **change).validate()  # type: ignore[arg-type]
+
+
+def test_preference_presets_validate_and_dpo_needs_the_reference() -> None:
+    for algorithm in ("dpo", "rft"):
+        config = LearnerConfig(algorithm=algorithm, dpo_beta=0.5, rft_threshold=-2.0)  # type: ignore[arg-type]
+        config.validate()
+        assert not config.is_policy_gradient
+        with pytest.raises(ValueError, match="has no advantage estimator"):
+            config.resolved_advantage_estimator()
+    assert LearnerConfig(algorithm="dpo").needs_reference
+    assert not LearnerConfig(algorithm="rft").needs_reference
+    assert LearnerConfig(algorithm="rft", use_reference=True).needs_reference
+    assert not LearnerConfig(algorithm="grpo").needs_reference
+
+
+@pytest.mark.parametrize("algorithm", ["dpo", "rft"])
+def test_launch_overrides_load_the_preference_presets(algorithm: str) -> None:
+    """What ``deploy/launch.sh --set learner.algorithm=...`` loads and preflight checks."""
+    from hybridflow.config.job import load_job_config
+    from hybridflow.deploy.launch import DEFAULT_CONFIG
+    from hybridflow.deploy.preflight import config_problems
+
+    config = Path(__file__).resolve().parents[3] / DEFAULT_CONFIG
+    overrides = [f"learner.algorithm={algorithm}", "learner.dpo_beta=0.2"]
+    job = load_job_config(config, overrides)
+    assert (job.learner.algorithm, job.learner.dpo_beta) == (algorithm, 0.2)
+    assert config_problems(config, overrides) == []
+    assert config_problems(config, [*overrides, "learner.advantage_estimator=rloo"]) != []

@@ -1,0 +1,45 @@
+"""Online DPO and RFT learn builtin:arith in-process (RLTrainer, 30 steps of 16 prompts x 8).
+
+Seeded and single-threaded, so each curve is deterministic; the check is a rise of the reward
+(last 10 steps against the first 5), not a final level. Measured on this seed (a few seconds
+each on CPU): dpo at lr 5e-4 0.34 -> 0.67, rft at lr 1e-3 0.36 -> 0.68. DPO at lr 1e-3 rose
+less (0.35 -> 0.60) and at 2e-3 it oscillated (0.35 -> 0.50) as fewer groups gave pairs.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from hybridflow import RLTrainer
+from hybridflow.data.arith import make_arith_rows
+from hybridflow.testing import mock_reward
+from hybridflow.types import SamplingParams
+
+NUM_STEPS = 30
+PROMPTS_PER_STEP = 16
+
+
+@pytest.mark.parametrize(("algo", "lr"), [("dpo", 5e-4), ("rft", 1e-3)])
+def test_reward_rises_on_arith(algo: str, lr: float) -> None:
+    prompts = [row["prompt"] for row in make_arith_rows(NUM_STEPS * PROMPTS_PER_STEP, seed=0)]
+    trainer = RLTrainer(
+        actor="builtin:tiny",
+        reward_fn=mock_reward,
+        algo=algo,  # type: ignore[arg-type]
+        group_size=8,
+        sampling=SamplingParams(max_new_tokens=4, temperature=1.0),
+        lr=lr,
+        micro_batch_size=64,
+    )
+    rewards, losses = [], []
+    for step in range(NUM_STEPS):
+        batch = prompts[step * PROMPTS_PER_STEP : (step + 1) * PROMPTS_PER_STEP]
+        metrics = trainer.step(batch).metrics
+        rewards.append(metrics["reward_mean"])
+        losses.append(metrics["policy_loss"])
+    trainer.close()
+    assert all(loss > 0 for loss in losses), losses  # DPO loss / NLL reach policy_loss
+    start, end = statistics.fmean(rewards[:5]), statistics.fmean(rewards[-10:])
+    assert end - start >= 0.2, [round(r, 2) for r in rewards]
