@@ -45,6 +45,10 @@ class LearnerCore:
     def policy_version(self) -> int:
         return self.worker.policy_version
 
+    def needs_greedy_baseline(self) -> bool:
+        """The estimator needs each prompt's greedy baseline score on its samples (ReMax)."""
+        return self.worker.estimator.needs_baseline
+
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         start = time.perf_counter()
         result = self.worker.train_step(samples)
