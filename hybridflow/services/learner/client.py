@@ -38,6 +38,10 @@ class LearnerClient(Protocol):
         """Restores the train state saved under ``name``; returns its policy version."""
         ...
 
+    def needs_greedy_baseline(self) -> bool:
+        """Whether samples must carry their prompt's greedy baseline score (``baseline``)."""
+        ...
+
 
 class GrpcLearnerClient:
     def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
@@ -93,6 +97,9 @@ class GrpcLearnerClient:
 
     def info(self) -> learner_pb2.LearnerInfo:
         return self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)
+
+    def needs_greedy_baseline(self) -> bool:
+        return bool(self.info().needs_greedy_baseline)
 
     def close(self) -> None:
         self._channel.close()
