@@ -67,3 +67,8 @@ class LearnerClient(Protocol):
     def load_train_state(self, name: str) -> int:
         """Restores the train state saved under ``name``; returns its policy version."""
         ...
+
+    def needs_greedy_baseline(self) -> bool:
+        """Whether samples must carry their prompt's greedy baseline score (``baseline``:
+        ReMax); the schedule then generates one greedy response per prompt."""
+        ...

@@ -149,6 +149,7 @@ class RLTrainer:
             records,
             self.run_dir,
             continue_from=self._state,
+            greedy_baseline=self.learner.needs_greedy_baseline(),
         )
         job.run()
         self._state = job.state

@@ -123,6 +123,8 @@ class TrainSample:
     group_id: int
     """Samples of the same prompt share a group id (GRPO normalises within it)."""
     policy_version: int
+    baseline: float | None = None
+    """Score of the prompt's greedy response (ReMax's baseline); None when none was generated."""
 
     def __post_init__(self) -> None:
         from hybridflow.arrays import as_floats, as_tokens

@@ -63,6 +63,7 @@ def start_learner_server(
             algorithm=cfg.algorithm,
             policy_version=worker.policy_version,
             world_size=1,
+            needs_greedy_baseline=core.needs_greedy_baseline(),
         ),
         vocab_size=worker.vocab_size,
         max_bytes=max_bytes,

@@ -1,4 +1,5 @@
-"""Advantage estimators: GRPO / Dr. GRPO, RLOO, REINFORCE++ (and its group baseline), GAE.
+"""Advantage estimators: GRPO / Dr. GRPO, RLOO, REINFORCE++ (and its group baseline), ReMax,
+GAE.
 
 Inputs are tensors: per-sample scores with group ids, or per-token rewards and values over a
 ``[batch, tokens]`` response layout with a 0/1 response mask. Nothing here knows where the
@@ -132,6 +133,31 @@ def reinforce_plus_plus_baseline_advantages(
     centred = torch.where(counts[inverse] > 1, scores - means[inverse], scores)
     mask = response_mask.to(scores.dtype)
     return whiten_tokens(centred.unsqueeze(-1) * mask, mask)
+
+
+def remax_advantages(
+    token_rewards: torch.Tensor, response_mask: torch.Tensor, baselines: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax: each token's reward-to-go minus its prompt's greedy baseline score.
+
+    ``baselines [B]`` is the score of the greedy response to each sample's prompt. Returns
+    ``(advantages, returns)`` with ``returns`` the undiscounted reward-to-go within each
+    response (verl's ``compute_remax_outcome_advantage``); with outcome rewards every token of
+    a response carries ``score - baseline``. No group or batch statistic enters.
+    """
+    if token_rewards.shape != response_mask.shape:
+        raise ValueError(
+            f"token_rewards and response_mask must share a shape, got "
+            f"{tuple(token_rewards.shape)} and {tuple(response_mask.shape)}"
+        )
+    if baselines.shape != token_rewards.shape[:1]:
+        raise ValueError(
+            f"baselines must be [{token_rewards.shape[0]}], got {tuple(baselines.shape)}"
+        )
+    mask = response_mask.to(token_rewards.dtype)
+    returns = (token_rewards * mask).flip(-1).cumsum(-1).flip(-1)
+    advantages = returns - baselines.to(token_rewards.dtype).unsqueeze(-1) * mask
+    return advantages, returns
 
 
 def last_token_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

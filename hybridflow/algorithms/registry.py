@@ -24,6 +24,7 @@ from hybridflow.algorithms.advantages import (
     grpo_outcome_advantages,
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
+    remax_advantages,
     rloo_outcome_advantages,
     whiten_tokens,
 )
@@ -48,6 +49,9 @@ class AdvantageInputs:
     """``[B]`` int64: samples of one prompt share an id."""
     values: torch.Tensor | None
     """``[B, T]`` critic values at rollout time (estimators registered with a critic), else None."""
+    baselines: torch.Tensor | None = None
+    """``[B]`` score of the greedy response to each sample's prompt (estimators registered with
+    ``needs_baseline``), else None."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,9 @@ class AdvantageEstimator:
     """The estimator."""
     needs_critic: bool
     """The learner loads and trains a critic and passes its values."""
+    needs_baseline: bool = False
+    """The learner passes each prompt's greedy baseline score (the coordinator generates one
+    greedy response per prompt for it)."""
 
 
 _ESTIMATORS: dict[str, AdvantageEstimator] = {}
@@ -117,12 +124,12 @@ _POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 
 
 def register_advantage_estimator(
-    name: str, *, needs_critic: bool = False
+    name: str, *, needs_critic: bool = False, needs_baseline: bool = False
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Decorator: register ``fn`` as estimator ``name`` (built-ins use it)."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        _ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_critic)
+        _ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_critic, needs_baseline)
         return fn
 
     return decorator
@@ -153,7 +160,8 @@ def resolve_advantage_estimator(
 ) -> AdvantageEstimator:
     """A registered name, or import "module:function" now; ValueError naming ``key`` if bad.
 
-    Imported estimators get no critic (``inputs.values`` is None).
+    Imported estimators get no critic and no greedy baseline (``inputs.values`` and
+    ``inputs.baselines`` are None).
     """
     if value in _ESTIMATORS:
         return _ESTIMATORS[value]
@@ -244,6 +252,14 @@ def _rloo(inputs: AdvantageInputs, options: AdvantageOptions) -> tuple[torch.Ten
     """score - mean of the group's other scores on every token."""
     scores = inputs.token_rewards.sum(dim=-1)
     return _per_token(rloo_outcome_advantages(scores, inputs.group_ids), inputs.response_mask)
+
+
+@register_advantage_estimator("remax", needs_baseline=True)
+def _remax(inputs: AdvantageInputs, options: AdvantageOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reward-to-go minus the prompt's greedy score (score - greedy score on outcome rewards)."""
+    if inputs.baselines is None:
+        raise ValueError("advantage estimator 'remax' needs the greedy baselines")
+    return remax_advantages(inputs.token_rewards, inputs.response_mask, inputs.baselines)
 
 
 @register_advantage_estimator("reinforce_plus_plus")

@@ -32,6 +32,8 @@ class ScoredGroup:
     prompt: Prompt
     completions: list[Completion]
     results: list[ScoreResult]
+    baseline: float | None = None
+    """Score of the prompt's greedy response (ReMax's baseline); None when none was made."""
 
 
 def split_round_robin(num_items: int, num_workers: int) -> list[list[int]]:
@@ -45,8 +47,18 @@ def score_items(
     prompts: Sequence[Prompt],
     groups: Sequence[Sequence[Completion]],
     decode: Callable[[TokenArray], str],
+    greedy: Sequence[Sequence[Completion]] | None = None,
 ) -> list[ScoreItem]:
-    """One ScoreItem per completion, prompt-major (the response decoded once, for scoring)."""
+    """One ScoreItem per completion, prompt-major (the response decoded once, for scoring);
+    with ``greedy`` (one greedy completion per prompt) one more item per prompt after them."""
+    if greedy is not None:
+        if len(greedy) != len(prompts) or any(len(g) != 1 for g in greedy):
+            raise ValueError(
+                f"greedy baselines: expected one completion for each of {len(prompts)} "
+                f"prompts, got {[len(g) for g in greedy]}"
+            )
+        groups = [*groups, *greedy]
+        prompts = [*prompts, *prompts]
     return [
         ScoreItem(
             data_source=p.data_source,
@@ -64,13 +76,19 @@ def attach_scores(
     prompts: Sequence[Prompt],
     groups: Sequence[Sequence[Completion]],
     results: Sequence[ScoreResult],
+    with_baselines: bool = False,
 ) -> list[ScoredGroup]:
-    if sum(len(g) for g in groups) != len(results):
-        raise ValueError(f"{len(results)} scores for {sum(len(g) for g in groups)} completions")
+    """Groups with their scores; ``with_baselines``: ``results`` end with one greedy baseline
+    score per prompt (``score_items(..., greedy=...)``'s order)."""
+    num_completions = sum(len(g) for g in groups)
+    expected = num_completions + (len(prompts) if with_baselines else 0)
+    if expected != len(results):
+        raise ValueError(f"{len(results)} scores for {expected} completions")
     out = []
     start = 0
-    for p, group in zip(prompts, groups):
-        out.append(ScoredGroup(p, list(group), list(results[start : start + len(group)])))
+    for i, (p, group) in enumerate(zip(prompts, groups)):
+        baseline = float(results[num_completions + i].score) if with_baselines else None
+        out.append(ScoredGroup(p, list(group), list(results[start : start + len(group)]), baseline))
         start += len(group)
     return out
 
@@ -88,13 +106,15 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
                     reward=float(result.score),
                     group_id=first_group_id + offset,
                     policy_version=completion.policy_version,
+                    baseline=group.baseline,
                 )
             )
     return samples
 
 
 def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
-    """verl-style data metrics of one batch: score, response length, errors, solve rates."""
+    """verl-style data metrics of one batch: score, response length, errors, solve rates, and
+    the mean greedy baseline score per prompt when the groups carry one."""
     scores = [r.score for g in scored for r in g.results]
     lengths = [len(c.token_ids) for g in scored for c in g.completions]
     clipped = [c.finish_reason == "length" for g in scored for c in g.completions]
@@ -102,7 +122,12 @@ def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
     n = max(len(scores), 1)
     mean = sum(scores) / n
     var = sum((s - mean) ** 2 for s in scores) / n
+    baselines = [g.baseline for g in scored if g.baseline is not None]
+    baseline_metrics = (
+        {"rollout/baseline_score/mean": sum(baselines) / len(baselines)} if baselines else {}
+    )
     return {
+        **baseline_metrics,
         "critic/score/mean": mean,
         "critic/score/std": math.sqrt(var),
         "critic/score/max": max(scores, default=0.0),

@@ -11,7 +11,9 @@ is fatal too. Transport-free: the clients raise ``hybridflow.errors`` classes.
 
 Each request carries a seed derived from the job seed and its first hand-out, so the same
 prompts under the same weights sample the same completions (a resumed run repeats the
-uninterrupted one).
+uninterrupted one). When the learner's estimator needs greedy baselines (ReMax), each request
+also generates one greedy response per prompt on the same replica, scored in the same reward
+call; either generate call failing fails the request.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
 from hybridflow.errors import ServiceError, Unavailable
-from hybridflow.types import SamplingParams, ScoreResult
+from hybridflow.types import Completion, SamplingParams, ScoreResult
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,12 @@ class ReplicaDispatcher(threading.Thread):
         rejoin: Callable[[int], bool] | None = None,
         rejoin_timeout_s: float = 0.0,
         service_wait_s: float = 0.0,
+        greedy_baseline: bool = False,
     ) -> None:
         """``rejoin(index)``: True once replica ``index`` is healthy again and has the current
-        weights; probed every few seconds for ``rejoin_timeout_s`` after a failure."""
+        weights; probed every few seconds for ``rejoin_timeout_s`` after a failure.
+        ``greedy_baseline``: each request also generates one greedy response per prompt on
+        this replica, scored with the group, as the groups' ``baseline`` (ReMax)."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.rollout = rollout
@@ -68,12 +73,13 @@ class ReplicaDispatcher(threading.Thread):
         self.rejoin = rejoin
         self.rejoin_timeout_s = rejoin_timeout_s
         self.service_wait_s = service_wait_s
+        self.greedy_baseline = greedy_baseline
         self.num_rejoined = 0
         self.published_version = 0
         """Version the job last published to this replica: a reply generated under an older
         one means the replica restarted and lost its weights."""
         self.busy_s = 0.0
-        """Seconds spent generating."""
+        """Seconds spent generating (greedy baselines included)."""
         self.num_requeued = 0
         self.failed = False
         self.error: BaseException | None = None
@@ -121,9 +127,7 @@ class ReplicaDispatcher(threading.Thread):
             start = time.perf_counter()
             expected_version = self.published_version
             try:
-                groups = self.rollout.generate(
-                    [p.prompt_ids for p in prompts], params, f"r{self.index}-{request}"
-                )
+                groups, greedy = self._generate(prompts, params, f"r{self.index}-{request}")
             except ServiceError as exc:
                 self.buffer.requeue(prompts)
                 self.num_requeued += len(prompts)
@@ -139,7 +143,8 @@ class ReplicaDispatcher(threading.Thread):
                 self.buffer.requeue(prompts)  # bad input: fatal, and nothing lost
                 self.num_requeued += len(prompts)
                 raise
-            got = min((c.policy_version for g in groups for c in g), default=expected_version)
+            generated = [*groups, *(greedy or ())]
+            got = min((c.policy_version for g in generated for c in g), default=expected_version)
             if got < expected_version:
                 log.warning(
                     "replica %d answered under weights v%d, older than the v%d it was sent "
@@ -160,18 +165,31 @@ class ReplicaDispatcher(threading.Thread):
                 gen_end,
                 replica=self.index,
                 num_prompts=len(prompts),
-                num_tokens=sum(len(c.token_ids) for g in groups for c in g),
+                num_tokens=sum(len(c.token_ids) for g in generated for c in g),
                 policy_version=groups[0][0].policy_version if groups else -1,
             )
             try:
-                results = self._score(score_items(prompts, groups, self.decode))
+                results = self._score(score_items(prompts, groups, self.decode, greedy))
             except Exception:
                 self.buffer.requeue(prompts)  # fatal (run() reports it); nothing lost
                 raise
             self.events.record(
                 "score", gen_end, time.time(), replica=self.index, num_items=len(results)
             )
-            self.buffer.put(attach_scores(prompts, groups, results))
+            self.buffer.put(attach_scores(prompts, groups, results, greedy is not None))
+
+    def _generate(
+        self, prompts: list[Prompt], params: SamplingParams, request_id: str
+    ) -> tuple[list[list[Completion]], list[list[Completion]] | None]:
+        """The request's groups, and with ``greedy_baseline`` one greedy completion per
+        prompt (temperature 0, n 1, same max_new_tokens; top-p has no say under argmax, so 1)
+        from the same replica; None without. Either call failing fails the request."""
+        prompt_ids = [p.prompt_ids for p in prompts]
+        groups = self.rollout.generate(prompt_ids, params, request_id)
+        if not self.greedy_baseline:
+            return groups, None
+        greedy_params = replace(params, temperature=0.0, top_p=1.0, n=1)
+        return groups, self.rollout.generate(prompt_ids, greedy_params, f"{request_id}-greedy")
 
     def _score(self, items: list[Any]) -> list[ScoreResult]:
         """Scores, retrying while the reward service is unreachable (being restarted) for

@@ -94,12 +94,15 @@ class TrainingJob:
         resume: bool = False,
         checkpoint_root: Path | None = None,
         continue_from: CoordinatorState | None = None,
+        greedy_baseline: bool = False,
     ) -> None:
         """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
         (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all.
         ``continue_from``: the state a previous job over the same services ended with (its
         ``state``), so steps, versions and counters continue; the replicas already have the
-        learner's weights. ``RLTrainer`` runs one job per step this way."""
+        learner's weights. ``RLTrainer`` runs one job per step this way.
+        ``greedy_baseline``: the learner's estimator needs each prompt's greedy baseline
+        score (ReMax), so every request also generates and scores one greedy response."""
         if config.sync_every - 1 > config.max_staleness:
             raise ValueError(
                 f"coordinator.sync_every={config.sync_every} lets samples lag "
@@ -160,6 +163,7 @@ class TrainingJob:
                 rejoin=self._rejoin,
                 rejoin_timeout_s=config.replica_rejoin_timeout_s,
                 service_wait_s=config.service_wait_s,
+                greedy_baseline=greedy_baseline,
             )
             for i, r in enumerate(services.rollouts)
         ]

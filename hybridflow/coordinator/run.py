@@ -172,8 +172,19 @@ def run_job(
     if checkpoint_root is None:
         log.warning("learner.checkpoint_dir is not set: no checkpoints, no resume")
     try:
+        # Asked once: the learner's estimator is fixed by its config for the whole run.
+        greedy_baseline = services.learner.needs_greedy_baseline()
+        if greedy_baseline:
+            log.info("the learner's estimator needs greedy baselines: one greedy reply per prompt")
         training = TrainingJob(
-            cfg, services, dataset.records, run_dir, control, resume, checkpoint_root
+            cfg,
+            services,
+            dataset.records,
+            run_dir,
+            control,
+            resume,
+            checkpoint_root,
+            greedy_baseline=greedy_baseline,
         )
         training.launch_time = origin
         summary = training.run()

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TrainBatch(_message.Message):
-    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions")
+    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    BASELINES_FIELD_NUMBER: _ClassVar[int]
     prompts: _common_pb2.TokenBatch
     responses: _common_pb2.TokenBatch
     rollout_logprobs: _common_pb2.Tensor
     rewards: _common_pb2.Tensor
     group_ids: _containers.RepeatedScalarFieldContainer[int]
     policy_versions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ...) -> None: ...
+    baselines: _common_pb2.Tensor
+    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ("policy_version", "metrics")
@@ -101,13 +103,15 @@ class TrainStateResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class LearnerInfo(_message.Message):
-    __slots__ = ("model", "algorithm", "policy_version", "world_size")
+    __slots__ = ("model", "algorithm", "policy_version", "world_size", "needs_greedy_baseline")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_GREEDY_BASELINE_FIELD_NUMBER: _ClassVar[int]
     model: str
     algorithm: str
     policy_version: int
     world_size: int
-    def __init__(self, model: _Optional[str] = ..., algorithm: _Optional[str] = ..., policy_version: _Optional[int] = ..., world_size: _Optional[int] = ...) -> None: ...
+    needs_greedy_baseline: bool
+    def __init__(self, model: _Optional[str] = ..., algorithm: _Optional[str] = ..., policy_version: _Optional[int] = ..., world_size: _Optional[int] = ..., needs_greedy_baseline: _Optional[bool] = ...) -> None: ...

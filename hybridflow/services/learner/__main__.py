@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             algorithm=cfg.algorithm,
             policy_version=worker.policy_version,
             world_size=dist_info.world_size,
+            needs_greedy_baseline=core.needs_greedy_baseline(),
         )
 
     servicer = LearnerServicer(

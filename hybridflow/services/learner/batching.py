@@ -75,6 +75,8 @@ def validate_samples(samples: Sequence[TrainSample], vocab_size: int) -> None:
     for i, s in enumerate(samples):
         if not math.isfinite(s.reward):
             raise ValueError(f"samples[{i}].reward: not finite ({s.reward})")
+        if s.baseline is not None and not math.isfinite(s.baseline):
+            raise ValueError(f"samples[{i}].baseline: not finite ({s.baseline})")
         if len(s.rollout_logprobs) != len(s.response_ids):
             raise ValueError(
                 f"samples[{i}].rollout_logprobs: {len(s.rollout_logprobs)} values for "

@@ -83,5 +83,8 @@ class GrpcLearnerClient:
     def info(self) -> learner_pb2.LearnerInfo:
         return self._stub.GetInfo(common_pb2.Empty(), timeout=self._config.timeout_s)
 
+    def needs_greedy_baseline(self) -> bool:
+        return bool(self.info().needs_greedy_baseline)
+
     def close(self) -> None:
         self._channel.close()

@@ -26,6 +26,7 @@ ADVANTAGE_ESTIMATOR_NAMES: tuple[str, ...] = (
     "grpo",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "remax",
     "rloo",
 )
 """Built-in estimators; mirrors ``hybridflow.algorithms.registry.BUILTIN_ADVANTAGE_ESTIMATORS``."""
@@ -119,7 +120,8 @@ class LearnerConfig:
     # Estimator / loss registry and DAPO's overlong shaping (issue 10), kept together.
     advantage_estimator: str = ""
     """Empty (the preset's), a built-in (gae, grpo, dr_grpo, rloo, reinforce_plus_plus,
-    reinforce_plus_plus_baseline) or "package.module:function" (imported at learner start)."""
+    reinforce_plus_plus_baseline, remax) or "package.module:function" (imported at learner
+    start). remax makes the coordinator generate one greedy response per prompt."""
     policy_loss: str = "ppo_clip"
     """A built-in (ppo_clip, gspo, cispo) or "package.module:function" (imported at start)."""
     overlong_buffer: int = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +27,8 @@ def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
         group_ids=[s.group_id for s in samples],
         policy_versions=[s.policy_version for s in samples],
     )
+    if any(s.baseline is not None for s in samples):
+        rest.baselines.CopyFrom(pack_floats(_baselines_with_nan(samples)))
     fields = learner_pb2.TrainBatch
     return [
         *wire.bytes_field(
@@ -40,6 +43,29 @@ def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
         ),
         wire.message_piece(rest),
     ]
+
+
+def _baselines_with_nan(samples: Sequence[TrainSample]) -> np.ndarray:
+    """One float32 per sample, NaN for "no baseline" (the wire's marker, so a real baseline
+    must be finite)."""
+    out = np.full(len(samples), np.nan, dtype=np.float32)
+    for i, s in enumerate(samples):
+        if s.baseline is not None:
+            if not np.isfinite(s.baseline):
+                raise ValueError(f"samples[{i}].baseline is not finite ({s.baseline})")
+            out[i] = s.baseline
+    return out
+
+
+def _baselines_from_proto(msg: learner_pb2.TrainBatch, n: int) -> list[float | None]:
+    """Per sample its baseline, None where the wire holds NaN or the field is unset."""
+    if not msg.HasField("baselines"):
+        return [None] * n
+    values = unpack_floats(msg.baselines, "batch.baselines", n)
+    bad = np.flatnonzero(np.isinf(values))
+    if bad.size:
+        raise ValueError(f"batch.baselines[{bad[0]}] is not finite ({values[bad[0]]})")
+    return [None if math.isnan(v) else v for v in values.tolist()]
 
 
 def batch_to_proto(samples: Sequence[TrainSample]) -> learner_pb2.TrainBatch:
@@ -72,6 +98,7 @@ def batch_from_proto(
     prompts = split_by(prompt_flat, prompt_offsets)
     responses = split_by(response_flat, response_offsets)
     sample_logprobs = split_by(logprobs, response_offsets)
+    baselines = _baselines_from_proto(msg, n)
     return [
         TrainSample(
             prompt_ids=prompts[i],
@@ -80,6 +107,7 @@ def batch_from_proto(
             reward=reward,
             group_id=group_id,
             policy_version=version,
+            baseline=baselines[i],
         )
         for i, (reward, group_id, version) in enumerate(
             zip(rewards.tolist(), msg.group_ids, msg.policy_versions)

@@ -45,6 +45,12 @@ class LearnerCore:
     def policy_version(self) -> int:
         return self.worker.policy_version
 
+    def needs_greedy_baseline(self) -> bool:
+        """The estimator needs each prompt's greedy baseline score on its samples (ReMax);
+        False for the presets without one (dpo, rft)."""
+        estimator = self.worker.estimator
+        return estimator is not None and estimator.needs_baseline
+
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         start = time.perf_counter()
         result = self.worker.train_step(samples)

@@ -279,7 +279,8 @@ def compute_advantages(
     Every rank holds every sample, so the estimator runs on the whole batch on each rank (the
     per-sample KL penalties and critic values, computed by the owning rank, are gathered
     first): any batch statistic it takes is the single-process one by construction.
-    Scores get DAPO's overlong penalty here when ``overlong_buffer > 0``.
+    Scores get DAPO's overlong penalty here when ``overlong_buffer > 0`` (greedy baselines do
+    not: their responses' lengths never reach the learner).
     """
     cfg, m, samples = ctx.config, ctx.metrics, ctx.samples
     lengths = torch.tensor([len(s.response_ids) for s in samples])
@@ -317,6 +318,7 @@ def compute_advantages(
         response_mask=mask,
         group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
         values=values,
+        baselines=_baselines(samples, estimator) if estimator.needs_baseline else None,
     )
     options = AdvantageOptions(gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std=cfg.norm_adv_by_std)
     adv, returns = estimator.fn(inputs, options)
@@ -341,6 +343,18 @@ def compute_advantages(
         {i: adv[i, : lengths[i]].to(ctx.device) for i in ctx.plan.owned},
         {i: returns[i, : lengths[i]].to(ctx.device) for i in ctx.plan.owned},
     )
+
+
+def _baselines(samples: list[TrainSample], estimator: AdvantageEstimator) -> torch.Tensor:
+    """``[B]`` greedy baseline scores; ValueError naming the estimator when one is missing."""
+    missing = [i for i, s in enumerate(samples) if s.baseline is None]
+    if missing:
+        raise ValueError(
+            f"advantage estimator {estimator.name!r} needs a greedy baseline score on every "
+            f"sample; {len(missing)} of {len(samples)} have none (first: samples[{missing[0]}]); "
+            "the coordinator sends them when the learner's GetInfo says needs_greedy_baseline"
+        )
+    return torch.tensor([s.baseline for s in samples], dtype=torch.float32)
 
 
 def _gather_rows(mine: dict[int, torch.Tensor], num_rows: int, width: int) -> torch.Tensor:

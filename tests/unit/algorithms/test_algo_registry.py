@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,36 @@ def test_reinforce_plus_plus_baseline() -> None:
     assert _valid(_estimate("reinforce_plus_plus_baseline", inputs)) == pytest.approx(
         _whiten(tokens), abs=1e-6
     )
+
+
+def test_remax_is_score_minus_greedy_baseline_on_every_token() -> None:
+    # Scores 1, 0, 1, 0.5 over 3, 2, 1, 2 tokens; greedy baselines 0.5, 0.5, 0.25, 0.25.
+    scores, baselines = [1.0, 0.0, 1.0, 0.5], torch.tensor([0.5, 0.5, 0.25, 0.25])
+    estimator = resolve_advantage_estimator("remax")
+    assert estimator.needs_baseline and not estimator.needs_critic
+    expected = [0.5] * 3 + [-0.5] * 2 + [0.75] + [0.25] * 2
+    for groups in ([0, 0, 1, 1], [0, 0, 0, 0], [0, 1, 2, 3]):  # group statistics play no part
+        inputs = replace(_outcome_inputs(scores, groups), baselines=baselines)
+        adv, returns = estimator.fn(inputs, AdvantageOptions())
+        assert _valid(adv) == expected  # exact: every value is a binary fraction
+        assert _valid(returns) == [1.0] * 3 + [0.0] * 2 + [1.0] + [0.5] * 2
+        assert adv[MASK == 0].tolist() == [0.0] * 4
+
+
+def test_remax_per_token_rewards_use_the_reward_to_go() -> None:
+    # As verl: returns are the reward-to-go (KL-in-reward shapes every token), minus baseline.
+    rewards = torch.tensor([[0.25, -0.5, 1.0], [0.5, 1.0, 0.0]])
+    inputs = AdvantageInputs(
+        rewards, MASK[:2], torch.tensor([0, 0]), None, torch.tensor([0.5, 1.0])
+    )
+    adv, returns = resolve_advantage_estimator("remax").fn(inputs, AdvantageOptions())
+    assert returns.tolist() == [[0.75, 0.5, 1.0], [1.5, 1.0, 0.0]]
+    assert adv.tolist() == [[0.25, 0.0, 0.5], [0.5, 0.0, 0.0]]
+
+
+def test_remax_without_baselines_raises() -> None:
+    with pytest.raises(ValueError, match="'remax' needs the greedy baselines"):
+        _estimate("remax", _outcome_inputs([1.0, 0.0], [0, 0]))
 
 
 def test_gae_through_the_registry_whitens_gae() -> None:
@@ -215,7 +246,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_user_estimator_and_loss_by_import_path(user_module: str) -> None:
     estimator = resolve_advantage_estimator(f"{user_module}:centred")
-    assert not estimator.needs_critic
+    assert not estimator.needs_critic and not estimator.needs_baseline
     adv = _estimate(f"{user_module}:centred", _outcome_inputs([1.0, 0.0], [0, 0]))
     assert _valid(adv, MASK[:2]) == pytest.approx([0.5] * 3 + [-0.5] * 2)
     loss = resolve_policy_loss(f"{user_module}:reinforce")

@@ -79,6 +79,8 @@ class FakeLearner:
         self.root = root
         self.fail_at_step: int | None = None
         """train_step raises UNAVAILABLE on this call number (a learner that died)."""
+        self.greedy_baseline = False
+        """What ``needs_greedy_baseline`` answers (a ReMax learner says True)."""
 
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         if self.fail_at_step is not None and len(self.batches) + 1 >= self.fail_at_step:
@@ -86,6 +88,9 @@ class FakeLearner:
         self.batches.append(samples)
         self.version += 1
         return TrainStepResult(self.version, {"actor/pg_loss": 0.1})
+
+    def needs_greedy_baseline(self) -> bool:
+        return self.greedy_baseline
 
     def compute_logprobs(self, prompts, responses, temperature):
         return [[-0.5] * len(r) for r in responses]

@@ -1,6 +1,7 @@
 """LearnerWorker on a tiny random Llama, single process: GRPO, PPO, log-probs, bad input."""
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -186,6 +187,7 @@ def _bad(samples: list[TrainSample], index: int, **change: object) -> list[Train
         ({"prompt_ids": [-1]}, r"samples\[1\]\.prompt_ids: token id -1"),
         ({"reward": float("nan")}, r"samples\[1\]\.reward: not finite"),
         ({"rollout_logprobs": [0.0]}, r"samples\[1\]\.rollout_logprobs"),
+        ({"baseline": float("inf")}, r"samples\[1\]\.baseline: not finite"),
     ],
 )
 def test_bad_input_raises_value_error(
@@ -292,3 +294,26 @@ def test_user_estimator_module_and_bad_path(
     assert m["critic/advantages/min"] == pytest.approx(-0.5)
     with pytest.raises(ValueError, match=r"learner\.advantage_estimator: .*has no attribute"):
         _worker(tiny_checkpoint, advantage_estimator="learner_user_algos:nope")
+
+
+def test_remax_step_advantages_are_reward_minus_greedy_baseline(
+    tiny_model_path: Path, make_samples
+) -> None:
+    from hybridflow.services.learner.core import LearnerCore
+
+    rewards, baselines = [1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.25, 0.25]
+    samples = [
+        replace(s, baseline=b) for s, b in zip(make_samples(rewards), baselines, strict=True)
+    ]
+    lengths = [len(s.response_ids) for s in samples]  # 2, 4, 6, 3
+    worker = _worker(tiny_model_path, advantage_estimator="remax")
+    assert LearnerCore(worker).needs_greedy_baseline()
+    assert not LearnerCore(_worker(tiny_model_path)).needs_greedy_baseline()
+    m = worker.train_step(samples).metrics
+    token_mean = sum(
+        (r - b) * n for r, b, n in zip(rewards, baselines, lengths, strict=True)
+    ) / sum(lengths)  # (1 - 2 - 1.5 + 2.25) / 15: no group statistic enters
+    assert m["critic/advantages/mean"] == pytest.approx(token_mean, abs=1e-6)
+    assert m["critic/advantages/max"] == 0.75 and m["critic/advantages/min"] == -0.5
+    with pytest.raises(ValueError, match="advantage estimator 'remax' needs a greedy baseline"):
+        worker.train_step(make_samples(rewards))

@@ -1,7 +1,11 @@
 """Proto ↔ domain conversions round-trip, per service."""
 
+import math
+from dataclasses import replace
+
 import pytest
 
+from hybridflow.rpc.codec import pack_floats
 from hybridflow.services.learner import convert as learner_convert
 from hybridflow.services.reward import convert as reward_convert
 from hybridflow.services.rollout import convert as rollout_convert
@@ -69,3 +73,33 @@ def test_train_batch_and_result_round_trip():
     assert learner_convert.batch_from_proto(learner_convert.batch_to_proto(samples)) == samples
     result = TrainStepResult(3, {"actor/pg_loss": 0.5})
     assert learner_convert.result_from_proto(learner_convert.result_to_proto(result)) == result
+
+
+def test_train_batch_baselines_round_trip_none_included():
+    samples = [
+        TrainSample([1, 2], [3, 4, 5], [-0.5, -1.0, -2.0], 1.0, 7, 2, baseline=0.25),
+        TrainSample([9], [8], [-0.25], 0.0, 7, 1, baseline=None),
+        TrainSample([9], [6], [-0.75], 0.5, 8, 1, baseline=-1.5),
+    ]
+    msg = learner_convert.batch_to_proto(samples)
+    assert msg.HasField("baselines")
+    back = learner_convert.batch_from_proto(msg)
+    assert back == samples
+    assert [s.baseline for s in back] == [0.25, None, -1.5]
+    plain = [replace(s, baseline=None) for s in samples]
+    msg = learner_convert.batch_to_proto(plain)
+    assert not msg.HasField("baselines")  # no baseline: nothing extra on the wire
+    assert [s.baseline for s in learner_convert.batch_from_proto(msg)] == [None] * 3
+
+
+def test_train_batch_baselines_must_be_finite():
+    sample = TrainSample([1], [2], [-1.0], 1.0, 0, 0, baseline=math.nan)
+    with pytest.raises(ValueError, match=r"samples\[0\]\.baseline is not finite"):
+        learner_convert.batch_pieces([sample])
+    msg = learner_convert.batch_to_proto([replace(sample, baseline=1.0)])
+    msg.baselines.CopyFrom(pack_floats([math.inf]))
+    with pytest.raises(ValueError, match=r"batch\.baselines\[0\] is not finite"):
+        learner_convert.batch_from_proto(msg)
+    msg.baselines.CopyFrom(pack_floats([1.0, 2.0]))
+    with pytest.raises(ValueError, match="batch.baselines"):
+        learner_convert.batch_from_proto(msg)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -59,6 +61,18 @@ def test_train_batch_pieces_round_trip_through_chunks_of_any_size() -> None:
     back = learner_convert.batch_from_proto(learner_pb2.TrainBatch.FromString(whole), 100)
     assert back == samples
     assert [s.rollout_logprobs.dtype for s in back] == [np.float32] * len(samples)
+
+
+def test_train_batch_pieces_carry_baselines_none_included() -> None:
+    samples = [
+        replace(s, baseline=None if i == 2 else 0.25 * i - 0.5) for i, s in enumerate(_samples())
+    ]
+    pieces = learner_convert.batch_pieces(samples)
+    chunks = list(wire.iter_piece_chunks(pieces, 7))
+    payload = assemble_chunks(iter(chunks), max_bytes=wire.size(pieces))
+    back = learner_convert.batch_from_proto(learner_pb2.TrainBatch.FromString(bytes(payload)), 100)
+    assert back == samples
+    assert [s.baseline for s in back] == [-0.5, -0.25, None, 0.25, 0.5]
 
 
 def test_empty_payload_is_one_chunk() -> None:
