@@ -4,15 +4,14 @@ The gRPC clients (``hybridflow.services.*.client``) and the in-process twins (``
 ``RewardScorer``, ``LearnerCore``) both satisfy these Protocols, so one schedule drives
 either. A failed call raises a ``hybridflow.errors`` class: ``BadRequest`` (a ValueError) for
 refused input, ``Unavailable`` when the service cannot serve now, ``ResourceExhausted`` when
-it sheds load, another ``ServiceError`` otherwise. Imports neither gRPC nor torch.
+it sheds load, another ``ServiceError`` otherwise. Imports neither gRPC, torch nor numpy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.types import (
     Completion,
     RolloutStatus,
@@ -23,6 +22,9 @@ from hybridflow.types import (
     TrainStepResult,
     WeightUpdateReport,
 )
+
+if TYPE_CHECKING:  # numpy stays out of processes that never touch arrays (reward service)
+    from hybridflow.arrays import FloatArray, TokenLike
 
 
 class RolloutClient(Protocol):

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hybridflow.coordinator.step import Services
+from hybridflow.coordinator.services import Services
 
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.config import CoordinatorConfig

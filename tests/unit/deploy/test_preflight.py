@@ -96,7 +96,7 @@ def test_a_free_fixed_port_passes_and_shared_ports_are_refused():
 
 def test_model_must_be_a_known_builtin_or_a_checkpoint_dir(tmp_path):
     assert problems(QUICKSTART, ["model=builtin:huge"]) == [
-        "config error: model: unknown builtin model 'huge'; known: ['tiny']"
+        "config error: model: unknown builtin model 'huge'; known: ['tiny', 'tiny-random']"
     ]
     assert "is not a directory" in problems(QUICKSTART, [f"model={tmp_path / 'x'}"])[0]
     assert "has no config.json" in problems(QUICKSTART, [f"model={tmp_path}"])[0]
