@@ -1,7 +1,7 @@
 """Convergence figures of the algorithm suite's runs (file reading and arithmetic only).
 
-A run's learning curve is its metrics.jsonl: per step the mean reward of the batch, the
-cumulative number of samples trained on and the wall time since the first step began.
+A run's learning curve is its metrics.jsonl: per step the policy's mean reward, the
+cumulative number of samples generated and the wall time since the first step began.
 "Samples to reach the target" is the cumulative sample count at the first step where the
 trailing mean reward over ``window`` steps reaches the target (None when it never does).
 """
@@ -42,20 +42,26 @@ def check_same_budget(cfg: BenchmarkConfig) -> None:
 
 
 def learning_curve(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """Per step: step, cumulative samples, seconds since the first step began, mean reward."""
+    """Per step: step, cumulative samples generated, seconds since the first step began, the
+    policy's mean reward.
+
+    Samples are what the step cost to generate (``batch/num_generated``: with dynamic sampling
+    the filtered groups too, with ReMax the greedy baselines; older runs: the trained batch).
+    The reward is over every generated group (``dynamic_sampling/score_all_mean``) when dynamic
+    sampling filtered some: the trained batch alone leaves out the solved ones."""
     if not rows:
         return []
     t0 = rows[0]["time"] - rows[0]["timing_s/step"]
     samples = 0.0
     out = []
     for r in rows:
-        samples += r["batch/num_samples"]
+        samples += r.get("batch/num_generated", r["batch/num_samples"])
         out.append(
             {
                 "step": r["step"],
                 "samples": samples,
                 "time_s": r["time"] - t0,
-                "reward": r["critic/score/mean"],
+                "reward": r.get("dynamic_sampling/score_all_mean", r["critic/score/mean"]),
             }
         )
     return out

@@ -442,6 +442,7 @@ class TrainingJob:
         filtered = self.buffer.take_filtered()
         _write_audit(run.audit, step, filtered, version, filtered=True)
         metrics.update(self._dynamic_sampling_metrics(batch, filtered))
+        metrics["batch/num_generated"] = float(_num_generated([*batch, *filtered]))
         # The policy's reward: with dynamic sampling, over trained and filtered groups.
         st.rewards.append(
             metrics.get("dynamic_sampling/score_all_mean", metrics["critic/score/mean"])
@@ -548,6 +549,12 @@ class _Run:
     first_step_s: float | None = None
     checkpoint: str = ""
     last_checkpoint: str = ""
+
+
+def _num_generated(groups: Sequence[ScoredGroup]) -> int:
+    """Completions generated for these groups: their samples plus a greedy baseline each
+    (ReMax). With dynamic sampling, filtered groups count too: the cost of a step."""
+    return sum(len(g.completions) + (g.baseline is not None) for g in groups)
 
 
 def _step_timings(

@@ -71,7 +71,9 @@ def run_suite(tmp_path: Path, suite: str, config: dict[str, Any], *extra: str) -
     return out
 
 
-def check_common(out: Path, suite: str, variants: list[str], profile: bool) -> dict[str, Any]:
+def check_common(
+    out: Path, suite: str, variants: list[str], profile: bool, num_steps: int = 3
+) -> dict[str, Any]:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["suite"] == suite
     assert list(summary["variants"]) == variants
@@ -80,7 +82,7 @@ def check_common(out: Path, suite: str, variants: list[str], profile: bool) -> d
         assert fig["steps_timed"] >= 1
         assert fig["e2e_samples_per_s"] > 0 and fig["generation_tokens_per_s"] > 0
         assert set(fig["peak_rss_bytes"]) >= {"reward", "learner", "rollout0"}
-        assert (out / name / "metrics.jsonl").read_text().count("\n") == 3
+        assert (out / name / "metrics.jsonl").read_text().count("\n") == num_steps
     assert summary["hardware"]["cpus"] >= 1 and summary["versions"]["torch"]
     log = (out / "detailed.log").read_text()
     assert all(f"[{name}] generate" in log for name in variants)
@@ -92,7 +94,10 @@ def check_common(out: Path, suite: str, variants: list[str], profile: bool) -> d
 
 def test_throughput_suite_tiny(tmp_path: Path) -> None:
     config = {
-        "suite": "throughput", "overrides": TINY_JOB, "warmup_steps": 1, "profile": True,
+        # 5 steps: nothing is generated beyond the run's last batch, so with k = 1 a 3-step
+        # run has generated everything before its timed steps begin.
+        "suite": "throughput", "overrides": [*TINY_JOB, "coordinator.num_steps=5"],
+        "warmup_steps": 1, "profile": True,
         "profile_steps": 2,
         "variants": [
             {"name": "sync", "overrides": ["coordinator.max_staleness=0"]},
@@ -101,7 +106,7 @@ def test_throughput_suite_tiny(tmp_path: Path) -> None:
         ],
     }  # fmt: skip
     out = run_suite(tmp_path, "throughput", config)
-    summary = check_common(out, "throughput", ["sync", "async"], profile=True)
+    summary = check_common(out, "throughput", ["sync", "async"], profile=True, num_steps=5)
     ratios = summary["ratios"]
     assert ratios["async_over_sync_samples_per_s"] > 0
     assert ratios["async_share_of_ideal"] == pytest.approx(
@@ -112,8 +117,10 @@ def test_throughput_suite_tiny(tmp_path: Path) -> None:
 def test_scalability_suite_tiny(tmp_path: Path) -> None:
     config = {
         "suite": "scalability", "warmup_steps": 1, "profile": False,
+        # 5 steps: admission starts nothing beyond the run's last batch, so with k = 1 a
+        # 3-step run generates everything before its timed steps begin.
         "overrides": [*TINY_JOB, "coordinator.max_staleness=1", "learner.off_policy=tis",
-                      "coordinator.prompts_per_request=2"],
+                      "coordinator.prompts_per_request=2", "coordinator.num_steps=5"],
         "variants": [
             {"name": "rollout1", "overrides": ["rollout.replicas=1"]},
             {"name": "rollout2", "overrides": ["rollout.replicas=2"]},
@@ -124,7 +131,9 @@ def test_scalability_suite_tiny(tmp_path: Path) -> None:
         "--sim-steps", "3", "--plan-layers", "2", "--plan-num-src", "4", "--plan-tp", "2",
         "--plan-replicas", "2",
     )  # fmt: skip
-    summary = check_common(out, "scalability", ["rollout1", "rollout2"], profile=False)
+    summary = check_common(
+        out, "scalability", ["rollout1", "rollout2"], profile=False, num_steps=5
+    )
     assert summary["variant_sizes"] == {
         "rollout1": {"rollout_replicas": 1, "learner_ranks": 1},
         "rollout2": {"rollout_replicas": 2, "learner_ranks": 1},
