@@ -131,9 +131,7 @@ def test_scalability_suite_tiny(tmp_path: Path) -> None:
         "--sim-steps", "3", "--plan-layers", "2", "--plan-num-src", "4", "--plan-tp", "2",
         "--plan-replicas", "2",
     )  # fmt: skip
-    summary = check_common(
-        out, "scalability", ["rollout1", "rollout2"], profile=False, num_steps=5
-    )
+    summary = check_common(out, "scalability", ["rollout1", "rollout2"], profile=False, num_steps=5)
     assert summary["variant_sizes"] == {
         "rollout1": {"rollout_replicas": 1, "learner_ranks": 1},
         "rollout2": {"rollout_replicas": 2, "learner_ranks": 1},

@@ -10,14 +10,13 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hybridflow.coordinator.services import Services
-
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.job import TrainingJob
+from hybridflow.coordinator.services import Services
 from hybridflow.types import Completion, SamplingParams, ScoreItem, ScoreResult
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
