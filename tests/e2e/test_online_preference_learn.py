@@ -8,6 +8,7 @@ less (0.35 -> 0.60) and at 2e-3 it oscillated (0.35 -> 0.50) as fewer groups gav
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
@@ -43,3 +44,57 @@ def test_reward_rises_on_arith(algo: str, lr: float) -> None:
     assert all(loss > 0 for loss in losses), losses  # DPO loss / NLL reach policy_loss
     start, end = statistics.fmean(rewards[:5]), statistics.fmean(rewards[-10:])
     assert end - start >= 0.2, [round(r, 2) for r in rewards]
+
+
+def test_online_dpo_learns_asynchronously(tiny_model_path, tmp_path) -> None:
+    """Online DPO through the asynchronous schedule (max_staleness 1, paced admission) over
+    the in-process twins: the pairs come from samples up to one version old; the task reward
+    still rises. Measured on this seed (464 of 480 groups one version stale): lr 3e-4
+    0.34 -> 0.50 (first 5 steps -> last 10), slower than synchronous (0.34 -> 0.67 at 5e-4);
+    at 5e-4 asynchronous DPO oscillated (0.34 -> 0.48, falling at the end), at 1e-3 it did
+    not rise (0.28 -> 0.33)."""
+    from transformers import AutoTokenizer
+
+    from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
+    from hybridflow.coordinator.job import TrainingJob
+    from hybridflow.coordinator.services import Services
+    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.services.learner.config import LearnerConfig
+    from hybridflow.services.learner.core import LearnerCore
+    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.services.reward.scorers import RewardScorer
+    from hybridflow.services.rollout.engine import HFEngine
+    from hybridflow.services.rollout.local import LocalRollout
+    from hybridflow.weights.base import LocalWeightSender, SendPublisher
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path))
+    worker = LearnerWorker(
+        LearnerConfig(algorithm="dpo", lr=3e-4, micro_batch_size=64), tiny_model_path
+    )
+    rollout = LocalRollout(HFEngine(tiny_model_path, seed=0), "tiny")
+    publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
+    publisher.attach("local", LocalWeightSender(rollout))
+    services = Services(
+        [rollout],
+        RewardScorer(),
+        LearnerCore(worker, publisher=publisher),
+        ["local"],
+        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
+    )
+    cfg = CoordinatorConfig(
+        num_steps=NUM_STEPS,
+        prompts_per_step=PROMPTS_PER_STEP,
+        group_size=8,
+        sampling=SamplingConfig(max_new_tokens=4),
+        max_staleness=1,
+        prompts_per_request=8,
+        checkpoint_every=0,
+        save_checkpoint=False,
+        progress=False,
+    )
+    data = read_prompt_dataset("builtin:arith", tokenizer, 1024, 0, 512).records
+    summary = TrainingJob(cfg, services, data, tmp_path).run()
+    rewards = [json.loads(line)["critic/score/mean"] for line in open(tmp_path / "metrics.jsonl")]
+    assert summary.num_steps == NUM_STEPS and max(map(int, summary.staleness_histogram)) <= 1
+    start, end = statistics.fmean(rewards[:5]), statistics.fmean(rewards[-10:])
+    assert end - start >= 0.1, [round(r, 2) for r in rewards]
