@@ -3,6 +3,10 @@ figures, detailed.log, plots and summary.json in results/YYYYMMDD_HHMMSS/.
 
     python benchmarks/<suite>/run_benchmark.py --config benchmarks/<suite>/config.yaml
 
+A config in the seed guide's layout (model / resources / workload, e.g.
+benchmarks/throughput/seed_config.yaml) is translated by ``seed_config.py``; what it cannot
+honour is printed as one line per item and kept in summary.json.
+
 Run nothing else on the machine meanwhile: ratios are only meaningful side by side.
 """
 
@@ -27,6 +31,13 @@ if str(REPO) not in sys.path:
 
 from benchmarks.common.config import BenchmarkConfig  # noqa: E402
 from benchmarks.common.figures import read_jsonl, run_figures  # noqa: E402
+from benchmarks.common.seed_config import (  # noqa: E402
+    CPU_MAX_STEPS,
+    Machine,
+    SeedConfig,
+    is_seed_layout,
+    translate_seed_config,
+)
 
 Ratios = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
 
@@ -143,12 +154,49 @@ def write_detailed_log(out: Path, names: list[str]) -> None:
     (out / "detailed.log").write_text("\n".join(line for _, line in sorted(lines)) + "\n")
 
 
-def run_suite(
-    config_path: str, extra_overrides: list[str], results_root: Path, ratios: Ratios
-) -> Path:
-    from hybridflow.config.loader import load_config, to_dict
+def this_machine() -> Machine:
+    import torch
 
-    cfg = load_config(BenchmarkConfig, config_path)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return Machine(num_cpus=len(os.sched_getaffinity(0)), num_gpus=gpus)
+
+
+def load_suite_config(
+    config_path: str, scale_to_machine: bool = True, max_steps: int = CPU_MAX_STEPS
+) -> tuple[BenchmarkConfig, list[str] | None]:
+    """The suite config and, for a seed-layout file, its translation notices (else None)."""
+    import yaml
+
+    from hybridflow.config.loader import ConfigError, load_config
+
+    path = Path(config_path)
+    raw = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not is_seed_layout(raw):
+        return load_config(BenchmarkConfig, config_path), None
+    seed = load_config(SeedConfig, config_path)
+    try:
+        translated = translate_seed_config(seed, this_machine(), scale_to_machine, max_steps)
+    except ValueError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from exc
+    return translated.config, translated.notices
+
+
+def run_suite(
+    config_path: str,
+    extra_overrides: list[str],
+    results_root: Path,
+    ratios: Ratios,
+    scale_to_machine: bool = True,
+    max_steps: int = CPU_MAX_STEPS,
+) -> Path:
+    """Runs every variant of the suite config (or seed-layout file) at ``config_path``.
+
+    ``scale_to_machine`` and ``max_steps`` apply to seed-layout files only."""
+    from hybridflow.config.loader import to_dict
+
+    cfg, notices = load_suite_config(config_path, scale_to_machine, max_steps)
+    for line in notices or []:
+        print(line, file=sys.stderr)
     cfg.overrides = [*cfg.overrides, *extra_overrides]
     out = results_root / time.strftime("%Y%m%d_%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
@@ -186,6 +234,7 @@ def run_suite(
         "ratios": ratios(figures),
         **environment(),
         "config": to_dict(cfg),
+        **({} if notices is None else {"seed_config": {"file": config_path, "notices": notices}}),
         "job_configs": {n: (out / n / "config.yaml").read_text() for n in names},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -228,6 +277,28 @@ def suite_arg_parser(
 
 
 def main(default_config: str, ratios: Ratios, argv: list[str] | None = None) -> int:
-    args = suite_arg_parser(default_config).parse_args(argv)
-    run_suite(args.config, args.set, args.results, ratios)
+    from hybridflow.config.loader import ConfigError
+
+    parser = suite_arg_parser(default_config)
+    parser.add_argument(
+        "--scale-to-machine",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="seed-layout configs: cap learner ranks and rollout replicas at this machine's "
+        "CPUs and steps at --max-steps (default: on)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=CPU_MAX_STEPS,
+        help=f"seed-layout configs: steps cap when scaling (default {CPU_MAX_STEPS})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        run_suite(
+            args.config, args.set, args.results, ratios, args.scale_to_machine, args.max_steps
+        )
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
     return 0

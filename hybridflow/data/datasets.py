@@ -1,4 +1,5 @@
-"""Prompt datasets in verl's format, tokenised once: ``builtin:arith``, JSONL and parquet.
+"""Prompt datasets in verl's format, tokenised once: ``builtin:arith``, JSONL and parquet, plus
+ShareGPT conversations (``sharegpt:PATH``, converted to rows by ``sharegpt.py``).
 
 A row holds ``prompt`` (a list of chat messages ``{role, content}``, rendered with the
 tokenizer's chat template and a generation prompt, or a plain string used as-is),
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridflow.arrays import TokenArray, as_tokens
+from hybridflow.data.sharegpt import SHAREGPT_PREFIX, iter_json_list, sharegpt_row
 from hybridflow.types import arrays_equal
 
 logger = logging.getLogger(__name__)
@@ -109,7 +111,8 @@ def read_prompt_dataset(
 ) -> PromptDataset:
     """Load and tokenise a dataset.
 
-    spec: ``builtin:arith`` or a path to a ``.jsonl`` or ``.parquet`` file.
+    spec: ``builtin:arith``, a path to a ``.jsonl`` or ``.parquet`` file, or ``sharegpt:PATH``
+        (a ShareGPT ``.json`` list or ``.jsonl``; the first human turn of each is the prompt).
     num: keep at most this many records: the first ones in source order, after over-long
         prompts are dropped (None: all; a builtin dataset then generates DEFAULT_BUILTIN_NUM).
     seed: seeds the generation of builtin datasets (files are read in order; shuffle per epoch
@@ -231,22 +234,54 @@ def _iter_rows(
 
         rows = make_arith_rows(DEFAULT_BUILTIN_NUM if num is None else num, seed)
         return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
-    path = Path(spec)
-    if not path.is_file():
-        raise ValueError(
-            f"dataset {spec!r}: no such file (expected builtin:arith, .jsonl, .parquet)"
-        )
+    if spec.startswith(SHAREGPT_PREFIX):
+        return _iter_sharegpt(spec, max_line_bytes, keep_going)
+    path = _readable_file(spec, spec)
     suffix = path.suffix.lower()
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        raise ValueError(f"dataset {spec!r}: cannot read: {exc.strerror or exc}") from exc
     if suffix == ".jsonl":
         return _iter_jsonl(path, max_line_bytes, keep_going)
     if suffix == ".parquet":
         return _iter_parquet(path)
     raise ValueError(f"dataset {spec!r}: unsupported file type {suffix!r} (use .jsonl or .parquet)")
+
+
+def _readable_file(spec: str, file: str) -> Path:
+    path = Path(file)
+    if not path.is_file():
+        raise ValueError(
+            f"dataset {spec!r}: no such file (expected builtin:arith, .jsonl, .parquet or "
+            f"{SHAREGPT_PREFIX}PATH)"
+        )
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"dataset {spec!r}: cannot read: {exc.strerror or exc}") from exc
+    return path
+
+
+def _iter_sharegpt(
+    spec: str, max_line_bytes: int | None, keep_going: bool
+) -> Iterator[tuple[str, Any]]:
+    """Rows of a ShareGPT file (.json list or .jsonl): one verl row per conversation."""
+    path = _readable_file(spec, spec[len(SHAREGPT_PREFIX) :])
+    if path.suffix.lower() == ".jsonl":
+        return _sharegpt_rows(_iter_jsonl(path, max_line_bytes, keep_going), keep_going)
+    return _sharegpt_rows(iter_json_list(path), keep_going)
+
+
+def _sharegpt_rows(
+    conversations: Iterator[tuple[str, Any]], keep_going: bool
+) -> Iterator[tuple[str, Any]]:
+    for where, conversation in conversations:
+        try:
+            if isinstance(conversation, ValueError):  # a line that did not parse
+                raise conversation
+            yield where, sharegpt_row(conversation, where)
+        except ValueError as exc:
+            if not keep_going:
+                raise
+            yield where, exc
 
 
 def _iter_jsonl(

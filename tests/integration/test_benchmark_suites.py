@@ -114,6 +114,32 @@ def test_throughput_suite_tiny(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # two launches (timed and profiled) with 2 learner ranks, ~80 s on 2 cores
+def test_throughput_suite_runs_the_seed_config(tmp_path: Path) -> None:
+    """benchmarks/throughput/seed_config.yaml (the seed guide's §3.2 file) runs as shipped,
+    scaled to this machine; 5 steps instead of the scaled 20 (--max-steps)."""
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "throughput" / "run_benchmark.py"),
+         "--config", str(REPO / "benchmarks" / "throughput" / "seed_config.yaml"),
+         "--results", str(results), "--max-steps", "5"],  # fmt: skip
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "Traceback" not in proc.stderr
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("seed config: ")]
+    assert len(notices) == 7 and "workload.num_episodes=100: capped at 5 steps" in notices[5]
+    (out,) = [p for p in results.iterdir() if p.is_dir()]
+    summary = check_common(out, "throughput", ["async"], profile=True, num_steps=5)
+    assert summary["seed_config"]["notices"] == notices
+    job = yaml.safe_load((out / "async" / "config.yaml").read_text())
+    assert job["model"] == "builtin:tiny" and job["learner"]["algorithm"] == "ppo"
+    assert job["coordinator"]["data"].endswith("benchmarks/data/sharegpt_sample.json")
+    assert job["coordinator"]["sampling"]["max_new_tokens"] == 64
+    trained = (out / "async" / "trained.jsonl").read_text()
+    assert trained.count("\n") == 5 * job["coordinator"]["prompts_per_step"]
+
+
 def test_scalability_suite_tiny(tmp_path: Path) -> None:
     config = {
         "suite": "scalability", "warmup_steps": 1, "profile": False,

@@ -1,6 +1,7 @@
 """Scorer registry: which function scores which ``data_source``.
 
 Built-in rule scorers (``arith``, ``gsm8k``, ``math``) plus verl's dataset names as aliases,
+the ground-truth-free ``sharegpt`` stand-in (``rules.score_plain_text``: form, not quality),
 and user scorers loaded from import paths at registration time, so a bad path fails when the
 service starts, not on the first batch. Lookup is exact first, then the longest registered
 name that prefixes the data_source ("openai/gsm8k_socratic" → the gsm8k scorer). This module
@@ -15,6 +16,7 @@ from functools import partial
 from typing import Any, cast
 
 from hybridflow.config.import_path import load_callable
+from hybridflow.data.sharegpt import SHAREGPT_DATA_SOURCE
 from hybridflow.services.reward import rules
 from hybridflow.services.reward.config import RewardConfig
 
@@ -54,6 +56,10 @@ def _rule(score: Callable[..., float], **kwargs: Any) -> ScorerFn:
     return scorer
 
 
+def _plain_text(response: str, ground_truth: str | None, extra_info: dict[str, Any]) -> float:
+    return rules.score_plain_text(response)
+
+
 def load_scorer_function(path: str) -> ScorerFn:
     """Import "package.module:function" (or "path/to/file.py:function"); ValueError if bad.
 
@@ -80,6 +86,7 @@ class ScorerRegistry:
             self.register(name, fn, requires_ground_truth=True, origin="builtin")
         for alias, target in BUILTIN_ALIASES.items():
             self.register(alias, builtins[target], requires_ground_truth=True, origin="builtin")
+        self.register(SHAREGPT_DATA_SOURCE, _plain_text, origin="builtin")
         for data_source, path in config.scorers.items():
             self.register_import_path(data_source, path)
 

@@ -1,7 +1,8 @@
 """Rule scorers: answer extraction and comparison for arithmetic, gsm8k and MATH-style tasks.
 
 Pure string functions in the style of verl's ``utils/reward_score`` (gsm8k ``#### n``, the
-Hendrycks MATH ``\\boxed{}`` normalisation, trimmed to the common cases). They know nothing of
+Hendrycks MATH ``\\boxed{}`` normalisation, trimmed to the common cases), plus a form-only
+stand-in for free-form prompts without a ground truth. They know nothing of
 batches, registries, threads or the wire; an invalid ground truth raises ValueError and the
 caller turns that into a per-item error.
 """
@@ -129,6 +130,19 @@ def score_math(response: str, ground_truth: str, format_score: float = 0.0) -> f
     if not expected_norm:
         raise ValueError(f"math ground truth is empty after normalisation: {ground_truth!r}")
     return 1.0 if _answers_equal(normalize_math_answer(boxed), expected_norm) else format_score
+
+
+def score_plain_text(response: str) -> float:
+    """Share of the stripped response's characters that are letters or whitespace (0.0 when
+    empty): "looks like prose, not digits or symbols".
+
+    A stand-in for free-form prompts (ShareGPT) that have no ground truth while no reward
+    model is served: it checks the form of an answer, never its content or quality.
+    """
+    text = response.strip()
+    if not text:
+        return 0.0
+    return sum(ch.isalpha() or ch.isspace() for ch in text) / len(text)
 
 
 def _as_number(text: str) -> Fraction | None:

@@ -21,7 +21,15 @@ def test_some_configs_are_shipped():
 def load_benchmark_config(path: Path) -> object:
     """A benchmarks/ YAML with the dataclass its runner uses; suite configs also resolve the
     job config of every variant, so a misspelled override fails here, not after a long run."""
+    import yaml
+
     from benchmarks.common.config import BenchmarkConfig
+    from benchmarks.common.seed_config import (
+        Machine,
+        SeedConfig,
+        is_seed_layout,
+        translate_seed_config,
+    )
     from benchmarks.integration.config import IntegrationConfig
     from hybridflow.config.loader import load_config
     from hybridflow.loadgen.config import LoadgenConfig
@@ -31,7 +39,11 @@ def load_benchmark_config(path: Path) -> object:
         return load_config(LoadgenConfig, path, ["address=127.0.0.1:50051"])
     if folder == "integration":
         return load_config(IntegrationConfig, path)
-    cfg = load_config(BenchmarkConfig, path)
+    if is_seed_layout(yaml.safe_load(path.read_text())):  # the seed guide's layout, translated
+        seed = load_config(SeedConfig, path)
+        cfg = translate_seed_config(seed, Machine(num_cpus=2)).config
+    else:
+        cfg = load_config(BenchmarkConfig, path)
     assert cfg.suite == folder, f"{path}: suite {cfg.suite!r} in folder {folder!r}"
     for variant in cfg.variants:
         load_job_config(REPO / cfg.job, [*cfg.overrides, *variant.overrides])

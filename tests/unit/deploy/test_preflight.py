@@ -129,7 +129,7 @@ def test_good_dataset_file_passes(tmp_path):
 def test_missing_empty_and_unknown_datasets(tmp_path):
     assert data_problems(tmp_path / "none.jsonl") == [
         f"data error: dataset '{tmp_path / 'none.jsonl'}': no such file "
-        "(expected builtin:arith, .jsonl, .parquet)"
+        "(expected builtin:arith, .jsonl, .parquet or sharegpt:PATH)"
     ]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
