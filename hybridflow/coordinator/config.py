@@ -42,7 +42,8 @@ class CoordinatorConfig:
     """The single controller: data, schedule, addresses of the services."""
 
     data: str = "builtin:arith"
-    """Prompt dataset: builtin:arith, or a verl-format .jsonl / .parquet file."""
+    """Prompt dataset: builtin:arith, a verl-format .jsonl / .parquet file, or
+    sharegpt:PATH (a ShareGPT .json list / .jsonl: the first human turn is the prompt)."""
     data_size: int = 2048
     """Rows to generate for builtin datasets (files use all their rows)."""
     max_prompt_tokens: int = 512
