@@ -109,6 +109,9 @@ class ScoreResult:
 
     score: float
     error: str | None = None
+    components: dict[str, float] = field(default_factory=dict)
+    """Each reward component's own (unweighted) score when ``reward.components`` are
+    configured (``score`` is their weighted sum); empty otherwise and on error."""
 
 
 @dataclass(eq=False)

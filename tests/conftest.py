@@ -1,7 +1,8 @@
-"""Session-wide test setup: one torch thread per process and the built-in tiny checkpoint.
+"""Session-wide test setup: one torch thread per process and the built-in tiny checkpoints.
 
-``tiny_model_path`` builds ``builtin:tiny`` once per session into the session's temp dir, or
-uses the persistent cache under ``$HYBRIDFLOW_HOME`` when that is set (fast repeated runs).
+``tiny_model_path`` (``tiny_rm_path``) builds ``builtin:tiny`` (``builtin:tiny-rm``) once per
+session into the session's temp dir, or uses the persistent cache under ``$HYBRIDFLOW_HOME``
+when that is set (fast repeated runs).
 """
 
 from __future__ import annotations
@@ -35,3 +36,15 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Laid out like a HYBRIDFLOW_HOME (<home>/models/tiny-<hash>) so tests can point the env at it.
     home = tmp_path_factory.mktemp("hybridflow_home")
     return ensure_builtin_model("tiny", root=home / "models")
+
+
+@pytest.fixture(scope="session")
+def tiny_rm_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of the built-in ``tiny-rm`` reward model (``<home>/models/tiny-rm-<hash>``,
+    so ``HYBRIDFLOW_HOME=<home>`` makes ``builtin:tiny-rm`` resolve to it)."""
+    from hybridflow.models.builtin import ensure_builtin_model
+
+    if os.environ.get("HYBRIDFLOW_HOME"):
+        return ensure_builtin_model("tiny-rm")
+    home = tmp_path_factory.mktemp("hybridflow_home_rm")
+    return ensure_builtin_model("tiny-rm", root=home / "models")

@@ -6,7 +6,7 @@ No clients, no threads, no I/O: the schedule calls these between service calls.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,9 +112,19 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
     return samples
 
 
+def component_means(results: Iterable[ScoreResult]) -> dict[str, float]:
+    """``reward/<name>/mean`` of each reward component over the results that carry it."""
+    totals: dict[str, list[float]] = {}
+    for result in results:
+        for name, score in result.components.items():
+            totals.setdefault(name, []).append(score)
+    return {f"reward/{name}/mean": sum(v) / len(v) for name, v in sorted(totals.items())}
+
+
 def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
-    """verl-style data metrics of one batch: score, response length, errors, solve rates, and
-    the mean greedy baseline score per prompt when the groups carry one."""
+    """verl-style data metrics of one batch: score, response length, errors, solve rates, the
+    mean greedy baseline score per prompt when the groups carry one, and ``reward/<name>/mean``
+    for each reward component (over the samples it scored)."""
     scores = [r.score for g in scored for r in g.results]
     lengths = [len(c.token_ids) for g in scored for c in g.completions]
     clipped = [c.finish_reason == "length" for g in scored for c in g.completions]
@@ -128,6 +138,7 @@ def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
     )
     return {
         **baseline_metrics,
+        **component_means(r for g in scored for r in g.results),
         "critic/score/mean": mean,
         "critic/score/std": math.sqrt(var),
         "critic/score/max": max(scores, default=0.0),

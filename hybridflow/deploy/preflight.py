@@ -2,7 +2,7 @@
 
 ``problems(config_path, overrides)`` returns every problem found, one line each naming the
 key, file or row: values out of range (every section, all at once), fixed ports already in
-use, the model, TLS files, and the dataset (readable, non-empty, every row parsed, fields
+use, the model and the reward models of ``reward.components``, TLS files, and the dataset (readable, non-empty, every row parsed, fields
 present, ground truths where the row's scorer needs one, prompts within
 ``coordinator.max_prompt_bytes``). ``deploy/launch.sh`` and ``hybridflow-coordinator run``
 call it right after loading the config; ``python -m hybridflow.deploy.preflight --config X``
@@ -51,6 +51,7 @@ def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
     return [
         *_port_problems(job, ports),
         *_model_problems(job.model),
+        *_reward_model_problems(job),
         *_tls_problems(job),
         *_data_problems(job),
     ]
@@ -177,21 +178,35 @@ def _bind_fails(host: str, port: int) -> str:
     return ""
 
 
-def _model_problems(model: str) -> list[str]:
+def _model_problems(model: str, key: str = "model", reward: bool = False) -> list[str]:
+    """Problems of a checkpoint spec: a known builtin of its role, or a directory with
+    config.json. ``reward``: the spec names a reward model (``builtin:tiny-rm``), else a policy."""
     from hybridflow.models import BUILTIN_PREFIX
     from hybridflow.models.builtin import SPECS
+    from hybridflow.models.builtin_rm import REWARD_SPECS
 
+    known = sorted(REWARD_SPECS if reward else SPECS)
     if model.startswith(BUILTIN_PREFIX):
         name = model[len(BUILTIN_PREFIX) :]
-        if name not in SPECS:
-            return [f"config error: model: unknown builtin model {name!r}; known: {sorted(SPECS)}"]
+        if name not in known:
+            role = "reward model" if reward else "model"
+            return [f"config error: {key}: unknown builtin {role} {name!r}; known: {known}"]
         return []
     path = Path(model).expanduser()
     if not path.is_dir():
-        return [f"config error: model: {model!r} is not a directory (nor builtin:tiny)"]
+        return [f"config error: {key}: {model!r} is not a directory (nor builtin:{known[0]})"]
     if not (path / "config.json").is_file():
-        return [f"config error: model: {model!r} has no config.json"]
+        return [f"config error: {key}: {model!r} has no config.json"]
     return []
+
+
+def _reward_model_problems(job: JobConfig) -> list[str]:
+    found = []
+    for i, component in enumerate(job.reward.components):
+        if component.kind == "model":
+            key = f"reward.components[{i}].model"
+            found += _model_problems(component.model, key, reward=True)
+    return found
 
 
 def _tls_problems(job: JobConfig) -> list[str]:

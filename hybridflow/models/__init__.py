@@ -1,6 +1,7 @@
 """Model locations: the built-in checkpoints and the resolution of a model spec to a directory.
 
-``resolve_model_path("builtin:tiny")`` builds (once) and returns the built-in checkpoint;
+``resolve_model_path("builtin:tiny")`` builds (once) and returns the built-in checkpoint (also
+``builtin:tiny-random`` and the reward model ``builtin:tiny-rm``);
 any other spec must be a local Hugging Face checkpoint directory. Hub names are never
 downloaded. Importing this package does not import torch or transformers.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 from hybridflow.models.builtin import ensure_builtin_model
 
 BUILTIN_PREFIX = "builtin:"
-"""Model specs starting with this name a built-in model (``builtin:tiny``)."""
+"""Model specs starting with this name a built-in model (``builtin:tiny``, ``builtin:tiny-rm``)."""
 
 
 def resolve_model_path(spec: str) -> Path:

@@ -12,6 +12,8 @@ convergence, the model's sampled (temperature 1) accuracy sits near that probabi
 true sum stays its most likely answer, a calibrated start that does not hinge on stopping SFT
 at an exact step.
 
+The built-in reward model ``builtin:tiny-rm`` (``builtin_rm.py``) is cached the same way.
+
 Concurrent callers (several services on one machine) are serialised by a file lock; the
 directory appears by an atomic rename, so no caller ever sees a half-written checkpoint.
 
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hybridflow.data.arith import DEFAULT_MAX_OPERAND, arith_ground_truth, arith_prompt
+from hybridflow.models.builtin_rm import REWARD_SPECS, RewardModelSpec, build_reward_checkpoint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -83,7 +86,12 @@ SPECS: dict[str, BuiltinSpec] = {
 (the seeded random initialisation): the cold-start comparison of the algorithm suite."""
 
 
-def spec_hash(spec: BuiltinSpec) -> str:
+def builtin_names() -> list[str]:
+    """Every built-in model name: policies (``SPECS``) and reward models (``REWARD_SPECS``)."""
+    return sorted({*SPECS, *REWARD_SPECS})
+
+
+def spec_hash(spec: BuiltinSpec | RewardModelSpec) -> str:
     """Short stable hash of a spec and the build format version."""
     payload = json.dumps({"v": BUILD_FORMAT_VERSION, **asdict(spec)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
@@ -102,9 +110,13 @@ def _is_complete(path: Path) -> bool:
 
 def ensure_builtin_model(name: str = "tiny", root: str | Path | None = None) -> Path:
     """Path of the built-in model ``name``, building it under ``root`` on first use."""
-    if name not in SPECS:
-        raise ValueError(f"unknown builtin model {name!r}; known: {sorted(SPECS)}")
-    spec = SPECS[name]
+    spec: BuiltinSpec | RewardModelSpec
+    if name in SPECS:
+        spec = SPECS[name]
+    elif name in REWARD_SPECS:
+        spec = REWARD_SPECS[name]
+    else:
+        raise ValueError(f"unknown builtin model {name!r}; known: {builtin_names()}")
     models_root = Path(root) if root is not None else default_models_root()
     target = models_root / f"{name}-{spec_hash(spec)}"
     if _is_complete(target):
@@ -118,7 +130,10 @@ def ensure_builtin_model(name: str = "tiny", root: str | Path | None = None) -> 
                 return target
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=models_root))
             try:
-                build_checkpoint(spec, tmp)
+                if isinstance(spec, RewardModelSpec):
+                    build_reward_checkpoint(spec, tmp)
+                else:
+                    build_checkpoint(spec, tmp)
                 # mkdtemp makes the directory private; the cache is meant to be readable.
                 for child in tmp.iterdir():
                     child.chmod(0o644)

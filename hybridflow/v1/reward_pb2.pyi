@@ -30,12 +30,21 @@ class ScoreRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ScoreItem, _Mapping]]] = ...) -> None: ...
 
 class ScoreResult(_message.Message):
-    __slots__ = ("score", "error")
+    __slots__ = ("score", "error", "components")
+    class ComponentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     SCORE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
     score: float
     error: str
-    def __init__(self, score: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+    components: _containers.ScalarMap[str, float]
+    def __init__(self, score: _Optional[float] = ..., error: _Optional[str] = ..., components: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("results", "num_errors")
@@ -46,11 +55,15 @@ class ScoreResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ScoreResult, _Mapping]]] = ..., num_errors: _Optional[int] = ...) -> None: ...
 
 class RewardInfo(_message.Message):
-    __slots__ = ("scorers", "num_scored", "num_errors")
+    __slots__ = ("scorers", "num_scored", "num_errors", "components", "num_truncated")
     SCORERS_FIELD_NUMBER: _ClassVar[int]
     NUM_SCORED_FIELD_NUMBER: _ClassVar[int]
     NUM_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     scorers: _containers.RepeatedScalarFieldContainer[str]
     num_scored: int
     num_errors: int
-    def __init__(self, scorers: _Optional[_Iterable[str]] = ..., num_scored: _Optional[int] = ..., num_errors: _Optional[int] = ...) -> None: ...
+    components: _containers.RepeatedScalarFieldContainer[str]
+    num_truncated: int
+    def __init__(self, scorers: _Optional[_Iterable[str]] = ..., num_scored: _Optional[int] = ..., num_errors: _Optional[int] = ..., components: _Optional[_Iterable[str]] = ..., num_truncated: _Optional[int] = ...) -> None: ...

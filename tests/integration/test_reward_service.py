@@ -1,6 +1,7 @@
 """The reward service on a real socket: scoring, per-item errors, bad input, limits, auth,
 health, reflection, and the process lifecycle (start → serve → SIGTERM drain → exit)."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.reward.scorers import RewardScorer
 from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer
 from hybridflow.types import ScoreItem
-from hybridflow.v1 import reward_pb2, reward_pb2_grpc
+from hybridflow.v1 import common_pb2, reward_pb2, reward_pb2_grpc
 from tests.helpers import wait_for_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -149,6 +150,51 @@ def test_service_process_lifecycle(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert b"stopped" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_service_process_with_a_reward_model_component(tmp_path, tiny_rm_path):
+    """Started with a rule + builtin:tiny-rm config, the process answers Score with both
+    component scores and their weighted sum, and GetInfo names the components."""
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "reward:\n"
+        "  components:\n"
+        "    - {name: rule, kind: rule, weight: 0.5}\n"
+        "    - {name: rm, kind: model, model: 'builtin:tiny-rm', weight: 0.5, batch_size: 4}\n"
+    )
+    port_file = tmp_path / "reward.addr"
+    env = dict(os.environ, HYBRIDFLOW_HOME=str(tiny_rm_path.parent.parent))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hybridflow.services.reward", "--config", str(config)]
+        + ["--port-file", str(port_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        wait_for_file(port_file, proc)
+        address = port_file.read_text().strip()
+        wait_healthy(address, 60)
+        client = GrpcRewardClient(address)
+        right, wrong = client.score_batch(
+            [ScoreItem("arith", "7", "7", "3+4="), ScoreItem("arith", "9", "7", "3+4=")]
+        )
+        client.close()
+        assert right.error is None and wrong.error is None
+        assert (right.components["rule"], wrong.components["rule"]) == (1.0, 0.0)
+        assert right.components["rm"] > wrong.components["rm"]
+        for result in (right, wrong):
+            expected = 0.5 * result.components["rule"] + 0.5 * result.components["rm"]
+            assert result.score == pytest.approx(expected)
+        stub = reward_pb2_grpc.RewardServiceStub(make_channel(address))
+        info = stub.GetInfo(common_pb2.Empty(), timeout=10)
+        assert list(info.components) == ["rule", "rm"] and info.num_scored == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

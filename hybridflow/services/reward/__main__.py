@@ -6,7 +6,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridflow.services.bootstrap import service_arg_parser, setup_logging, watch_parent
+    from hybridflow.services.bootstrap import (
+        service_arg_parser,
+        set_torch_threads,
+        setup_logging,
+        watch_parent,
+    )
 
     parser = service_arg_parser("hybridflow-reward", "Serve the reward scorers over gRPC.")
     args = parser.parse_args(argv)
@@ -21,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
 
     job = load_job_config(args.config, args.set)
     cfg = job.reward
+    if cfg.model_components():  # torch only when a reward model is configured
+        set_torch_threads(cfg.torch_threads)
     scorer = RewardScorer(cfg)
     servicer = RewardServicer(scorer, cfg)
     running = start_server(
@@ -30,7 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.port_file:
         write_port_file(args.port_file, running.address)
-    log.info("reward service ready on %s (scorers: %s)", running.address, scorer.registry.names())
+    log.info(
+        "reward service ready on %s (scorers: %s; components: %s)",
+        running.address,
+        scorer.registry.names(),
+        [f"{c.name} ({c.kind}, weight {c.weight})" for c in cfg.components] or "none",
+    )
     serve_until_signal(running, cfg.server.grace_s, on_stop=scorer.close)
     return 0
 

@@ -6,6 +6,7 @@ happens in ``hybridflow.services.reward.registry`` when the registry is built).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,6 +14,86 @@ from hybridflow.config.ranges import at_least, raise_problems, within
 from hybridflow.rpc.config import ServerConfig
 
 GSM8K_METHODS = ("strict", "flexible")
+COMPONENT_KINDS = ("rule", "model")
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class RewardComponent:
+    """One term of a combined reward: a rule scorer or a reward model, with a weight.
+
+    An item's final score is the sum of ``weight * score`` over the components that apply to
+    it; each component's own (unweighted) score is reported in ``ScoreResult.components``.
+    """
+
+    name: str = ""
+    """Unique, non-empty; names the score in ``ScoreResult.components`` and the batch metric
+    ``reward/<name>/mean``."""
+    kind: Literal["rule", "model"] = "rule"
+    """"rule": a registered scorer; "model": a sequence-classification checkpoint."""
+    weight: float = 1.0
+    """Multiplies this component's score in the sum (any finite number, 0 included)."""
+    data_sources: list[str] = field(default_factory=list)
+    """Applies only to items whose data_source equals or starts with one of these (as the
+    registry matches); empty: applies to every item."""
+    scorer: str | None = None
+    """kind rule: a registered scorer name (built-in, verl alias or a ``reward.scorers`` key)
+    that scores every item it applies to; None: the item's data_source picks, as without
+    components."""
+    model: str = ""
+    """kind model: ``builtin:tiny-rm`` or a local checkpoint directory (required)."""
+    device: str = "cpu"
+    """kind model: torch device of the model ("cpu", "cuda", "cuda:1")."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """kind model: parameter dtype; scores are returned as float64 either way."""
+    batch_size: int = 32
+    """kind model: items per forward pass (right-padded, with attention mask)."""
+    max_length: int = 512
+    """kind model: most tokens of prompt + response an item may have."""
+    truncate: bool = False
+    """kind model: an item longer than max_length keeps its last max_length tokens (and is
+    counted in the service's ``truncated`` counter) instead of getting an error."""
+    label_index: int | None = None
+    """kind model: which logit is the score. None requires a model with num_labels == 1
+    (loading another is refused); an index picks that logit of a multi-label head."""
+    sigmoid: bool = False
+    """kind model: score = scale * sigmoid(logit) + shift instead of scale * logit + shift."""
+    scale: float = 1.0
+    """kind model: multiplies the (sigmoid of the) logit."""
+    shift: float = 0.0
+    """kind model: added after scaling."""
+
+    def problems(self, key: str) -> list[str]:
+        """Problem lines of this component, each naming ``key.<field>``."""
+        found: list[str | None] = []
+        if not isinstance(self.name, str) or not self.name.strip():
+            found.append(f"{key}.name: must be a non-empty string, got {self.name!r}")
+        if self.kind not in COMPONENT_KINDS:
+            found.append(f"{key}.kind: must be one of {list(COMPONENT_KINDS)}, got {self.kind!r}")
+        for field_name in ("weight", "scale", "shift"):
+            value = getattr(self, field_name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                found.append(f"{key}.{field_name}: must be a finite number, got {value}")
+        if any(not isinstance(d, str) or not d for d in self.data_sources):
+            found.append(f"{key}.data_sources: entries must be non-empty strings")
+        if self.scorer is not None and (self.kind != "rule" or not self.scorer):
+            found.append(f"{key}.scorer: only a rule component names a scorer (non-empty)")
+        if self.kind == "model":
+            if not self.model:
+                found.append(f"{key}.model: required for a model component")
+            if not (self.device == "cpu" or self.device.startswith("cuda")):
+                found.append(f"{key}.device: must be cpu, cuda or cuda:N, got {self.device!r}")
+            if self.dtype not in MODEL_DTYPES:
+                found.append(f"{key}.dtype: must be one of {list(MODEL_DTYPES)}")
+            found += [
+                at_least(f"{key}.batch_size", self.batch_size, 1),
+                at_least(f"{key}.max_length", self.max_length, 1),
+            ]
+            if self.label_index is not None:
+                found.append(at_least(f"{key}.label_index", self.label_index, 0))
+        elif self.model:
+            found.append(f"{key}.model: only a model component has a model")
+        return [line for line in found if line]
 
 
 @dataclass
@@ -41,6 +122,13 @@ class RewardConfig:
     max_text_bytes: int = 1024 * 1024
     """Largest UTF-8 size of any one text field of an item (response, ground truth, prompt,
     extra_info_json)."""
+    components: list[RewardComponent] = field(default_factory=list)
+    """Combined reward: each item's score is the weighted sum of the components that apply
+    to it (an item no component applies to gets an error). Empty: the data_source's rule
+    scorer alone, with no per-component scores."""
+    torch_threads: int = 1
+    """torch threads of the reward service process, set only when a model component is
+    configured (without one the service never imports torch)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits of the reward service."""
 
@@ -51,6 +139,8 @@ class RewardConfig:
                 within("reward.format_score", self.format_score, -1.0, 1.0),
                 at_least("reward.num_threads", self.num_threads, 1),
                 at_least("reward.max_batch_size", self.max_batch_size, 1),
+                at_least("reward.torch_threads", self.torch_threads, 1),
+                *self._component_problems(),
             ]
         )
         for data_source, path in self.scorers.items():
@@ -80,3 +170,18 @@ class RewardConfig:
         if self.max_text_bytes < 1:
             raise ValueError(f"reward.max_text_bytes must be >= 1, got {self.max_text_bytes}")
         self.server.validate()
+
+    def _component_problems(self) -> list[str]:
+        found: list[str] = []
+        seen: set[str] = set()
+        for i, component in enumerate(self.components):
+            key = f"reward.components[{i}]"
+            found += component.problems(key)
+            if component.name in seen:
+                found.append(f"{key}.name: {component.name!r} is used by an earlier component")
+            seen.add(component.name)
+        return found
+
+    def model_components(self) -> list[RewardComponent]:
+        """The components of kind "model"."""
+        return [c for c in self.components if c.kind == "model"]

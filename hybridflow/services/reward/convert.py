@@ -60,10 +60,16 @@ def items_from_proto(msg: reward_pb2.ScoreRequest) -> list[ScoreItem]:
 
 def results_to_proto(results: Sequence[ScoreResult]) -> reward_pb2.ScoreResponse:
     return reward_pb2.ScoreResponse(
-        results=[reward_pb2.ScoreResult(score=r.score, error=r.error or "") for r in results],
+        results=[
+            reward_pb2.ScoreResult(score=r.score, error=r.error or "", components=r.components)
+            for r in results
+        ],
         num_errors=sum(r.error is not None for r in results),
     )
 
 
 def results_from_proto(msg: reward_pb2.ScoreResponse) -> list[ScoreResult]:
-    return [ScoreResult(score=r.score, error=r.error or None) for r in msg.results]
+    return [
+        ScoreResult(score=r.score, error=r.error or None, components=dict(r.components))
+        for r in msg.results
+    ]

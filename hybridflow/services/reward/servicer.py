@@ -58,4 +58,6 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
             scorers=self._scorer.registry.names(),
             num_scored=self._scorer.num_scored,
             num_errors=sum(self._scorer.error_counts.values()),
+            components=[c.name for c in self._scorer.config.components],
+            num_truncated=self._scorer.num_truncated,
         )

@@ -104,6 +104,28 @@ def test_model_must_be_a_known_builtin_or_a_checkpoint_dir(tmp_path):
     assert problems(QUICKSTART, [f"model={tmp_path}"]) == []
 
 
+def test_reward_model_components_need_a_known_builtin_or_a_checkpoint_dir(tmp_path):
+    rule = ["reward.components=[{name: rule}, {name: rm, kind: model, model: builtin:tiny-rm}]"]
+    assert problems(QUICKSTART, rule) == []
+    missing = tmp_path / "no-such-rm"
+    found = problems(
+        QUICKSTART,
+        [f"reward.components=[{{name: rule}}, {{name: rm, kind: model, model: '{missing}'}}]"],
+    )
+    assert found == [
+        f"config error: reward.components[1].model: '{missing}' is not a directory "
+        "(nor builtin:tiny-rm)"
+    ]
+    unknown = ["reward.components=[{name: rm, kind: model, model: 'builtin:tiny'}]"]
+    assert problems(QUICKSTART, unknown) == [
+        "config error: reward.components[0].model: unknown builtin reward model 'tiny'; "
+        "known: ['tiny-rm']"
+    ]
+    assert problems(QUICKSTART, ["model=builtin:tiny-rm"]) == [
+        "config error: model: unknown builtin model 'tiny-rm'; known: ['tiny', 'tiny-random']"
+    ]
+
+
 def test_tls_files_must_exist(tmp_path):
     cert = tmp_path / "cert.pem"
     cert.write_text("x")

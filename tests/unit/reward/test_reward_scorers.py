@@ -117,6 +117,9 @@ def test_batch_isolates_each_failing_item(user_scorers_on_path: None) -> None:
         "scorer_exception": 1,
         "bad_return_type": 0,
         "non_finite_score": 1,
+        "too_long": 0,
+        "model_error": 0,
+        "no_component": 0,
     }
     assert scorer.num_scored == 7
 

@@ -65,6 +65,20 @@ def test_score_items_and_results_round_trip():
     assert reward_convert.results_from_proto(msg) == results
 
 
+def test_score_result_components_round_trip():
+    results = [
+        ScoreResult(0.75, components={"rule": 1.0, "rm": -0.5}),
+        ScoreResult(0.0, "item 1: no reward component applies"),
+    ]
+    msg = reward_convert.results_to_proto(results)
+    assert dict(msg.results[0].components) == {"rule": 1.0, "rm": -0.5}
+    assert not msg.results[1].components
+    decoded = reward_convert.results_from_proto(
+        type(msg).FromString(msg.SerializeToString())  # through the bytes, as on the wire
+    )
+    assert decoded == results
+
+
 def test_train_batch_and_result_round_trip():
     samples = [
         TrainSample([1, 2], [3, 4, 5], [-0.5, -1.0, -2.0], 1.0, 7, 2),
