@@ -357,13 +357,15 @@ class DistPublisher:
         )
         self._group = group
         check_plan_hash(group, plan.content_hash())
+        # Before waiting for the joins: a replica's join returns once its executor is built,
+        # and the planner's setup is collective (shared-memory pairs meet in the store).
+        self._executor = make_executor(
+            spec.executor, plan, group, name, self.config.shared_memory == "auto"
+        )
         for f in joins:
             replica_hash = f.result(timeout=spec.timeout_s)
             if replica_hash != plan.content_hash():
                 raise RuntimeError("a replica computed a different transfer plan")
-        self._executor = make_executor(
-            spec.executor, plan, group, name, self.config.shared_memory == "auto"
-        )
         self._targets = targets
         log.info(
             "weight-sync group %s: %d learner ranks -> %d replicas, plan %s",
