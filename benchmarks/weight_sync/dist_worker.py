@@ -74,7 +74,12 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
         local_addr="127.0.0.1",
     )  # fmt: skip
     check_plan_hash(group, plan.content_hash())
-    executor = DistExecutor(plan, group) if spec.kind == "planner" else NaiveExecutor(plan, group)
+    executor: DistExecutor | NaiveExecutor
+    if spec.kind == "naive":
+        executor = NaiveExecutor(plan, group)
+    else:
+        name = f"bench-{spec.model}-{spec.label}"
+        executor = DistExecutor(plan, group, shared_memory=spec.kind == "shm", group_name=name)
     role = plan.role(rank)
     baseline = memory_kib()
     tensors: dict[str, torch.Tensor]
@@ -104,6 +109,7 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
             else plan.bytes_received(role.replica, role.tp_rank)
         ),
         "num_buckets": plan.num_buckets,
+        "bytes_shared": last.stats.num_bytes_shared,
     }
     if spec.raw_broadcast:
         num_bytes = max(plan.bytes_received(0, t) for t in range(spec.tp))
@@ -120,5 +126,33 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
     if not role.is_source:
         expected = tp_shards(topology, full_tensors(topology), spec.tp, role.tp_rank)
         report["verified"] = all(torch.equal(tensors[k], v) for k, v in expected.items())
+        del expected
+    if spec.parity_syncs and spec.tp == 1:
+        report["logprob_max_abs_diff"] = _parity(spec, executor, tensors, role.is_source)
+    executor.close()
     group.close()
     return report
+
+
+def _parity(
+    spec: VariantSpec, executor: Any, tensors: dict[str, Any], is_source: bool
+) -> list[float]:
+    """Untimed syncs of weights shifted by 0.01 * (i + 1); a destination compares the fixed
+    batch's log-probs with those of the learner's (full, equally shifted) weights."""
+    from benchmarks.weight_sync.models import full_tensors, get_model, topology_of
+    from benchmarks.weight_sync.parity import batch_logprobs, unfuse
+
+    model = get_model(spec.model)
+    diffs = []
+    for i in range(spec.parity_syncs):
+        shift = 0.01 * (i + 1)
+        if is_source:
+            executor.sync({k: v + shift for k, v in tensors.items()})
+            continue
+        executor.sync(tensors)
+        learner = {k: v.add_(shift) for k, v in full_tensors(topology_of(model)).items()}
+        want = batch_logprobs(learner, model.dims)
+        del learner
+        got = batch_logprobs(unfuse(tensors, model.dims), model.dims)
+        diffs.append(float((got - want).abs().max()))
+    return diffs

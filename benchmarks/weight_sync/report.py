@@ -18,6 +18,8 @@ TARGETS = {
     "naive_over_planner_seconds_tp2": ">= 2",
     "grpc_over_planner_seconds_tp1": ">= 5",
     "planner_over_raw_bandwidth": ">= 0.7",
+    "planner_over_shm_seconds": ">= 2 (same host)",
+    "logprob_max_abs_diff": "<= 1e-4 after every sync",
 }
 
 
@@ -53,6 +55,10 @@ def summarize(kind: str, tp: int, reports: dict[int, dict[str, Any]]) -> dict[st
         "dst_peak_rss_mib": [r["memory"]["maxrss_kib"] / 1024 for r in dests],
         "verified": all(bool(r.get("verified")) for r in dests),
     }
+    if any("bytes_shared" in r for r in dests):
+        out["bytes_shared_per_dst_rank"] = [int(r["bytes_shared"]) for r in dests]
+    if any("logprob_max_abs_diff" in r for r in dests):
+        out["logprob_max_abs_diff_per_sync"] = [r["logprob_max_abs_diff"] for r in dests][0]
     if "num_buckets" in rank0:
         out["num_buckets"] = rank0["num_buckets"]
         out["messages_per_rank"] = [int(r["num_messages"]) for r in ranks]
@@ -87,6 +93,18 @@ def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 "value": speed, "target": 2.0 if tp == 2 else None,
                 "met": speed >= 2.0 if tp == 2 else None,
             }  # fmt: skip
+        shm = variants.get(f"shm_tp{tp}")
+        if planner and shm:
+            speed = planner["seconds_per_sync"] / shm["seconds_per_sync"]
+            out[f"planner_over_shm_seconds_tp{tp}"] = {
+                "value": speed, "target": 2.0, "met": speed >= 2.0,
+            }  # fmt: skip
+        for label in (f"planner_tp{tp}", f"shm_tp{tp}"):
+            diffs = variants.get(label, {}).get("logprob_max_abs_diff_per_sync")
+            if diffs:
+                out[f"logprob_max_abs_diff_{label}"] = {
+                    "value": max(diffs), "target": 1e-4, "met": max(diffs) <= 1e-4,
+                }  # fmt: skip
         if planner and "raw_broadcast" in planner:
             bw = planner["effective_gb_per_s_per_dst_rank"] / planner["raw_broadcast"]["gb_per_s"]
             out[f"planner_over_raw_bandwidth_tp{tp}"] = {

@@ -6,10 +6,14 @@ processes (so peak RSS never mixes):
 - ``planner_tpT``: W learner ranks (FSDP dim-0 shards) -> one replica of TP T with
   ``DistExecutor``; then, in the same group, a raw gloo broadcast of the bytes one destination
   rank received (the ceiling);
+- ``shm_tpT`` (``--shm``): the planner with same-host pairs through POSIX shared memory
+  (``weight_sync.shared_memory: auto``; ``planner_tpT`` forces the gloo sockets);
 - ``naive_tpT``: the same group with ``NaiveExecutor`` (gather on rank 0, broadcast full tensors);
 - ``grpc_tp1``: learner rank 0 streams full tensors to one receiver over loopback gRPC
   (``UpdateWeights``: ``iter_weight_chunks`` -> ``receive_weights``).
 
+With ``--parity-syncs N`` the TP-1 planner and shm variants then run N untimed syncs of
+changed weights and compare a fixed batch's log-probs on the destination with the learner's.
 Reported per variant: median seconds per sync over ``--syncs`` after ``--warmup``, bytes per
 destination and source rank, effective bandwidth, learner rank 0's peak RSS; per model the target
 ratios. Prints a table; writes JSON (hardware, versions, git commit) to
@@ -48,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bucket-mib", type=float, default=None, help="plan bucket size (MiB)")
     parser.add_argument("--chunk-kib", type=int, default=None, help="gRPC chunk size (KiB)")
     parser.add_argument("--no-grpc", action="store_true", help="skip the gRPC variant")
+    parser.add_argument(
+        "--shm", action="store_true", help="add shm_tpT: same-host pairs via shared memory"
+    )
+    parser.add_argument(
+        "--parity-syncs", type=int, default=0, help="TP-1 log-prob parity syncs after timing"
+    )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="deadline per variant")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
@@ -58,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--models: need at least one model")
     if any(t < 1 for t in args.tp_sizes) or args.num_src < 1:
         parser.error("--tp / --num-src: need sizes >= 1")
+    if args.parity_syncs < 0:
+        parser.error("--parity-syncs: need >= 0")
     if args.syncs < 1 or args.warmup < 0:
         parser.error("--syncs: need >= 1 (and --warmup >= 0)")
     return args
@@ -128,11 +140,13 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             model=name, kind=kind, tp=tp, num_src=args.num_src, bucket_bytes=bucket,  # type: ignore[arg-type]
             chunk_bytes=chunk, num_warmup=args.warmup, num_syncs=args.syncs,
             raw_broadcast=kind == "planner", timeout_s=args.timeout_s, store_port=0,
+            parity_syncs=args.parity_syncs if kind in ("planner", "shm") else 0,
         )  # fmt: skip
 
     for tp in args.tp_sizes:  # a shape the planner cannot split fails here, before spawning
         make_plan(topology, args.num_src, [tp], bucket)
-    specs = [spec(kind, tp) for tp in args.tp_sizes for kind in ("planner", "naive")]
+    kinds = ("planner", "shm", "naive") if args.shm else ("planner", "naive")
+    specs = [spec(kind, tp) for tp in args.tp_sizes for kind in kinds]
     if not args.no_grpc:
         specs.append(spec("grpc", 1))
     variants = {}

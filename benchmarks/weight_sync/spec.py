@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["planner", "naive", "grpc"]
-KINDS: tuple[str, ...] = ("planner", "naive", "grpc")
+Kind = Literal["planner", "shm", "naive", "grpc"]
+KINDS: tuple[str, ...] = ("planner", "shm", "naive", "grpc")
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,8 @@ class VariantSpec:
     model: str
     """Key into ``models.MODELS``."""
     kind: Kind
-    """planner (DistExecutor), naive (NaiveExecutor) or grpc (UpdateWeights stream)."""
+    """planner (DistExecutor over gloo sockets), shm (DistExecutor, same-host pairs through
+    shared memory), naive (NaiveExecutor) or grpc (UpdateWeights stream)."""
     tp: int
     """Destination tensor-parallel size (grpc: always 1, full tensors)."""
     num_src: int
@@ -38,6 +39,9 @@ class VariantSpec:
     """Deadline of the group, the store and every RPC."""
     store_port: int
     """Port of the TCPStore the orchestrator serves on 127.0.0.1."""
+    parity_syncs: int = 0
+    """planner/shm at TP 1: after timing, this many syncs of changed weights, each followed by
+    the log-prob parity of a fixed batch (destination vs the learner's full weights)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

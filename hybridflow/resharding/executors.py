@@ -4,7 +4,9 @@
 weight-sync group, in flat byte buckets, double-buffered: a source packs bucket k+1 while bucket
 k is in flight; a destination has the next receive posted while it unpacks the current one.
 Every rank walks its buckets in plan order (one global order), so the exchange cannot deadlock.
-The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors).
+The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors). With ``shared_memory``, the
+buckets of a (source, destination) pair on one host go through a shared-memory segment instead,
+signalled by small tokens over the group (``same_host``); every other pair uses the sockets.
 
 ``NaiveExecutor`` is the correctness oracle and the "planner off" baseline: for each parameter,
 source rank 0 gathers the full tensor from the other sources, broadcasts it to the whole group,
@@ -35,6 +37,7 @@ from hybridflow.resharding.replay import (
     rank_buckets,
     unpack,
 )
+from hybridflow.resharding.same_host import SharedLinks, connect_shared_pairs
 from hybridflow.resharding.topology import fsdp_dim0_rows, part_slices
 
 Tensors = Mapping[str, torch.Tensor]
@@ -56,6 +59,8 @@ class SyncStats:
     """Point-to-point messages or broadcasts this rank took part in."""
     seconds: float
     """Wall time of the sync on this rank (device work included)."""
+    num_bytes_shared: int = 0
+    """Of the bytes sent or received, those that went through shared memory (same host)."""
 
 
 @dataclass(frozen=True)
@@ -85,20 +90,47 @@ def _finish(group: WeightSyncGroup, start: float) -> float:
 class DistExecutor:
     """Planned, bucketed, double-buffered point-to-point executor."""
 
-    def __init__(self, plan: TransferPlan, group: WeightSyncGroup, num_buffers: int = 2) -> None:
+    def __init__(
+        self,
+        plan: TransferPlan,
+        group: WeightSyncGroup,
+        num_buffers: int = 2,
+        *,
+        shared_memory: bool = False,
+        group_name: str = "group",
+    ) -> None:
+        """``shared_memory``: offer same-host pairs a shared-memory segment (collective: every
+        rank of the group builds its executor, whatever it offers). ``group_name`` goes into
+        segment names, so it should be unique per group (a rebuilt group gets a new one)."""
         _check_group(plan, group)
         if num_buffers < 1:
             raise ValueError(f"num_buffers: need >= 1, got {num_buffers}")
         self.plan, self.group, self.role = plan, group, plan.role(group.rank)
         self.buckets = rank_buckets(plan, group.rank)
-        size = max((b.num_bytes for b in self.buckets), default=0)
+        pairs = connect_shared_pairs(
+            group, group_name, self.buckets, self.role.is_source, num_buffers, shared_memory
+        )
+        self._shared = SharedLinks(group, pairs, plan.num_buckets)
+        seen: dict[int, int] = {}
+        self._positions = []  # each bucket's position among its pair's buckets (its slot)
+        for b in self.buckets:
+            self._positions.append(seen.get(b.peer, 0))
+            seen[b.peer] = self._positions[-1] + 1
+        size = max((b.num_bytes for b in self.buckets if b.peer not in pairs), default=0)
         self._buffers = [
             torch.empty(size, dtype=torch.uint8, device=group.device) for _ in range(num_buffers)
         ]
+        self._num_syncs = 0
+
+    @property
+    def shared_peers(self) -> tuple[int, ...]:
+        """Group ranks this rank exchanges with through shared memory."""
+        return tuple(sorted(self._shared.pairs))
 
     def sync(self, tensors: Tensors | None = None) -> SyncResult:
         """Sources: pass local FSDP shards. Destinations: pass preallocated outputs or None."""
         start = time.perf_counter()
+        self._num_syncs += 1
         if self.role.is_source:
             if tensors is None:
                 raise ValueError("tensors: a source rank must pass its local shards")
@@ -111,7 +143,12 @@ class DistExecutor:
             received = self._receive(out)
             stats = SyncStats(self.group.rank, False, 0, received, len(self.buckets), 0.0)
         seconds = _finish(self.group, start)
-        return SyncResult(out, dataclasses.replace(stats, seconds=seconds))
+        shared = sum(_payload(b) for b in self.buckets if b.peer in self._shared.pairs)
+        return SyncResult(out, dataclasses.replace(stats, seconds=seconds, num_bytes_shared=shared))
+
+    def close(self) -> None:
+        """Unmap the shared segments (the group itself belongs to the caller)."""
+        self._shared.close()
 
     def _outputs(self, tensors: Tensors | None) -> dict[str, torch.Tensor]:
         role = self.role
@@ -122,42 +159,59 @@ class DistExecutor:
 
     def _send(self, shards: Tensors) -> int:
         pending: deque[torch.distributed.Work] = deque()
-        total = 0
-        for k, bucket in enumerate(self.buckets):
-            if len(pending) == len(self._buffers):
+        total, nbuf, k = 0, len(self._buffers), 0  # k: socket buckets so far (buffer index)
+        for position, bucket in zip(self._positions, self.buckets):
+            total += _payload(bucket)
+            if bucket.peer in self._shared.pairs:
+                self._shared.send(bucket, position, shards, self._num_syncs)
+                continue
+            if len(pending) == nbuf:
                 pending.popleft().wait()  # frees the buffer bucket k reuses
             buffer = _direct_view(bucket, shards)
             if buffer is None:
-                buffer = self._buffers[k % len(self._buffers)][: bucket.num_bytes]
+                buffer = self._buffers[k % nbuf][: bucket.num_bytes]
                 pack(bucket, shards, buffer)
             pending.append(self.group.send(buffer, bucket.peer, bucket.bucket_id))
-            total += sum(op.num_bytes for op in bucket.ops)
+            k += 1
         for work in pending:
             work.wait()
+        self._shared.finish_send(self._num_syncs)
         return total
 
     def _receive(self, out: dict[str, torch.Tensor]) -> int:
         nbuf, buckets = len(self._buffers), self.buckets
-        posted: deque[torch.distributed.Work] = deque()
+        shared = self._shared.pairs
+        posted: deque[tuple[torch.distributed.Work, torch.Tensor | None]] = deque()
 
         def post(k: int) -> None:
             b = buckets[k]
+            if b.peer in shared:
+                posted.append(self._shared.post_token(b))
+                return
             buffer = _direct_view(b, out)
             if buffer is None:
                 buffer = self._buffers[k % nbuf][: b.num_bytes]
-            posted.append(self.group.recv(buffer, b.peer, b.bucket_id))
+            posted.append((self.group.recv(buffer, b.peer, b.bucket_id), None))
 
         for k in range(min(nbuf, len(buckets))):
             post(k)
         total = 0
         for k, bucket in enumerate(buckets):
-            posted.popleft().wait()
-            if _direct_view(bucket, out) is None:  # else it landed in place
+            work, token = posted.popleft()
+            work.wait()
+            if token is not None:
+                self._shared.receive(bucket, self._positions[k], token, out, self._num_syncs)
+            elif _direct_view(bucket, out) is None:  # else it landed in place
                 unpack(bucket, self._buffers[k % nbuf][: bucket.num_bytes], out)
-            total += sum(op.num_bytes for op in bucket.ops)
+            total += _payload(bucket)
             if k + nbuf < len(buckets):
                 post(k + nbuf)
+        self._shared.finish_receive()
         return total
+
+
+def _payload(bucket: RankBucket) -> int:
+    return sum(op.num_bytes for op in bucket.ops)
 
 
 def _direct_view(bucket: RankBucket, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
@@ -239,3 +293,6 @@ class NaiveExecutor:
         stats = SyncStats(group.rank, role.is_source, sent, received, messages, 0.0)
         seconds = _finish(group, start)
         return SyncResult(out, dataclasses.replace(stats, seconds=seconds))
+
+    def close(self) -> None:
+        """Nothing to release besides the group (the caller's): the oracle uses sockets only."""

@@ -92,10 +92,17 @@ def weight_sync_topology(
 
 
 def make_executor(
-    kind: str, plan: TransferPlan, group: WeightSyncGroup
+    kind: str,
+    plan: TransferPlan,
+    group: WeightSyncGroup,
+    group_name: str,
+    shared_memory: bool = True,
 ) -> DistExecutor | NaiveExecutor:
+    """The executor every rank of the group builds (the planner's setup is collective).
+    ``shared_memory``: this rank offers shared memory to its same-host peers; a pair uses it
+    only when both offer (a learner with ``weight_sync.shared_memory: off`` offers nothing)."""
     if kind == "planner":
-        return DistExecutor(plan, group)
+        return DistExecutor(plan, group, shared_memory=shared_memory, group_name=group_name)
     if kind == "naive":
         return NaiveExecutor(plan, group)
     raise ValueError(f"weight_sync.executor must be planner or naive, got {kind!r}")
@@ -165,7 +172,11 @@ class DistReceiver:
             group.abort()
             raise
         self._group, self.plan = group, plan
-        self._executor = make_executor(spec.executor, plan, group)
+        try:
+            self._executor = make_executor(spec.executor, plan, group, spec.group_name)
+        except Exception:
+            self.close(abort=True)
+            raise
         return plan.content_hash()
 
     def vocab_rows(self, name: str) -> tuple[int, tuple[int, int]] | None:
@@ -192,6 +203,8 @@ class DistReceiver:
         return list(result.tensors.items()), result.stats.num_bytes_received
 
     def close(self, abort: bool = False) -> None:
+        if self._executor is not None:
+            self._executor.close()
         if self._group is not None:
             self._group.abort() if abort else self._group.close()
         self._group, self._executor = None, None
@@ -344,11 +357,15 @@ class DistPublisher:
         )
         self._group = group
         check_plan_hash(group, plan.content_hash())
+        # Before waiting for the joins: a replica's join returns once its executor is built,
+        # and the planner's setup is collective (shared-memory pairs meet in the store).
+        self._executor = make_executor(
+            spec.executor, plan, group, name, self.config.shared_memory == "auto"
+        )
         for f in joins:
             replica_hash = f.result(timeout=spec.timeout_s)
             if replica_hash != plan.content_hash():
                 raise RuntimeError("a replica computed a different transfer plan")
-        self._executor = make_executor(spec.executor, plan, group)
         self._targets = targets
         log.info(
             "weight-sync group %s: %d learner ranks -> %d replicas, plan %s",
@@ -367,11 +384,15 @@ class DistPublisher:
         return llama_dims_from_config(config, dtype)
 
     def _abort(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
         if self._group is not None:
             self._group.abort()
         self._group, self._executor, self._targets = None, None, ()
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
         if self._group is not None:
             self._group.close()
         self._group, self._executor, self._targets = None, None, ()

@@ -33,14 +33,26 @@ def train_once(rollout, learner, version):
 
 
 @pytest.mark.parametrize(
-    "executor, bucket_bytes",
-    [("planner", 64 << 20), ("planner", 4096), ("naive", 64 << 20)],
-    ids=["planner", "planner-small-buckets-in-place", "naive"],
+    "executor, bucket_bytes, shared_memory",
+    [
+        ("planner", 64 << 20, "auto"),
+        ("planner", 4096, "off"),
+        ("planner", 4096, "auto"),
+        ("naive", 64 << 20, "auto"),
+    ],
+    ids=["planner-shm", "planner-small-buckets-in-place", "planner-shm-small-buckets", "naive"],
 )
-def test_parity_after_every_sync_and_replanning(tiny_model_path, executor, bucket_bytes):
-    # 4 KiB buckets split the large tensors into one-slice buckets sent and received in place.
+def test_parity_after_every_sync_and_replanning(
+    tiny_model_path, executor, bucket_bytes, shared_memory
+):
+    # 4 KiB buckets split the large tensors into one-slice buckets sent and received in place
+    # (over the sockets) or through several reused shared-memory slots (auto: same host).
     cfg = WeightSyncConfig(
-        transport="dist", executor=executor, timeout_s=30, bucket_bytes=bucket_bytes
+        transport="dist",
+        executor=executor,
+        timeout_s=30,
+        bucket_bytes=bucket_bytes,
+        shared_memory=shared_memory,
     )
     learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
     servers = [start_rollout_server(tiny_model_path, seed=i)[0] for i in range(2)]
@@ -59,6 +71,11 @@ def test_parity_after_every_sync_and_replanning(tiny_model_path, executor, bucke
             for r in rollouts[: len(targets)]:
                 assert r.status().policy_version == version + 1
                 assert probe_parity(r, learner) <= 1e-4
+            if executor == "planner":  # group rank 0 is the learner, then one per replica
+                shared = core._publisher._executor.shared_peers
+                assert shared == (
+                    tuple(range(1, len(targets) + 1)) if shared_memory == "auto" else ()
+                )
         assert core._publisher._generation == 2  # built once, rebuilt once for the new replica set
     finally:
         for s in [learner_server, *servers]:

@@ -1,0 +1,115 @@
+"""POSIX shared-memory segments for same-host weight transfers, and this host's identity.
+
+A segment is a file under ``/dev/shm`` (what ``shm_open`` uses on Linux) created with
+``O_CREAT | O_EXCL`` and mode 0600, mapped ``MAP_SHARED`` and seen as a flat ``uint8`` tensor.
+Its name carries the creator's pid (``hfws-<pid>-<group>-s<src>-d<dst>``): the creator
+unlinks the name as soon as its peer has mapped it (the memory then lives only as long as the
+two mappings, so a crash leaves nothing behind), and ``remove_stale_segments`` unlinks names
+whose creator died in the short window between creating and unlinking.
+
+This module knows files, mappings and hosts; it does not know plans, groups or buckets.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import socket
+from pathlib import Path
+
+import torch
+
+SHM_DIR = Path("/dev/shm")
+PREFIX = "hfws-"
+_NAME = re.compile(r"hfws-(\d+)-")
+ALIGN_BYTES = 64
+
+
+def host_identity() -> str:
+    """Hostname and kernel boot id: equal on two processes that can share ``/dev/shm``
+    (a match is only a candidate; the peer still has to open the segment)."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot_id = "no-boot-id"
+    return f"{socket.gethostname()}/{boot_id}"
+
+
+def segment_name(group_name: str, src: int, dst: int) -> str:
+    """The segment a source rank creates for one destination rank in one group."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", group_name)
+    return f"{PREFIX}{os.getpid()}-{safe}-s{src}-d{dst}"
+
+
+class Segment:
+    """One mapped shared-memory segment; ``tensor`` is its bytes as a ``uint8`` tensor."""
+
+    def __init__(self, name: str, num_bytes: int, create: bool) -> None:
+        self.name = name
+        self.path = SHM_DIR / name
+        self._owner = create
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            if create:
+                os.fchmod(fd, 0o600)  # whatever the umask
+                os.ftruncate(fd, num_bytes)
+            elif os.fstat(fd).st_size != num_bytes:
+                raise ValueError(
+                    f"shared memory {name}: {os.fstat(fd).st_size} bytes, expected {num_bytes}"
+                )
+            self._map: mmap.mmap | None = mmap.mmap(fd, num_bytes, mmap.MAP_SHARED)
+        except BaseException:
+            os.close(fd)
+            if create:
+                self.path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+
+    def unlink(self) -> None:
+        """Remove the name (creator only); the mappings stay valid."""
+        if self._owner:
+            self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Unlink (creator) and unmap; no tensor view of the segment may outlive this."""
+        self.unlink()
+        if self._map is not None:
+            del self.tensor
+            self._map.close()
+            self._map = None
+
+
+def remove_stale_segments(directory: Path = SHM_DIR) -> list[str]:
+    """Unlink this user's segments whose creating process no longer exists; their names."""
+    removed = []
+    uid = os.getuid()
+    for path in directory.glob(f"{PREFIX}*"):
+        match = _NAME.match(path.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            if path.stat().st_uid != uid:
+                continue
+            path.unlink()
+        except FileNotFoundError:  # another rank cleaned it first
+            continue
+        removed.append(path.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def aligned(num_bytes: int) -> int:
+    """``num_bytes`` rounded up so every slot of a segment starts 64-byte aligned."""
+    return -(-num_bytes // ALIGN_BYTES) * ALIGN_BYTES
