@@ -86,6 +86,11 @@ class JobConfig:
                 "learner.max_new_tokens must equal coordinator.sampling.max_new_tokens "
                 "when learner.overlong_buffer > 0 (the penalty counts from the sampling limit)"
             )
+        if self.preference.data and self.learner.critic_nproc_per_node > 0:
+            raise ValueError(
+                "learner.critic_nproc_per_node must be 0 for an offline preference job "
+                "(preference.data is set; DPO / KTO / SFT train no critic)"
+            )
 
 
 def load_job_config(path: str | Path | None, overrides: Sequence[str] = ()) -> JobConfig:

@@ -138,7 +138,7 @@ class ServiceGroup:
         py = self.python
         self.processes.append(self._spawn("reward", [py, "-m", "hybridflow.services.reward"]))
         learner_cmd = ranks_command(py, "hybridflow.services.learner", self.job.learner)
-        self.processes.append(self._spawn("learner", learner_cmd, self.job.learner.devices))
+        self.processes.append(self._spawn("learner", learner_cmd, self.job.learner.visible_devices))
         devices = self.job.rollout.devices
         for i in range(self.job.rollout.replicas):
             self.processes.append(
@@ -258,9 +258,10 @@ def _signal_group(popen: subprocess.Popen[Any], sig: int) -> None:
 
 
 def ranks_command(py: str, module: str, learner: Any) -> list[str]:
-    """``python -m module``, under torchrun when ``learner.nproc_per_node`` > 1 (the learner
-    service and the offline preference job run their ranks the same way)."""
-    world = learner.nproc_per_node
+    """``python -m module``, under torchrun when the learner has more than one rank:
+    ``learner.nproc_per_node`` actor ranks plus ``learner.critic_nproc_per_node`` critic ranks
+    (the learner service and the offline preference job run their ranks the same way)."""
+    world = learner.nproc_per_node + learner.critic_nproc_per_node
     if world <= 1:
         return [py, "-m", module]
     return [

@@ -222,6 +222,9 @@ class DistPublisher:
     device: torch.device
     client_factory: Callable[[str], ReplicaWeightClient] | None = None
     """Rank 0: reaches each replica's WeightSyncService (join, receive, TP size)."""
+    group: dist.ProcessGroup | None = None
+    """The learner ranks that hold the actor (the sources), when not the whole default group
+    (a learner with its critic on ranks of its own); they must include global rank 0."""
     _clients: dict[str, ReplicaWeightClient] = field(default_factory=dict)
     _group: WeightSyncGroup | None = None
     _executor: DistExecutor | NaiveExecutor | None = None
@@ -301,7 +304,7 @@ class DistPublisher:
             num_bytes = max(received, default=0)
         except (Exception, FutureTimeout) as exc:  # noqa: BLE001 — agreed on below, then raised
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        if not _all_ok(ok):
+        if not _all_ok(ok, self.group):
             self._abort()
             raise RuntimeError(
                 f"weight sync to {list(targets)} failed: {error or 'on another learner rank'}"
@@ -323,7 +326,7 @@ class DistPublisher:
         ]
         if dist.is_initialized() and self.world_size > 1:
             # Learner ranks agree on rank 0's meeting point and replicas over their own group.
-            dist.broadcast_object_list(meeting, src=0)
+            dist.broadcast_object_list(meeting, src=0, group=self.group)
         port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
         topology = weight_sync_topology(param_table(self.module), tp_sizes, self._dims())
         plan = make_plan(topology, self.world_size, list(tp_sizes), self.config.bucket_bytes)
@@ -407,11 +410,11 @@ def _local(p: torch.Tensor) -> torch.Tensor:
     return local.detach()
 
 
-def _all_ok(ok: bool) -> bool:
-    """Whether every learner rank succeeded (all-reduce over the learner's own group)."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:
+    """Whether every source rank succeeded (all-reduce over the learner's own ``group``)."""
+    if not (dist.is_initialized() and dist.get_world_size(group) > 1):
         return ok
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
     flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
-    dist.all_reduce(flag)
+    dist.all_reduce(flag, group=group)
     return int(flag.item()) == 0

@@ -10,6 +10,7 @@ from hybridflow.weights.config import WeightSyncConfig
 
 if TYPE_CHECKING:
     import torch
+    import torch.distributed as dist
     from torch import nn
 
 
@@ -22,11 +23,13 @@ def make_publisher(
     device: torch.device,
     full_weights: FullWeights,
     client_factory: Callable[[str], ReplicaWeightClient] | None,
+    group: dist.ProcessGroup | None = None,
 ) -> WeightPublisher:
     """``transport: dist`` → ``DistPublisher``; ``grpc`` (or no config) → ``SendPublisher``
-    streaming whole weights through ``client_factory``'s clients."""
+    streaming whole weights through ``client_factory``'s clients. ``rank`` / ``world_size``
+    are within ``group``, the ranks holding the actor (None: the whole default group)."""
     if config is not None and config.transport == "dist":
         from hybridflow.weights.dist import DistPublisher
 
-        return DistPublisher(config, rank, world_size, module, device, client_factory)
+        return DistPublisher(config, rank, world_size, module, device, client_factory, group)
     return SendPublisher(full_weights, rank, client_factory)

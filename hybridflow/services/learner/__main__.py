@@ -1,6 +1,7 @@
 """Learner process: ``python -m hybridflow.services.learner --config job.yaml``, or under
-``torchrun --nproc-per-node N -m hybridflow.services.learner`` for FSDP2 over N ranks.
-Rank 0 serves gRPC and relays every command to the other ranks.
+``torchrun --nproc-per-node N -m hybridflow.services.learner`` for FSDP2 over N ranks (with
+``learner.critic_nproc_per_node`` C > 0, N = nproc_per_node + C and the last C ranks hold only
+the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the other ranks.
 """
 
 from __future__ import annotations
@@ -92,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.port_file:
         write_port_file(args.port_file, running.address)
     log.info(
-        "learner ready on %s (world %d, %s)", running.address, dist_info.world_size, cfg.algorithm
+        "learner ready on %s (world %d, %d of them critic ranks, %s)",
+        running.address,
+        dist_info.world_size,
+        cfg.critic_nproc_per_node,
+        cfg.algorithm,
     )
     serve_until_signal(running, cfg.server.grace_s, on_stop=relay.shutdown)
     return 0

@@ -140,9 +140,21 @@ class LearnerConfig:
     device: str = "cpu"
     """Torch device: "cpu", or "cuda" (each rank uses cuda:LOCAL_RANK)."""
     nproc_per_node: int = 1
-    """Learner ranks torchrun starts (FSDP2 data-parallel shards)."""
+    """Learner ranks torchrun starts (FSDP2 data-parallel shards); with critic_nproc_per_node
+    > 0, the actor ranks (actor, reference, actor optimizer)."""
     devices: str = ""
-    """CUDA_VISIBLE_DEVICES of the learner processes, e.g. "0,1" (empty: inherit)."""
+    """CUDA_VISIBLE_DEVICES of the learner processes, e.g. "0,1" (empty: inherit); with
+    critic_devices set, the actor ranks' devices, one per rank."""
+    critic_nproc_per_node: int = 0
+    """Critic ranks on their own process group (seed §1.3): torchrun then starts
+    nproc_per_node + this many ranks, the last ones holding only the critic and its optimizer,
+    so critic and actor updates run at the same time. 0: the critic lives on every learner
+    rank. > 0 needs a critic (algorithm ppo / advantage_estimator gae)."""
+    critic_devices: str = ""
+    """The critic ranks' CUDA devices, e.g. "2,3", one per critic rank; the learner's
+    processes then see devices + "," + critic_devices and each rank takes the device of its
+    local rank (needs devices set). Empty: the critic ranks take the devices after the actor
+    ranks' in whatever the learner sees."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
     checkpoint_dir: str = ""
@@ -164,6 +176,7 @@ class LearnerConfig:
                     )
                 ),
                 at_least("learner.seed", self.seed, 0),
+                at_least("learner.critic_nproc_per_node", self.critic_nproc_per_node, 0),
             ]
         )
         if self.algorithm not in ALGORITHMS:
@@ -222,6 +235,7 @@ class LearnerConfig:
             _positive("value_clip", self.value_clip)
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"learner.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        self._validate_critic_ranks()
 
     @property
     def is_policy_gradient(self) -> bool:
@@ -238,6 +252,44 @@ class LearnerConfig:
         if not self.is_policy_gradient:
             raise ValueError(f"learner.algorithm {self.algorithm!r} has no advantage estimator")
         return self.advantage_estimator or PRESET_ESTIMATORS[self.algorithm]
+
+    @property
+    def num_ranks(self) -> int:
+        """Learner processes torchrun starts: actor ranks plus critic ranks."""
+        return self.nproc_per_node + self.critic_nproc_per_node
+
+    @property
+    def visible_devices(self) -> str:
+        """CUDA_VISIBLE_DEVICES of the learner processes (actor devices, then critic ones)."""
+        if self.critic_devices:
+            return f"{self.devices},{self.critic_devices}"
+        return self.devices
+
+    def _validate_critic_ranks(self) -> None:
+        if self.critic_nproc_per_node > 0:
+            # A user estimator ("package.module:function") is checked when the learner loads it.
+            estimator = self.resolved_advantage_estimator() if self.is_policy_gradient else ""
+            builtin_without_critic = estimator in ADVANTAGE_ESTIMATOR_NAMES and estimator != "gae"
+            if not estimator or builtin_without_critic:
+                raise ValueError(
+                    "learner.critic_nproc_per_node > 0 needs a critic (algorithm 'ppo' or "
+                    f"advantage_estimator 'gae'), got algorithm {self.algorithm!r}"
+                    + (f" with estimator {estimator!r}" if estimator else "")
+                )
+        if not self.critic_devices:
+            return
+        if self.critic_nproc_per_node == 0:
+            raise ValueError("learner.critic_devices needs learner.critic_nproc_per_node > 0")
+        for key, value, count in (
+            ("devices", self.devices, self.nproc_per_node),
+            ("critic_devices", self.critic_devices, self.critic_nproc_per_node),
+        ):
+            entries = [d for d in value.split(",") if d.strip()] if value else []
+            if len(entries) != count:
+                raise ValueError(
+                    f"learner.{key} must list one device per rank ({count}) when "
+                    f"learner.critic_devices is set, got {value!r}"
+                )
 
     def _refuse_policy_gradient_keys(self) -> None:
         why = (

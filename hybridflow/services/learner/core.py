@@ -68,18 +68,23 @@ class LearnerCore:
         return list(self.worker.full_state_dict_items())
 
     def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
-        """Sends the current weights to every target (a collective on every learner rank)."""
+        """Sends the current weights to every target (a collective on every rank that holds
+        the actor: the sources; critic ranks of a split learner take no part)."""
+        if not self.worker.has_actor:
+            return WeightUpdateReport(self.worker.policy_version, 0, 0.0)
         if self._publisher is None:
             from hybridflow.weights.publishers import make_publisher
 
+            role = self.worker.role
             self._publisher = make_publisher(
                 self._weight_sync,
-                rank=self.rank,
-                world_size=self.worker.dist.world_size,
+                rank=role.group_rank,
+                world_size=role.group_size,
                 module=self.worker.actor,
                 device=self.worker.device,
                 full_weights=self.full_weights,
                 client_factory=self._client_factory,
+                group=role.group,
             )
         return self._publisher.publish(targets, self.worker.policy_version)
 

@@ -1,7 +1,7 @@
 """FSDP2 plumbing of the learner: sharding, gradient clipping, full (unsharded) state dicts.
 
 ``shard_module`` applies ``fully_shard`` to each decoder block and then to the root, over a
-1-D mesh of all ranks. Parameters become DTensors sharded on dim 0; names stay the Hugging Face
+1-D mesh of all ranks or of one process group (the actor's or the critic's ranks). Parameters become DTensors sharded on dim 0; names stay the Hugging Face
 names. Functions here work the same on unsharded modules, so the single-process path shares
 them. This module knows nothing about RL, losses or the relay.
 """
@@ -11,19 +11,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 
 def shard_module(
-    module: nn.Module, layer_classes: set[str], device_type: str, world_size: int
+    module: nn.Module,
+    layer_classes: set[str],
+    device_type: str,
+    world_size: int,
+    group: dist.ProcessGroup | None = None,
 ) -> nn.Module:
-    """``fully_shard`` every module whose class name is in ``layer_classes``, then the root."""
+    """``fully_shard`` every module whose class name is in ``layer_classes``, then the root,
+    over the ``world_size`` ranks of ``group`` (None: the whole world)."""
     if not layer_classes:
         raise ValueError(f"{type(module).__name__}: no decoder layer classes to shard by")
-    mesh = init_device_mesh(device_type, (world_size,))
+    mesh = (
+        init_device_mesh(device_type, (world_size,))
+        if group is None
+        else DeviceMesh.from_group(group, device_type)
+    )
     blocks = [m for m in module.modules() if type(m).__name__ in layer_classes]
     if not blocks:
         raise ValueError(

@@ -2,9 +2,10 @@
 
 Three kinds: *sums* (partial sums already divided by global counts, so the sum over
 micro-batches and ranks is the global mean), *maxima* / *minima* (reduced with MAX), and
-*globals* (values every rank already knows, e.g. computed from the whole batch). Key sets
-are the same on every rank because every rank makes the same calls.
-This module knows nothing about models or losses.
+*globals* (values every rank of its group already knows, e.g. computed from the whole batch).
+With the critic on its own ranks the actor and critic ranks record different keys: ``reduce``
+first agrees on the union (a missing sum counts 0, a missing extremum nothing) and merges the
+globals of every rank. This module knows nothing about models or losses.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import math
 
 import torch
 
-from hybridflow.services.learner.distributed import all_reduce_max, all_reduce_sum
+from hybridflow.services.learner.distributed import (
+    all_gather_objects,
+    all_reduce_max,
+    all_reduce_sum,
+)
 
 
 class StepMetrics:
@@ -52,15 +57,20 @@ class StepMetrics:
 
     def reduce(self) -> dict[str, float]:
         """All-reduce sums (SUM) and extrema (MAX) over ranks; every rank must call it."""
-        out: dict[str, float] = dict(self._globals)
-        if self._sums:
-            names = sorted(self._sums)
-            stacked = all_reduce_sum(torch.stack([self._sums[n] for n in names]))
-            out.update({n: float(v) for n, v in zip(names, stacked.tolist(), strict=True)})
-        if self._maxima:
-            names = sorted(self._maxima)
-            stacked = all_reduce_max(torch.stack([self._maxima[n] for n in names]))
-            for n, v in zip(names, stacked.tolist(), strict=True):
+        parts = all_gather_objects((sorted(self._sums), sorted(self._maxima), self._globals))
+        out: dict[str, float] = {}
+        for _, _, globals_ in parts:
+            out.update(globals_)
+        sum_names = sorted({n for names, _, _ in parts for n in names})
+        if sum_names:
+            zero = torch.zeros((), dtype=torch.float64, device=self.device)
+            stacked = all_reduce_sum(torch.stack([self._sums.get(n, zero) for n in sum_names]))
+            out.update({n: float(v) for n, v in zip(sum_names, stacked.tolist(), strict=True)})
+        max_names = sorted({n for _, names, _ in parts for n in names})
+        if max_names:
+            lowest = torch.tensor(-math.inf, dtype=torch.float64, device=self.device)
+            stacked = all_reduce_max(torch.stack([self._maxima.get(n, lowest) for n in max_names]))
+            for n, v in zip(max_names, stacked.tolist(), strict=True):
                 if n.startswith("\x00min:"):
                     out[n[len("\x00min:") :]] = -v
                 else:

@@ -3,7 +3,9 @@
 One train-state checkpoint is a directory:
 - ``dcp/``: the actor (and critic) weights and AdamW states, written by every rank with
   torch.distributed.checkpoint (each FSDP2 rank writes its own shards; a single process
-  writes plain tensors; either world size can read it back);
+  writes plain tensors; either world size can read it back). With the critic on its own
+  ranks, actor ranks write the actor's entries and critic ranks the critic's, into the same
+  checkpoint: a co-located learner can resume a split one's and the other way round;
 - ``rank<r>.pt``: what is per rank and not a tensor shard: torch (and CUDA) RNG state, the
   policy version, the learner config's seed;
 - ``COMPLETE``: written by rank 0 last, after every rank finished (DCP's save ends with a
@@ -33,9 +35,10 @@ COMPLETE = "COMPLETE"
 
 
 def _trainables(worker: LearnerWorker) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
-    out: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]] = {
-        "actor": (worker.actor, worker.actor_optim)
-    }
+    """What this rank trains: the actor unless it is a critic rank, the critic where it lives."""
+    out: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]] = {}
+    if worker.has_actor:
+        out["actor"] = (worker.actor, worker.actor_optim)
     if worker.critic is not None and worker.critic_optim is not None:
         out["critic"] = (worker.critic, worker.critic_optim)
     return out

@@ -1,9 +1,13 @@
 """The phases of one learner train step on this rank: precompute, advantages, updates.
 
 Every loss term is normalised by the *global* token / sequence count of its mini-batch (known
-to every rank, since every rank receives the whole batch) and scaled by the world size before
-``backward``: FSDP2 averages gradients over ranks, so summing over micro-batches and ranks
-gives exactly the single-process gradient. Metrics are partial sums reduced at the end.
+to every rank, since every rank receives the whole batch) and scaled by the size of the group
+its model is sharded over before ``backward``: FSDP2 averages gradients over that group, so
+summing over micro-batches and ranks gives exactly the single-process gradient. Metrics are
+partial sums reduced at the end. With the critic on its own ranks (``roles``) the actor ranks
+precompute log-probs and run actor updates, the critic ranks values and critic updates; the
+per-sample values and KL penalties are gathered over the whole world, so every rank runs the
+estimator on the same inputs.
 This module knows nothing about gRPC, checkpoints or how the models were loaded.
 """
 
@@ -58,6 +62,7 @@ class UpdateContext:
     device: torch.device
     pad_id: int
     world_size: int
+    """Ranks of the group this rank's models are sharded over (the loss scale)."""
     metrics: StepMetrics
     policy_loss: PolicyLossFn
     """The configured policy loss (resolved from ``config.policy_loss``)."""
@@ -237,17 +242,22 @@ class UpdateContext:
 
 @torch.no_grad()
 def precompute(
-    ctx: UpdateContext, actor: nn.Module, reference: nn.Module | None, critic: nn.Module | None
+    ctx: UpdateContext,
+    actor: nn.Module | None,
+    reference: nn.Module | None,
+    critic: nn.Module | None,
 ) -> Cache:
-    """Per-sample old log-probs, reference log-probs and values (whichever are needed).
+    """Per-sample old log-probs, reference log-probs and values (whichever are needed and
+    held here: a critic rank passes no actor, an actor rank of a split learner no critic).
 
     With one optimizer step per batch the proximal policy is the current one, so its
     log-probs come from the update's own forward (``logp.detach()``): off-policy correction
     then costs no extra forward pass.
     """
     cfg = ctx.config
-    need_old = cfg.ppo_epochs * cfg.num_mini_batches > 1 or (
-        reference is not None and cfg.kl_mode == "reward"
+    need_old = actor is not None and (
+        cfg.ppo_epochs * cfg.num_mini_batches > 1
+        or (reference is not None and cfg.kl_mode == "reward")
     )
     cache: Cache = {}
     if not (need_old or reference is not None or critic is not None):
@@ -257,7 +267,7 @@ def precompute(
     ):
         batch = ctx.batch(micro)
         results: dict[str, torch.Tensor] = {}
-        if need_old:
+        if need_old and actor is not None:
             results["old_logp"] = policy_forward(actor, batch, cfg.temperature, False)[0]
         if reference is not None:
             results["ref_logp"] = policy_forward(reference, batch, cfg.temperature, False)[0]
@@ -277,8 +287,9 @@ def compute_advantages(
     """Advantages and returns of this rank's samples from the estimator over the whole batch.
 
     Every rank holds every sample, so the estimator runs on the whole batch on each rank (the
-    per-sample KL penalties and critic values, computed by the owning rank, are gathered
-    first): any batch statistic it takes is the single-process one by construction.
+    per-sample KL penalties and critic values, computed by the owning rank, are gathered over
+    the whole world first: from the actor and critic ranks when they are split): any batch
+    statistic it takes is the single-process one by construction.
     Scores get DAPO's overlong penalty here when ``overlong_buffer > 0`` (greedy baselines do
     not: their responses' lengths never reach the learner).
     """
@@ -296,11 +307,13 @@ def compute_advantages(
         m.set_global("actor/overlong_frac", float((penalty < 0).float().mean()))
     token_rewards = last_token_scores(scores, mask)
     num_tokens = float(mask.sum())
-    if "ref_logp" in cache and cfg.kl_mode == "reward":
+    # Decided from the config, not the cache: ranks that hold no reference join the gather.
+    if cfg.needs_reference and cfg.kl_mode == "reward":
         kl = _gather_rows(
             {
                 i: kl_penalty(cache["old_logp"][i], cache["ref_logp"][i], cfg.kl_estimator)
                 for i in ctx.plan.owned
+                if "ref_logp" in cache
             },
             len(samples),
             width,
@@ -309,7 +322,11 @@ def compute_advantages(
         m.set_global("actor/reward_kl_penalty", float((kl * mask).sum() / num_tokens))
         m.set_global("actor/reward_kl_penalty_coeff", cfg.kl_coef)
     values = (
-        _gather_rows({i: cache["values"][i] for i in ctx.plan.owned}, len(samples), width)
+        _gather_rows(
+            {i: cache["values"][i] for i in ctx.plan.owned if "values" in cache},
+            len(samples),
+            width,
+        )
         if estimator.needs_critic
         else None
     )

@@ -12,6 +12,11 @@
    (FSDP2 averages gradients over ranks), so the gradient equals the single-process one.
 ``policy_version`` rises by one per actor optimizer step.
 
+With ``learner.critic_nproc_per_node`` > 0 (``roles``) the critic lives on ranks of its own:
+actor ranks run steps 2 and 4 for the actor (and hold the reference), critic ranks for the
+critic, each sharded over its own group, so the two updates of a mini-batch run at the same
+time; step 3 runs on every rank from values and KL penalties gathered over the whole world.
+
 The preference presets (``algorithm`` dpo / rft) replace steps 2-4 with one online DPO or
 RFT step (``online_preference``); their version rises by one per train step.
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -56,8 +62,12 @@ from hybridflow.services.learner.models import (
     resolve_checkpoint,
 )
 from hybridflow.services.learner.online_preference import online_dpo_step, rft_step
+from hybridflow.services.learner.roles import RankRole, rank_role
 from hybridflow.services.learner.updates import UpdateContext, compute_advantages, precompute
 from hybridflow.types import TrainSample, TrainStepResult
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 _WHITENING_ESTIMATORS = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
 """Estimators that whiten over the batch's tokens (they need at least two)."""
@@ -78,6 +88,14 @@ class LearnerWorker:
             self.policy_loss = resolve_policy_loss(config.policy_loss)
         torch.set_num_threads(config.num_threads)
         self.dist = current_dist_info()
+        needs_critic = self.estimator is not None and self.estimator.needs_critic
+        if config.critic_nproc_per_node > 0 and not needs_critic:
+            raise ValueError(
+                "learner.critic_nproc_per_node > 0 needs an estimator with a critic (the ppo "
+                f"preset / gae); {config.resolved_advantage_estimator()!r} has none"
+            )
+        self.role: RankRole = rank_role(config.critic_nproc_per_node, self.dist)
+        """What this rank holds and the group its models shard over (``roles``)."""
         if config.device.startswith("cuda") and self.dist.is_distributed:
             self.device = torch.device("cuda", self.dist.local_rank)
         else:
@@ -85,35 +103,46 @@ class LearnerWorker:
         self.model_path = resolve_checkpoint(model_path)
         torch.manual_seed(config.seed)
         self.tokenizer = load_tokenizer(self.model_path)
-        self.actor = load_actor(self.model_path, self.device)
-        embeddings = self.actor.get_input_embeddings()
-        assert isinstance(embeddings, torch.nn.Embedding), "actor input embeddings"
-        self.vocab_size = int(embeddings.num_embeddings)
+        self._actor = load_actor(self.model_path, self.device) if self.role.holds_actor else None
         pad = self.tokenizer.pad_token_id
         # Right padding is masked out everywhere, so any in-vocab id may fill it.
         self.pad_id = int(pad) if pad is not None else 0
         self.reference = (
-            load_reference(self.model_path, self.device) if config.needs_reference else None
+            load_reference(self.model_path, self.device)
+            if config.needs_reference and self.role.holds_actor
+            else None
         )
         self.critic = (
             load_critic(self.model_path, self.device, config.seed)
-            if self.estimator is not None and self.estimator.needs_critic
+            if needs_critic and self.role.holds_critic
             else None
         )
+        if self._actor is not None:
+            embeddings = self._actor.get_input_embeddings()
+        else:
+            assert self.critic is not None, "a rank holds the actor or the critic"
+            embeddings = self.critic.backbone.get_input_embeddings()
+        assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
+        self.vocab_size = int(embeddings.num_embeddings)
         if self.dist.is_distributed:
-            for module in (self.actor, self.reference, self.critic):
+            for module in (self._actor, self.reference, self.critic):
                 if module is not None:
                     shard_module(
                         module,
                         decoder_layer_classes(module),
                         self.device.type,
-                        self.dist.world_size,
+                        self.role.group_size,
+                        self.role.group,
                     )
-        self.actor_optim = torch.optim.AdamW(
-            self.actor.parameters(),
-            lr=config.lr,
-            betas=config.betas,
-            weight_decay=config.weight_decay,
+        self._actor_optim = (
+            None
+            if self._actor is None
+            else torch.optim.AdamW(
+                self._actor.parameters(),
+                lr=config.lr,
+                betas=config.betas,
+                weight_decay=config.weight_decay,
+            )
         )
         self.critic_optim = (
             None
@@ -127,6 +156,25 @@ class LearnerWorker:
         )
         self.policy_version = 0
         """Actor optimizer steps taken so far (the version of the current weights)."""
+
+    @property
+    def has_actor(self) -> bool:
+        """This rank holds the actor (every rank unless it is a critic rank)."""
+        return self._actor is not None
+
+    @property
+    def actor(self) -> PreTrainedModel:
+        """The actor; RuntimeError on a critic rank (it holds none)."""
+        if self._actor is None:
+            raise RuntimeError(f"rank {self.dist.rank} is a critic rank: it holds no actor")
+        return self._actor
+
+    @property
+    def actor_optim(self) -> torch.optim.Optimizer:
+        """The actor's AdamW; RuntimeError on a critic rank."""
+        if self._actor_optim is None:
+            raise RuntimeError(f"rank {self.dist.rank} is a critic rank: it holds no actor")
+        return self._actor_optim
 
     # ------------------------------------------------------------------ train
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
@@ -150,7 +198,7 @@ class LearnerWorker:
                 f"samples: advantage whitening ({self.estimator.name}) needs >= 2 response tokens"
             )
         plan = StepPlan.build(
-            len(samples), cfg.num_mini_batches, self.dist.world_size, self.dist.rank
+            len(samples), cfg.num_mini_batches, self.role.group_size, self.role.group_rank
         )
         ctx = UpdateContext(
             config=cfg,
@@ -158,13 +206,13 @@ class LearnerWorker:
             plan=plan,
             device=self.device,
             pad_id=self.pad_id,
-            world_size=self.dist.world_size,
+            world_size=self.role.group_size,
             metrics=StepMetrics(self.device),
             policy_loss=self.policy_loss,
         )
         for key, value in self._batch_metrics(samples).items():
             ctx.metrics.set_global(key, value)
-        cache = precompute(ctx, self.actor, self.reference, self.critic)
+        cache = precompute(ctx, self._actor, self.reference, self.critic)
         advantages, returns = compute_advantages(ctx, cache, self.estimator)
         num_updates = cfg.ppo_epochs * cfg.num_mini_batches
         for epoch in range(cfg.ppo_epochs):
@@ -173,15 +221,17 @@ class LearnerWorker:
                     ctx.critic_update(
                         self.critic, self.critic_optim, mb, cache, returns, 1.0 / num_updates
                     )
-                ctx.actor_update(
-                    self.actor,
-                    self.actor_optim,
-                    mb,
-                    cache,
-                    advantages,
-                    1.0 / num_updates,
-                    first_epoch=epoch == 0,
-                )
+                if self._actor is not None and self._actor_optim is not None:
+                    ctx.actor_update(
+                        self._actor,
+                        self._actor_optim,
+                        mb,
+                        cache,
+                        advantages,
+                        1.0 / num_updates,
+                        first_epoch=epoch == 0,
+                    )
+                # Critic ranks count the actor's steps too: the version is the same everywhere.
                 self.policy_version += 1
         metrics = ctx.metrics.reduce()
         metrics["actor/lr"] = cfg.lr
@@ -220,13 +270,18 @@ class LearnerWorker:
     def compute_logprobs(
         self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike], temperature: float
     ) -> list[FloatArray]:
-        """Per-token log-probs of each response under the current policy (all ranks call)."""
+        """Per-token log-probs of each response under the current policy (all ranks call;
+        critic ranks only join the gather, and come after the actor ranks in rank order)."""
         validate_sequences(prompts, responses, self.vocab_size)
         if temperature < 0 or not math.isfinite(temperature):
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
-        slices = [list(r) for r in split_contiguous(len(prompts), self.dist.world_size)]
         mine: list[FloatArray] = []
-        for micro in plan_micro_batches(slices, self.dist.rank, self.config.micro_batch_size, 0):
+        if self._actor is None:
+            return [row for part in all_gather_objects(mine) for row in part]
+        slices = [list(r) for r in split_contiguous(len(prompts), self.role.group_size)]
+        for micro in plan_micro_batches(
+            slices, self.role.group_rank, self.config.micro_batch_size, 0
+        ):
             batch = build_padded_batch(
                 [prompts[i] for i in micro.indices],
                 [responses[i] for i in micro.indices],
@@ -234,7 +289,7 @@ class LearnerWorker:
                 self.device,
                 micro.weights,
             )
-            logprobs, _ = policy_forward(self.actor, batch, temperature, with_entropy=False)
+            logprobs, _ = policy_forward(self._actor, batch, temperature, with_entropy=False)
             for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
                 if w > 0:
                     mine.append(logprobs[row, : len(responses[i])].float().cpu().numpy())
@@ -242,8 +297,11 @@ class LearnerWorker:
 
     # ------------------------------------------------------------------ weights
     def full_state_dict_items(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full actor tensors under HF names; every rank must exhaust it, rank 0 gets them."""
-        return iter_full_state_dict(self.actor, emit=self.dist.rank == 0)
+        """Full actor tensors under HF names; every rank must exhaust it, rank 0 gets them
+        (the gathers run over the actor ranks; a critic rank yields nothing)."""
+        if self._actor is None:
+            return iter(())
+        return iter_full_state_dict(self._actor, emit=self.dist.rank == 0)
 
     def save_checkpoint(self, path: str | Path) -> None:
         """HF checkpoint of the actor (save_pretrained + tokenizer) at ``path``; rank 0 writes."""

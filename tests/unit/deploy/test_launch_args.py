@@ -140,3 +140,34 @@ def test_learner_cannot_be_restarted(tmp_path):
     proc = ServiceProcess("learner", None, tmp_path / "a", tmp_path / "l", "127.0.0.1:1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot be restarted"):
         group.restart(proc)
+
+
+def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monkeypatch):
+    from hybridflow.deploy.launcher import ranks_command
+    from hybridflow.services.learner.config import LearnerConfig
+
+    learner = LearnerConfig(
+        algorithm="ppo",
+        device="cuda",
+        nproc_per_node=2,
+        devices="0,1",
+        critic_nproc_per_node=1,
+        critic_devices="5",
+    )
+    cmd = ranks_command("py", "hybridflow.services.learner", learner)
+    assert "--nproc-per-node=3" in cmd and cmd[-2:] == ["-m", "hybridflow.services.learner"]
+    one_plus_one = LearnerConfig(algorithm="ppo", critic_nproc_per_node=1)
+    assert "--nproc-per-node=2" in ranks_command("py", "m", one_plus_one)
+    assert ranks_command("py", "m", LearnerConfig()) == ["py", "-m", "m"]
+
+    group = ServiceGroup(JobConfig(learner=learner), CONFIG, [], tmp_path)
+    spawned: dict[str, tuple[list[str], str]] = {}
+    monkeypatch.setattr(group.gpu_memory, "start", lambda: None)
+    monkeypatch.setattr(
+        group, "_spawn", lambda name, cmd, devices="": spawned.setdefault(name, (cmd, devices))
+    )
+    group.start()
+    # One torchrun for both groups: local ranks 0-1 (actor) see devices 0,1, local rank 2
+    # (critic) the third entry, device 5.
+    assert spawned["learner"][1] == "0,1,5"
+    assert "--nproc-per-node=3" in spawned["learner"][0]

@@ -147,3 +147,56 @@ def test_launch_overrides_load_the_preference_presets(algorithm: str) -> None:
     assert (job.learner.algorithm, job.learner.dpo_beta) == (algorithm, 0.2)
     assert config_problems(config, overrides) == []
     assert config_problems(config, [*overrides, "learner.advantage_estimator=rloo"]) != []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"critic_nproc_per_node": -1}, "learner.critic_nproc_per_node: must be >= 0"),
+        ({"critic_nproc_per_node": 1}, "learner.critic_nproc_per_node > 0 needs a critic"),
+        ({"algorithm": "ppo", "advantage_estimator": "rloo", "critic_nproc_per_node": 1},
+         "learner.critic_nproc_per_node > 0 needs a critic"),
+        ({"algorithm": "dpo", "critic_nproc_per_node": 1},
+         "learner.critic_nproc_per_node > 0 needs a critic"),
+        ({"algorithm": "ppo", "critic_devices": "1"}, "learner.critic_devices needs"),
+        ({"algorithm": "ppo", "critic_nproc_per_node": 1, "critic_devices": "1"},
+         "learner.devices must list one device per rank"),
+        ({"algorithm": "ppo", "critic_nproc_per_node": 2, "devices": "0",
+          "critic_devices": "1"}, "learner.critic_devices must list one device per rank"),
+    ],
+)  # fmt: skip
+def test_critic_ranks_need_a_critic_and_one_device_each(
+    change: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        LearnerConfig(**change).validate()  # type: ignore[arg-type]
+
+
+def test_critic_ranks_add_to_the_learner_ranks_and_devices() -> None:
+    colocated = LearnerConfig(algorithm="ppo", nproc_per_node=2, devices="0,1")
+    assert (colocated.num_ranks, colocated.visible_devices) == (2, "0,1")
+    split = LearnerConfig(
+        algorithm="ppo",
+        nproc_per_node=2,
+        devices="0,1",
+        critic_nproc_per_node=1,
+        critic_devices="3",
+    )
+    split.validate()
+    assert (split.num_ranks, split.visible_devices) == (3, "0,1,3")
+    # A user estimator may need a critic: the learner checks it when it loads the function.
+    LearnerConfig(advantage_estimator="my_pkg.algos:gae_like", critic_nproc_per_node=1).validate()
+
+
+def test_job_config_refuses_critic_ranks_for_an_offline_preference_job() -> None:
+    from hybridflow.config.job import JobConfig
+    from hybridflow.preference.config import PreferenceConfig
+    from hybridflow.services.learner.config import LearnerConfig as Learner
+
+    job = JobConfig(
+        model="builtin:tiny",
+        learner=Learner(algorithm="ppo", critic_nproc_per_node=1),
+        preference=PreferenceConfig(data="builtin:arith_dpo"),
+    )
+    with pytest.raises(ValueError, match=r"learner\.critic_nproc_per_node must be 0"):
+        job.validate()
