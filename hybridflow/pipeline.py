@@ -20,12 +20,14 @@ Python and the YAML ways are one thing, checked by the same loader. Stages:
   how stages combine per sample; each stage's score is in the metrics (``reward/<name>/mean``).
 - ``train``: an algorithm preset (grpo, ppo, dpo, rft) or a dict of learner settings;
   ``num_gpus`` learner ranks (FSDP2), ``num_processes`` CPU ranks.
-- ``critic``: PPO's critic (the ppo preset); ``lr`` its learning rate.
+- ``critic``: PPO's critic (the ppo preset) on ``num_gpus`` ranks of its own
+  (``num_processes`` on CPU; none: inside the learner's ranks); ``lr`` its learning rate.
 - ``reference``: a frozen reference for a KL term (``kl_coef``).
 
-What this machine cannot honour (GPUs on a machine without one, a critic on its own devices)
-is kept as one line each in ``notices`` and printed by ``run``, never an error. Imports
-neither torch nor gRPC.
+Each role gets its own GPUs (seed §1.3): ids are handed out in the order generate, train,
+critic, reward. What this machine cannot honour (GPUs on a machine without one, more GPUs
+than it has) is kept as one line each in ``notices`` and printed by ``run``, never an
+error. Imports neither torch nor gRPC.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class RLDataPipeline:
         self._settings: list[str] = []
         self.notices: list[str] = []
         """What this machine cannot honour, one line each (filled by ``overrides``)."""
+        self._devices: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ declaring
     def add_stage(
@@ -105,6 +108,7 @@ class RLDataPipeline:
                 raise ValueError(f"RLDataPipeline: a {needed!r} stage is required")
         out: list[str] = []
         rewards = [s for s in self.stages if s.kind == "reward"]
+        self._devices = self._allocate_devices()
         for stage in self.stages:
             if stage.kind == "generate":
                 out += self._generate(stage)
@@ -156,16 +160,37 @@ class RLDataPipeline:
             raise RuntimeError(f"pipeline run failed (exit {rc}); see {run}")
         return json.loads(summary.read_text())
 
-    # ------------------------------------------------------------------ stages
-    def _gpus_for(self, stage: Stage) -> int:
-        """GPUs a stage gets: what it asked, or 0 (with a notice) where there are none."""
+    # ------------------------------------------------------------------ devices
+    def _allocate_devices(self) -> dict[int, list[int]]:
+        """Disjoint GPU ids per stage (by ``id``), in the order generate, train, critic,
+        reward stages: each role on its own devices (seed §1.3). More GPUs asked than the
+        machine has: ids wrap around (shared), said in one notice. No GPU: nothing."""
+        if not self.gpus:
+            return {}
+        order = ("generate", "train", "critic", "reward")
+        asking = [s for kind in order for s in self.stages if s.kind == kind and s.num_gpus]
+        total = sum(s.num_gpus for s in asking)
+        if total > self.gpus:
+            self.notices.append(
+                f"stages ask for {total} GPUs, this machine has {self.gpus}: devices are "
+                "shared between roles"
+            )
+        out: dict[int, list[int]] = {}
+        next_id = 0
+        for stage in asking:
+            out[id(stage)] = [(next_id + i) % self.gpus for i in range(stage.num_gpus)]
+            next_id += stage.num_gpus
+        return out
+
+    def _gpus_for(self, stage: Stage) -> list[int]:
+        """The GPU ids a stage gets; none (with a notice) where the machine has none."""
         if stage.num_gpus and not self.gpus:
             self.notices.append(
                 f"{stage.kind}: num_gpus={stage.num_gpus} but this machine has no GPU: runs on CPU"
             )
-            return 0
-        return stage.num_gpus
+        return self._devices.get(id(stage), [])
 
+    # ------------------------------------------------------------------ stages
     def _generate(self, stage: Stage) -> list[str]:
         o = dict(stage.options)
         out = [f"model={stage.component}"] if stage.component is not None else []
@@ -174,11 +199,13 @@ class RLDataPipeline:
         tp = int(o.pop("tensor_parallel_size", 1))
         gpus = self._gpus_for(stage)
         if gpus:
-            replicas = max(1, gpus // tp)
+            replicas = max(1, len(gpus) // tp)
+            devices = [",".join(map(str, gpus[r * tp : (r + 1) * tp])) for r in range(replicas)]
             out += [
                 "rollout.device=cuda",
                 f"rollout.tensor_parallel_size={tp}",
                 f"rollout.replicas={replicas}",
+                f"rollout.devices={json.dumps(devices)}",
             ]
         elif "replicas" in o:
             out.append(f"rollout.replicas={int(o.pop('replicas'))}")
@@ -200,18 +227,24 @@ class RLDataPipeline:
             out.append(f"learner.algorithm={component}")
         gpus = self._gpus_for(stage)
         if gpus:
-            out += ["learner.device=cuda", f"learner.nproc_per_node={gpus}"]
+            out += [
+                "learner.device=cuda",
+                f"learner.nproc_per_node={len(gpus)}",
+                f"learner.devices={','.join(map(str, gpus))}",
+            ]
         if "num_processes" in o:
             out.append(f"learner.nproc_per_node={int(o.pop('num_processes'))}")
         return out + [f"learner.{k}={_yaml_value(v)}" for k, v in o.items()]
 
     def _critic(self, stage: Stage) -> list[str]:
+        """PPO's critic; with GPUs (or ``num_processes`` on CPU) on ranks of its own."""
         out = ["learner.algorithm=ppo"]
-        if stage.num_gpus:
-            self.notices.append(
-                f"critic: num_gpus={stage.num_gpus}: a critic on its own devices is not "
-                "supported yet; it trains inside the learner's processes"
-            )
+        gpus = self._gpus_for(stage)
+        ranks = len(gpus) or int(stage.options.get("num_processes", 0))
+        if ranks:
+            out.append(f"learner.critic_nproc_per_node={ranks}")
+        if gpus:
+            out.append(f"learner.critic_devices={','.join(map(str, gpus))}")
         if "lr" in stage.options:
             out.append(f"learner.critic_lr={_yaml_value(stage.options['lr'])}")
         return out
@@ -244,8 +277,9 @@ class RLDataPipeline:
                 entry["data_sources"] = list(o.pop("data_sources"))
             if is_model:
                 entry.update(kind="model", model=component)
-                if self._gpus_for(stage):
-                    entry["device"] = "cuda"
+                gpus = self._gpus_for(stage)
+                if gpus:
+                    entry["device"] = f"cuda:{gpus[0]}"
             else:
                 entry["kind"] = "rule"
                 if component != "rule":

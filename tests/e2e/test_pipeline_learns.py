@@ -23,7 +23,7 @@ def seed_pipeline() -> RLDataPipeline:
     pipeline = RLDataPipeline(REPO / "deploy" / "configs" / "quickstart.yaml")
     pipeline.add_stage("generate", "builtin:tiny", num_gpus=4)
     pipeline.add_stage("reward", "rule", weight=0.5)
-    pipeline.add_stage("reward", "builtin:tiny-rm", num_gpus=2, weight=0.5)
+    pipeline.add_stage("reward", "builtin:tiny-rm", num_gpus=2, weight=0.5, sigmoid=True)
     pipeline.add_stage("train", "grpo", num_gpus=8)
     pipeline.set("coordinator.num_steps", NUM_STEPS)
     pipeline.set("coordinator.prompts_per_step", 16)
@@ -36,7 +36,6 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
 def test_seed_pipeline_learns_and_its_yaml_is_the_same_run(tmp_path: Path) -> None:
     pipeline = seed_pipeline()
     summary = pipeline.run(tmp_path / "pipeline", timeout_s=900)

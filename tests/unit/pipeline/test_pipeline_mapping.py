@@ -22,24 +22,37 @@ def components(overrides):
     return json.loads(line.partition("=")[2])
 
 
-def test_seed_pipeline_on_a_gpu_machine():
-    overrides = seed_pipeline(gpus=8).overrides()
-    assert overrides[:4] == [
+def test_seed_pipeline_on_a_gpu_machine_gives_each_role_its_own_gpus():
+    pipeline = seed_pipeline(gpus=16)
+    overrides = pipeline.overrides()
+    assert overrides[:5] == [
         "model=builtin:tiny",
         "rollout.device=cuda",
         "rollout.tensor_parallel_size=1",
         "rollout.replicas=4",
+        'rollout.devices=["0", "1", "2", "3"]',
     ]
-    assert "learner.device=cuda" in overrides and "learner.nproc_per_node=8" in overrides
+    assert overrides[5:8] == [
+        "learner.algorithm=grpo",
+        "learner.device=cuda",
+        "learner.nproc_per_node=8",
+    ]
+    assert "learner.devices=4,5,6,7,8,9,10,11" in overrides
     assert components(overrides) == [
         {"name": "rule", "weight": 0.5, "kind": "rule"},
-        {
-            "name": "rm",
-            "weight": 0.5,
-            "kind": "model",
-            "model": "builtin:tiny-rm",
-            "device": "cuda",
-        },
+        {"name": "rm", "weight": 0.5, "kind": "model", "model": "builtin:tiny-rm",
+         "device": "cuda:12"},
+    ]  # fmt: skip
+    assert pipeline.notices == []
+
+
+def test_more_gpus_asked_than_there_are_share_them_and_say_so():
+    pipeline = seed_pipeline(gpus=8)
+    overrides = pipeline.overrides()
+    assert "learner.devices=4,5,6,7,0,1,2,3" in overrides
+    assert components(overrides)[1]["device"] == "cuda:4"
+    assert pipeline.notices == [
+        "stages ask for 14 GPUs, this machine has 8: devices are shared between roles"
     ]
 
 
@@ -57,30 +70,40 @@ def test_seed_pipeline_without_gpus_runs_on_cpu_and_says_so():
 def test_tensor_parallel_replicas_critic_reference_and_settings():
     pipeline = RLDataPipeline(gpus=8)
     pipeline.add_stage("generate", "/ckpt", num_gpus=4, tensor_parallel_size=2, engine="vllm")
-    pipeline.add_stage("train", {"lr": 1e-3, "micro_batch_size": 4})
+    pipeline.add_stage("train", {"lr": 1e-3, "micro_batch_size": 4}, num_gpus=2)
     pipeline.add_stage("critic", num_gpus=2, lr=5e-4)
     pipeline.add_stage("reference", kl_coef=0.01)
     pipeline.set("coordinator.num_steps", 7).set("coordinator.data", "builtin:arith")
-    overrides = pipeline.overrides()
-    assert overrides == [
+    assert pipeline.overrides() == [
         "model=/ckpt",
         "rollout.engine=vllm",
         "rollout.device=cuda",
         "rollout.tensor_parallel_size=2",
         "rollout.replicas=2",
+        'rollout.devices=["0,1", "2,3"]',
+        "learner.device=cuda",
+        "learner.nproc_per_node=2",
+        "learner.devices=4,5",
         "learner.lr=0.001",
         "learner.micro_batch_size=4",
         "learner.algorithm=ppo",
+        "learner.critic_nproc_per_node=2",
+        "learner.critic_devices=6,7",
         "learner.critic_lr=0.0005",
         "learner.use_reference=true",
         "learner.kl_coef=0.01",
         "coordinator.num_steps=7",
         "coordinator.data=builtin:arith",
     ]
-    assert pipeline.notices == [
-        "critic: num_gpus=2: a critic on its own devices is not supported yet; it trains "
-        "inside the learner's processes"
-    ]
+    assert pipeline.notices == []
+
+
+def test_critic_ranks_on_cpu_and_the_config_loader_takes_the_result():
+    pipeline = RLDataPipeline(gpus=0)
+    pipeline.add_stage("generate", "builtin:tiny").add_stage("train", "ppo")
+    pipeline.add_stage("critic", num_processes=1)
+    job = pipeline.to_config()
+    assert job.learner.algorithm == "ppo" and job.learner.critic_nproc_per_node == 1
 
 
 def test_reward_stages_by_data_source_and_named():
