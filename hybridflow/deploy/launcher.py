@@ -261,16 +261,26 @@ def ranks_command(py: str, module: str, learner: Any) -> list[str]:
     """``python -m module``, under torchrun when the learner has more than one rank:
     ``learner.nproc_per_node`` actor ranks plus ``learner.critic_nproc_per_node`` critic ranks
     (the learner service and the offline preference job run their ranks the same way)."""
-    world = learner.nproc_per_node + learner.critic_nproc_per_node
-    if world <= 1:
+    per_node = learner.nproc_per_node + learner.critic_nproc_per_node
+    nnodes = learner.nnodes
+    if per_node <= 1 and nnodes <= 1:
         return [py, "-m", module]
+    if nnodes > 1:  # every host runs this with its own node_rank; node 0 serves
+        placement = [
+            f"--nnodes={nnodes}",
+            f"--node-rank={learner.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={learner.rdzv_endpoint}",
+        ]
+    else:
+        placement = ["--standalone"]
     return [
         py,
         "-m",
         "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
         "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={world}",
+        *placement,
+        f"--nproc-per-node={per_node}",
         "-m",
         module,
     ]

@@ -53,6 +53,7 @@ def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
         *_model_problems(job.model),
         *_reward_model_problems(job),
         *_tls_problems(job),
+        *_exposure_problems(job),
         *_data_problems(job),
     ]
 
@@ -226,6 +227,19 @@ def _tls_problems(job: JobConfig) -> list[str]:
             found.append(f"config error: {key}: no such file {value!r}")
         elif not os.access(path, os.R_OK):
             found.append(f"config error: {key}: {value!r} is not readable")
+    return found
+
+
+def _exposure_problems(job: JobConfig) -> list[str]:
+    """A service off loopback needs TLS and a token. The launcher always provides a token
+    (the per-run one when $HYBRIDFLOW_TOKEN is unset), so here it is TLS that is missing."""
+    from hybridflow.rpc.config import remote_exposure_problem
+
+    found = []
+    for key, server in _servers(job):
+        problem = remote_exposure_problem(server, token="launcher", key=key)
+        if problem:
+            found.append(f"config error: {problem}")
     return found
 
 

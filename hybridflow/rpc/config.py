@@ -14,7 +14,8 @@ class ServerConfig:
     """Where and how a service listens."""
 
     host: str = "127.0.0.1"
-    """Bind address; loopback unless set (use 0.0.0.0 on a cluster)."""
+    """Bind address; loopback unless set (0.0.0.0 or the host's address on a cluster: then
+    TLS and a token are required, see ``allow_insecure_remote``)."""
     port: int = 0
     """TCP port; 0 lets the OS pick one (written to --port-file)."""
     max_message_bytes: int = 256 * MIB
@@ -39,6 +40,10 @@ class ServerConfig:
     """With no token configured, state-changing RPCs (train, publish/update weights,
     checkpoints, pause/resume/stop) are refused unless this is true. Only for a trusted
     sandbox: anyone who can reach the port can then steer the service."""
+    allow_insecure_remote: bool = False
+    """Off loopback the service refuses to start without TLS (tls_cert/tls_key) and a token
+    (the environment variable or auth_token_file): anyone who reaches the port could
+    otherwise read or steer it. True only on a network you trust completely."""
     max_concurrent_rpcs: int = 0
     """Calls served at once (health and reflection excluded); one more is refused with
     RESOURCE_EXHAUSTED at once instead of queueing. 0: max_workers."""
@@ -47,6 +52,11 @@ class ServerConfig:
     stream_idle_timeout_s: float = 30.0
     """A client stream (TrainStep, UpdateWeights) that sends nothing for this long is
     cancelled, so a stalled client cannot hold a worker thread forever."""
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether ``host`` binds only the loopback interface."""
+        return is_loopback_host(self.host)
 
     @property
     def concurrency_limit(self) -> int:
@@ -121,3 +131,40 @@ class ChannelConfig:
             raise ValueError("channel.timeout_s must be > 0")
         if not 64 * 1024 <= self.chunk_bytes <= 4 * MIB:
             raise ValueError("channel.chunk_bytes must be between 64 KiB and 4 MiB")
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ::1 (a name other than localhost is not trusted to be)."""
+    import ipaddress
+
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def remote_exposure_problem(config: ServerConfig, token: str, key: str = "server") -> str | None:
+    """Why a server config may not listen off loopback (None: it may): TLS and a token are
+    required there unless ``allow_insecure_remote``."""
+    if config.is_loopback or config.allow_insecure_remote:
+        return None
+    missing = [
+        what
+        for what, ok in (
+            (f"TLS ({key}.tls_cert and {key}.tls_key)", bool(config.tls_cert and config.tls_key)),
+            (
+                f"a token (${config.auth_token_env} or {key}.auth_token_file)",
+                bool(token),
+            ),
+        )
+        if not ok
+    ]
+    if not missing:
+        return None
+    return (
+        f"{key}.host={config.host} listens off loopback without {' and '.join(missing)}: set "
+        f"them (or {key}.allow_insecure_remote: true on a network you trust completely)"
+    )

@@ -21,7 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from hybridflow.rpc.auth import NoTokenInterceptor, TokenAuthInterceptor
-from hybridflow.rpc.config import ServerConfig
+from hybridflow.rpc.config import ServerConfig, remote_exposure_problem
 from hybridflow.rpc.limits import IdleWatchdog, LimitsInterceptor
 from hybridflow.rpc.token import resolve_token
 
@@ -73,6 +73,9 @@ def start_server(
     config.validate()
     interceptors: list[grpc.ServerInterceptor] = []
     token = resolve_token(config.auth_token_env, config.auth_token_file)
+    problem = remote_exposure_problem(config, token)
+    if problem:
+        raise ValueError(problem)
     if token:
         interceptors.append(TokenAuthInterceptor(token))
     elif not config.allow_unauthenticated:

@@ -155,6 +155,14 @@ class LearnerConfig:
     processes then see devices + "," + critic_devices and each rank takes the device of its
     local rank (needs devices set). Empty: the critic ranks take the devices after the actor
     ranks' in whatever the learner sees."""
+    nnodes: int = 1
+    """Hosts the learner spans (torchrun's multi-node rendezvous): each host starts
+    nproc_per_node (+ critic) ranks with its own node_rank; 1: a single host (--standalone)."""
+    node_rank: int = 0
+    """This host's index among the learner's nnodes (node 0 holds rank 0, which serves)."""
+    rdzv_endpoint: str = ""
+    """host:port of the rendezvous (node 0's address, reachable from every node) when
+    nnodes > 1."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
     checkpoint_dir: str = ""
@@ -236,6 +244,7 @@ class LearnerConfig:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"learner.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         self._validate_critic_ranks()
+        self._validate_nodes()
 
     @property
     def is_policy_gradient(self) -> bool:
@@ -264,6 +273,21 @@ class LearnerConfig:
         if self.critic_devices:
             return f"{self.devices},{self.critic_devices}"
         return self.devices
+
+    def _validate_nodes(self) -> None:
+        if self.nnodes < 1:
+            raise ValueError(f"learner.nnodes must be >= 1, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(
+                f"learner.node_rank must be in [0, {self.nnodes - 1}], got {self.node_rank}"
+            )
+        if self.nnodes > 1:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    "learner.rdzv_endpoint: host:port of node 0's rendezvous is required when "
+                    f"learner.nnodes > 1, got {self.rdzv_endpoint!r}"
+                )
 
     def _validate_critic_ranks(self) -> None:
         if self.critic_nproc_per_node > 0:

@@ -171,3 +171,20 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
     # (critic) the third entry, device 5.
     assert spawned["learner"][1] == "0,1,5"
     assert "--nproc-per-node=3" in spawned["learner"][0]
+
+
+def test_learner_spans_hosts_through_torchrun_rendezvous():
+    from hybridflow.deploy.launcher import ranks_command
+    from hybridflow.services.learner.config import LearnerConfig
+
+    node1 = LearnerConfig(nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400")
+    node1.validate()
+    assert ranks_command("py", "m", node1) == [
+        "py", "-m", "hybridflow.deploy.lifeline", "torch.distributed.run",
+        "--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=10.0.0.1:29400", "--nproc-per-node=1", "-m", "m",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="learner.rdzv_endpoint: host:port"):
+        LearnerConfig(nnodes=2).validate()
+    with pytest.raises(ValueError, match=r"learner.node_rank must be in \[0, 1\]"):
+        LearnerConfig(nnodes=2, node_rank=2, rdzv_endpoint="h:1").validate()
