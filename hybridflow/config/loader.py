@@ -115,6 +115,8 @@ def _convert(tp: Any, value: Any, source: str, key: str) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{source}: '{key}' has an invalid value")
     if origin is typing.Literal:
+        if isinstance(value, bool) and value not in args:
+            value = _yaml11_word(value, args)  # YAML 1.1 reads off/on/no/yes as bools
         if value not in args:
             raise ConfigError(f"{source}: '{key}' must be one of {list(args)}, got {value!r}")
         return value
@@ -176,3 +178,14 @@ def _yaml11_float(text: str) -> float | str:
     except ValueError:
         return text
     return number if "e" in text.lower() and math.isfinite(number) else text
+
+
+def _yaml11_word(value: bool, allowed: tuple[Any, ...]) -> Any:
+    """The word of ``allowed`` YAML 1.1 turned into ``value`` ("off" for a Literal of
+    "auto" / "off"); ``value`` unchanged when none is there."""
+    words = ("on", "yes", "true") if value else ("off", "no", "false")
+    for word in words:
+        for option in allowed:
+            if isinstance(option, str) and option.lower() == word:
+                return option
+    return value

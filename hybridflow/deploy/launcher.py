@@ -271,6 +271,10 @@ def ranks_command(py: str, module: str, learner: Any) -> list[str]:
             f"--node-rank={learner.node_rank}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={learner.rdzv_endpoint}",
+            *([f"--local-addr={learner.local_addr}"] if learner.local_addr else []),
+            # Node 0 serves the rendezvous store: torchrun's own guess (the endpoint names
+            # this machine) misses when the host name resolves to another interface.
+            *(["--rdzv-conf=is_host=1"] if learner.node_rank == 0 else []),
         ]
     else:
         placement = ["--standalone"]

@@ -7,6 +7,7 @@ the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging(f"learner{dist_info.rank}")
 
     from hybridflow.models import resolve_model_path
-    from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.weights.client import GrpcWeightSyncClient
@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         log.error("cannot load the model: %s", exc)
         return 2
-    channel = ChannelConfig(max_message_bytes=cfg.server.max_message_bytes)
+    # The replicas' weight-sync services are called with the job's client settings (TLS
+    # across hosts), with the learner's message limit.
+    channel = replace(job.coordinator.channel, max_message_bytes=cfg.server.max_message_bytes)
     core = LearnerCore(
         worker,
         dist_info.rank,

@@ -163,6 +163,9 @@ class LearnerConfig:
     rdzv_endpoint: str = ""
     """host:port of the rendezvous (node 0's address, reachable from every node) when
     nnodes > 1."""
+    local_addr: str = ""
+    """This node's address as the other nodes reach it (torchrun --local-addr; empty: its
+    hostname). Set it where the hostname does not resolve to that address."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
     checkpoint_dir: str = ""

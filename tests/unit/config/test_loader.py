@@ -87,3 +87,18 @@ def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
         load_config(Outer, None, ["inner.rate=fast"])
     with pytest.raises(ConfigError, match="'inner.rate' must be a number, got 'inf'"):
         load_config(Outer, None, ["inner.rate=inf"])
+
+
+def test_yaml11_booleans_are_the_words_a_literal_expects(tmp_path):
+    """YAML 1.1 reads off / on as booleans; a Literal of those words takes them back."""
+
+    @dataclass
+    class Switch:
+        mode: Literal["auto", "off"] = "auto"
+        onoff: Literal["on", "off"] = "on"
+
+    cfg = load_config(Switch, write(tmp_path, "mode: off\nonoff: off\n"))
+    assert (cfg.mode, cfg.onoff) == ("off", "off")
+    assert load_config(Switch, None, ["onoff=on"]).onoff == "on"
+    with pytest.raises(ConfigError, match=r"'mode' must be one of \['auto', 'off'\], got True"):
+        load_config(Switch, None, ["mode=on"])
