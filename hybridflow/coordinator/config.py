@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from hybridflow.config.ranges import above, at_least, raise_problems, within
 from hybridflow.coordinator.pacing import ADMISSION_POLICIES
+from hybridflow.coordinator.sinks import LOGGERS
 from hybridflow.rpc.config import ChannelConfig, ServerConfig
 
 
@@ -105,6 +106,11 @@ class CoordinatorConfig:
     """How long an unreachable reward service is retried (it may be restarting)."""
     progress: bool = True
     """Show a progress bar with live reward."""
+    loggers: list[str] = field(default_factory=lambda: ["jsonl"])
+    """Where step metrics go, with the same names and the global step: jsonl
+    (<run dir>/metrics.jsonl, always written, listed or not), tensorboard
+    (<run dir>/tensorboard/), wandb (honours WANDB_MODE=offline, WANDB_PROJECT), mlflow
+    (MLFLOW_TRACKING_URI). wandb and mlflow must be installed when listed."""
 
     def validate(self) -> None:
         raise_problems(
@@ -129,6 +135,11 @@ class CoordinatorConfig:
                 if self.admission in ADMISSION_POLICIES
                 else f"coordinator.admission: must be one of {', '.join(ADMISSION_POLICIES)}, "
                 f"got {self.admission!r}",
+                *(
+                    f"coordinator.loggers: unknown logger {name!r}; known: {', '.join(LOGGERS)}"
+                    for name in self.loggers
+                    if name not in LOGGERS
+                ),
                 "coordinator.dynamic_sampling: needs coordinator.group_size >= 2 (a group of "
                 "one always has equal rewards)"
                 if self.dynamic_sampling and self.group_size < 2

@@ -47,6 +47,7 @@ from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
 from hybridflow.coordinator.services import Services
+from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.errors import ResourceExhausted, ServiceError
 from hybridflow.types import SamplingParams, TrainSample
 
@@ -387,7 +388,9 @@ class TrainingJob:
         st = self.state
         run = _Run(
             first_step=st.step + 1,
-            metrics_log=MetricsLog(self.run_dir / "metrics.jsonl"),
+            metrics_log=MetricsLog(
+                self.run_dir / "metrics.jsonl", build_sinks(self.config.loggers, self.run_dir)
+            ),
             audit=(self.run_dir / "trained.jsonl").open("a"),
             progress=Progress(self.config.num_steps, self.config.progress),
             start=time.perf_counter(),

@@ -1,4 +1,5 @@
-"""Run outputs: metrics.jsonl and the live progress line. No clients, no RL."""
+"""Run outputs: metrics.jsonl (and the sinks of coordinator.loggers) and the live progress
+line. No clients, no RL."""
 
 from __future__ import annotations
 
@@ -6,26 +7,35 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from hybridflow.coordinator.sinks import MetricsSink
+
 
 class MetricsLog:
-    """Appends one JSON object per step to metrics.jsonl (flushed each line)."""
+    """Appends one JSON object per step to metrics.jsonl (flushed each line), then hands the
+    same names and step to each sink (TensorBoard, W&B, MLflow: ``coordinator.loggers``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sinks: Sequence[MetricsSink] = ()) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file = path.open("a")
+        self.sinks = list(sinks)
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         record: dict[str, Any] = {"step": step, "time": time.time()}
         record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        for sink in self.sinks:
+            sink.write(step, metrics)
 
     def close(self) -> None:
         self._file.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 class Progress:

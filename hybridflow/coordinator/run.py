@@ -154,6 +154,15 @@ def run_job(
         lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, s),
         [SERVICE_NAME],
     )
+    if server.metrics is not None:
+        server.metrics.gauge(
+            "hybridflow_policy_version",
+            "Policy version of the last trained step",
+            lambda: control.status().policy_version,
+        )
+        server.metrics.gauge(
+            "hybridflow_coordinator_step", "Last trained step", lambda: control.status().step
+        )
     write_port_file(run_dir / "coordinator.addr", server.address)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -49,6 +49,11 @@ class ServerConfig:
     RESOURCE_EXHAUSTED at once instead of queueing. 0: max_workers."""
     reserved_workers: int = 2
     """Threads beyond max_concurrent_rpcs, so health checks and refusals are always answered."""
+    metrics_port: int | None = None
+    """Port of this service's Prometheus endpoint (GET /metrics, on server.host): calls and
+    errors by method, latency histograms, calls in flight, the service's own gauges. None or
+    0: off (the default on CPU runs); the Kubernetes manifests turn it on. A rollout replica
+    adds its replica index, as it does to server.port."""
     stream_idle_timeout_s: float = 30.0
     """A client stream (TrainStep, UpdateWeights) that sends nothing for this long is
     cancelled, so a stalled client cannot hold a worker thread forever."""
@@ -70,6 +75,12 @@ class ServerConfig:
                 at_least("server.max_message_bytes", self.max_message_bytes, MIB),
                 within("server.max_workers", self.max_workers, 1, 1024),
                 at_least("server.grace_s", self.grace_s, 0),
+                None
+                if self.metrics_port is None
+                else within("server.metrics_port", self.metrics_port, 0, 65535),
+                "server.metrics_port: must differ from server.port"
+                if self.metrics_port and self.metrics_port == self.port
+                else None,
             ]
         )
         if not 0 <= self.port < 65536:

@@ -3,7 +3,8 @@
 Health checking, reflection, size limits, TLS / mutual TLS, the shared-token interceptor (or,
 with no token, refusal of state-changing RPCs), a concurrency limit with immediate load
 shedding, an idle timeout on client streams, loopback bind by default, graceful drain on
-SIGTERM/SIGINT. Knows nothing of what it serves.
+SIGTERM/SIGINT, a Prometheus endpoint when server.metrics_port is set. Knows nothing of what
+it serves.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from hybridflow.rpc.auth import NoTokenInterceptor, TokenAuthInterceptor
 from hybridflow.rpc.config import ServerConfig, remote_exposure_problem
 from hybridflow.rpc.limits import IdleWatchdog, LimitsInterceptor
+from hybridflow.rpc.metrics import MetricsInterceptor, ServiceMetrics, service_label
 from hybridflow.rpc.token import resolve_token
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,10 @@ class RunningServer:
     health: health.HealthServicer
     service_names: tuple[str, ...]
     limits: LimitsInterceptor | None = None
+    metrics: ServiceMetrics | None = None
+    """The Prometheus series (None: server.metrics_port is off); services add gauges."""
+    metrics_port: int = 0
+    """The bound port of the Prometheus endpoint (0: off)."""
 
     def set_serving(self, serving: bool) -> None:
         status = (
@@ -54,6 +60,8 @@ class RunningServer:
         self.server.stop(grace_s).wait()
         if self.limits is not None:
             self.limits.watchdog.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -71,7 +79,11 @@ def start_server(
 ) -> RunningServer:
     """Creates the server, lets ``register`` add servicers, binds and starts it."""
     config.validate()
+    names = tuple(service_names)
     interceptors: list[grpc.ServerInterceptor] = []
+    metrics = ServiceMetrics(service_label(names[0])) if config.metrics_port else None
+    if metrics is not None:  # outermost: refused calls count too
+        interceptors.append(MetricsInterceptor(metrics))
     token = resolve_token(config.auth_token_env, config.auth_token_file)
     problem = remote_exposure_problem(config, token)
     if problem:
@@ -85,6 +97,12 @@ def start_server(
     limit = config.concurrency_limit
     limits = LimitsInterceptor(limit, IdleWatchdog(config.stream_idle_timeout_s))
     interceptors.append(limits)
+    if metrics is not None:
+        metrics.gauge(
+            "hybridflow_rpc_in_flight",
+            "Calls being served (the queue: calls beyond the limit are refused, not queued)",
+            lambda: limits.in_flight,
+        )
     # Threads beyond the limit answer health checks and refusals while the limit is reached.
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limit + config.reserved_workers),
@@ -94,7 +112,6 @@ def start_server(
     register(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = tuple(service_names)
     reflection.enable_server_reflection(
         (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
@@ -114,6 +131,16 @@ def start_server(
         raise RuntimeError(f"could not bind {bind}")
     server.start()
     running = RunningServer(server, f"{config.host}:{port}", port, health_servicer, names, limits)
+    if metrics is not None and config.metrics_port:
+        running.metrics = metrics
+        try:
+            running.metrics_port = metrics.serve(config.host, config.metrics_port)
+        except OSError as exc:
+            server.stop(0)
+            raise RuntimeError(
+                f"server.metrics_port: could not bind {config.host}:{config.metrics_port}: {exc}"
+            ) from exc
+        log.info("Prometheus metrics on %s:%d/metrics", config.host, running.metrics_port)
     running.set_serving(True)
     log.info("serving %s on %s", ", ".join(names), running.address)
     return running

@@ -92,6 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         lambda s: learner_pb2_grpc.add_LearnerServiceServicer_to_server(servicer, s),
         [SERVICE_NAME],
     )
+    if running.metrics is not None:
+        running.metrics.gauge(
+            "hybridflow_policy_version", "Policy version trained", lambda: worker.policy_version
+        )
+        running.metrics.gauge(
+            "hybridflow_weight_sync_last_seconds",
+            "Seconds of the last weight publish to the rollout replicas",
+            lambda: servicer.last_publish_s,
+        )
     if args.port_file:
         write_port_file(args.port_file, running.address)
     log.info(

@@ -66,6 +66,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self._max_bytes = max_bytes
         self._chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
+        self.last_publish_s = 0.0
+        """Seconds of the last PublishWeights (the Prometheus weight-sync gauge)."""
 
     def _run(self, command: str, *args: Any) -> Any:
         with self._lock:
@@ -111,6 +113,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 context.set_trailing_metadata(((RETRY_PUSHBACK, "-1"),))
                 raise
         report = self._run("publish_weights", targets)
+        self.last_publish_s = report.duration_s
         return learner_pb2.PublishWeightsResponse(
             policy_version=report.policy_version,
             num_bytes=report.num_bytes,

@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
+    if cfg.server.metrics_port:
+        cfg.server.metrics_port += args.replica_index
     try:
         path = resolve_model_path(job.model)
         engine = build_engine(cfg, path, args.replica_index)
@@ -65,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(weights, server)
 
     running = start_server(cfg.server, register, [SERVICE_NAME, WEIGHT_SYNC_SERVICE])
+    if running.metrics is not None:
+        running.metrics.counter(
+            "hybridflow_rollout_generated_tokens",
+            "Completion tokens generated (rate: tokens/s)",
+            lambda: rollout.status().num_generated_tokens,
+        )
+        running.metrics.gauge(
+            "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
+        )
     if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
         engine.on_dead = lambda reason: running.set_serving(False)
     if args.port_file:
