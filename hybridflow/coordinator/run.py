@@ -210,6 +210,8 @@ def run_job(
         f"in {summary.wall_s:.0f}s, {summary.samples_per_s:.1f} samples/s",
         file=sys.stderr,
     )
+    if summary.mfu is not None:
+        print(f"learner MFU: {100 * summary.mfu:.1f}%", file=sys.stderr)
     if summary.checkpoint:
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)
