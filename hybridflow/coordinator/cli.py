@@ -2,8 +2,11 @@
 
     hybridflow-coordinator run --config job.yaml [--set k=v ...] [--run-dir DIR]
     hybridflow-coordinator status|pause|resume|stop [--address HOST:PORT | --run-dir DIR]
+    hybridflow-coordinator report RUN_DIR
+
 
 ``run`` writes DIR/coordinator.addr so the other commands can find the job by its run dir.
+``report`` (re)draws the run's plots into RUN_DIR/report/, also while the run is going.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--address", help="coordinator control address host:port")
         p.add_argument("--run-dir", help="find the address in RUN_DIR/coordinator.addr")
         p.add_argument("--json", action="store_true", help="print JSON")
+    report = sub.add_parser(
+        "report", help="draw RUN_DIR/metrics.jsonl as PNG plots in RUN_DIR/report/"
+    )
+    report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (also one in progress)")
     return parser
 
 
@@ -77,7 +84,23 @@ def main(argv: list[str] | None = None) -> int:
             addresses_from_stdin=args.addresses_from_stdin,
             started_at=started_at,
         )
+    if args.command == "report":
+        return report_command(Path(args.run_dir))
     return control_command(args)
+
+
+def report_command(run_dir: Path) -> int:
+    """Draws the run report; prints the files (0), or one line saying why not (2)."""
+    from hybridflow.coordinator.report import write_report
+
+    try:
+        files = write_report(run_dir)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in files:
+        print(path)
+    return 0
 
 
 def exit_fast(code: int) -> NoReturn:

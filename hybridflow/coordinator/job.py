@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -82,6 +83,13 @@ class RunSummary:
     trained step; None when no step was trained."""
     num_filtered: int = 0
     """Groups not trained by dynamic sampling (all rewards equal); their prompts are consumed."""
+    mfu: float | None = None
+    """The learner's model FLOPs utilisation, mean of its steps' ``perf/mfu`` in this run;
+    None when it reported none (see ``mfu_note``)."""
+    tokens_per_s_per_device: float | None = None
+    """Mean of the learner's ``perf/tokens_per_s_per_device`` over this run's steps."""
+    mfu_note: str = ""
+    """Why ``mfu`` is None ("" when it is not)."""
 
 
 class TrainingJob:
@@ -453,6 +461,9 @@ class TrainingJob:
         st.num_samples += len(train_batch)
         st.step, st.policy_version, st.wall_s = step, version, wall
         run.metrics_log.write(step, metrics)
+        for key, values in run.utilisation.items():
+            if key in metrics:
+                values.append(metrics[key])
         self.last_metrics = metrics
         if run.first_step_s is None:
             run.first_step_s = time.time() - self.launch_time
@@ -511,6 +522,7 @@ class TrainingJob:
         leftover, requeued = self.buffer.drain()
         tail = st.rewards[-20:]
         group_filter = self.buffer.group_filter
+        mfu = _mean(run.utilisation["perf/mfu"])
         summary = RunSummary(
             num_steps=len(st.rewards),
             reward_start=st.rewards[0] if st.rewards else 0.0,
@@ -529,6 +541,9 @@ class TrainingJob:
             last_checkpoint=run.last_checkpoint,
             time_to_first_step_s=run.first_step_s,
             num_filtered=group_filter.num_filtered if group_filter else 0,
+            mfu=mfu,
+            tokens_per_s_per_device=_mean(run.utilisation["perf/tokens_per_s_per_device"]),
+            mfu_note="" if mfu is not None else MFU_UNKNOWN,
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
@@ -552,6 +567,21 @@ class _Run:
     first_step_s: float | None = None
     checkpoint: str = ""
     last_checkpoint: str = ""
+    utilisation: dict[str, list[float]] = field(
+        default_factory=lambda: {"perf/mfu": [], "perf/tokens_per_s_per_device": []}
+    )
+    """The learner's per-step utilisation metrics (this run's steps), for the summary."""
+
+
+MFU_UNKNOWN = (
+    "the learner reported no perf/mfu: its device's peak FLOPs is unknown (set "
+    "learner.peak_tflops) or its algorithm (dpo, rft) has no FLOPs estimate"
+)
+
+
+def _mean(values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def _num_generated(groups: Sequence[ScoredGroup]) -> int:

@@ -93,6 +93,7 @@ def run_job(
 
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.job import TrainingJob
+    from hybridflow.coordinator.report import write_report_logged
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import read_prompt_dataset
@@ -200,6 +201,7 @@ def run_job(
     except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)
+        write_report_logged(run_dir, log)  # the steps done so far, for the post-mortem
         if checkpoint_root is not None:
             print(f"resume with: deploy/launch.sh --resume {run_dir}", file=sys.stderr)
         return 1
@@ -210,12 +212,15 @@ def run_job(
         reward.close()
         learner.close()
     _record_own_cpu(run_dir)
+    write_report_logged(run_dir, log)
     print(
         f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
         f"(mean of last {min(20, summary.num_steps)} steps) over {summary.num_steps} steps "
         f"in {summary.wall_s:.0f}s, {summary.samples_per_s:.1f} samples/s",
         file=sys.stderr,
     )
+    if summary.mfu is not None:
+        print(f"learner MFU: {100 * summary.mfu:.1f}%", file=sys.stderr)
     if summary.checkpoint:
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)

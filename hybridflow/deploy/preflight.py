@@ -185,6 +185,7 @@ def _model_problems(model: str, key: str = "model", reward: bool = False) -> lis
     from hybridflow.models import BUILTIN_PREFIX
     from hybridflow.models.builtin import SPECS
     from hybridflow.models.builtin_rm import REWARD_SPECS
+    from hybridflow.models.hub import cached_snapshot, hub_offline, parse_hub_id
 
     known = sorted(REWARD_SPECS if reward else SPECS)
     if model.startswith(BUILTIN_PREFIX):
@@ -193,9 +194,21 @@ def _model_problems(model: str, key: str = "model", reward: bool = False) -> lis
             role = "reward model" if reward else "model"
             return [f"config error: {key}: unknown builtin {role} {name!r}; known: {known}"]
         return []
+    hub_id = parse_hub_id(model)
+    if hub_id is not None:
+        # Online, the launcher downloads it; offline it must be in the cache already.
+        if hub_offline() and cached_snapshot(hub_id) is None:
+            return [
+                f"config error: {key}: hub model {model!r} is not in the Hugging Face cache "
+                "and HF_HUB_OFFLINE is set"
+            ]
+        return []
     path = Path(model).expanduser()
     if not path.is_dir():
-        return [f"config error: {key}: {model!r} is not a directory (nor builtin:{known[0]})"]
+        return [
+            f"config error: {key}: {model!r} is not a directory (nor builtin:{known[0]}, "
+            "nor a hub id org/name)"
+        ]
     if not (path / "config.json").is_file():
         return [f"config error: {key}: {model!r} has no config.json"]
     return []

@@ -2,8 +2,10 @@
 
 ``resolve_model_path("builtin:tiny")`` builds (once) and returns the built-in checkpoint (also
 ``builtin:tiny-random`` and the reward model ``builtin:tiny-rm``);
-any other spec must be a local Hugging Face checkpoint directory. Hub names are never
-downloaded. Importing this package does not import torch or transformers.
+a local Hugging Face checkpoint directory is used as it is; a hub id ``org/name[@revision]``
+(not an existing path) resolves through the Hugging Face cache, downloading where the network
+allows (``hub.py``). Importing this package does not import torch, transformers or
+huggingface_hub.
 """
 
 from __future__ import annotations
@@ -11,20 +13,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from hybridflow.models.builtin import ensure_builtin_model
+from hybridflow.models.hub import parse_hub_id, resolve_hub_model
 
 BUILTIN_PREFIX = "builtin:"
 """Model specs starting with this name a built-in model (``builtin:tiny``, ``builtin:tiny-rm``)."""
 
 
 def resolve_model_path(spec: str) -> Path:
-    """Directory of the checkpoint named by ``spec`` (built-in name or local directory)."""
+    """Directory of the checkpoint named by ``spec`` (built-in name, local directory or hub
+    id); ValueError naming the spec when there is none with a config.json."""
     if spec.startswith(BUILTIN_PREFIX):
         return ensure_builtin_model(spec[len(BUILTIN_PREFIX) :])
+    hub_id = parse_hub_id(spec)
+    if hub_id is not None:
+        path = resolve_hub_model(hub_id)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"model {spec!r}: the hub snapshot {path} has no config.json")
+        return path
     path = Path(spec).expanduser()
     if not (path / "config.json").is_file():
         raise ValueError(
             f"model path {spec!r} is not a local checkpoint directory containing config.json "
-            "(hub names are never downloaded; use a local dir or builtin:tiny)"
+            "(nor a hub id org/name[@revision]; or use builtin:tiny)"
         )
     return path
 

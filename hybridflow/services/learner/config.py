@@ -139,6 +139,9 @@ class LearnerConfig:
     """Torch intra-op threads of this process."""
     device: str = "cpu"
     """Torch device: "cpu", or "cuda" (each rank uses cuda:LOCAL_RANK)."""
+    peak_tflops: float | None = None
+    """Peak TFLOP/s of one learner device, the denominator of ``perf/mfu``; null: the
+    table in ``mfu.py`` by CUDA device name (no default on CPU: MFU is then not reported)."""
     nproc_per_node: int = 1
     """Learner ranks torchrun starts (FSDP2 data-parallel shards); with critic_nproc_per_node
     > 0, the actor ranks (actor, reference, actor optimizer)."""
@@ -244,6 +247,8 @@ class LearnerConfig:
             raise ValueError(f"learner.lam must be in [0, 1], got {self.lam}")
         if self.value_clip is not None:
             _positive("value_clip", self.value_clip)
+        if self.peak_tflops is not None:
+            _positive("peak_tflops", self.peak_tflops)
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"learner.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         self._validate_critic_ranks()

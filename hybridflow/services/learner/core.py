@@ -55,7 +55,9 @@ class LearnerCore:
         start = time.perf_counter()
         result = self.worker.train_step(samples)
         # Lets callers split their RPC time into compute and batch transfer.
-        result.metrics["timing_s/learner_compute"] = time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        result.metrics["timing_s/learner_compute"] = seconds
+        result.metrics.update(self.worker.utilisation_metrics(samples, seconds))
         return result
 
     def compute_logprobs(

@@ -53,6 +53,12 @@ from hybridflow.services.learner.distributed import all_gather_objects, current_
 from hybridflow.services.learner.forward import policy_forward
 from hybridflow.services.learner.fsdp import iter_full_state_dict, shard_module
 from hybridflow.services.learner.metrics import StepMetrics
+from hybridflow.services.learner.mfu import (
+    peak_tflops_for,
+    policy_gradient_passes,
+    step_flops,
+    utilisation_metrics,
+)
 from hybridflow.services.learner.models import (
     decoder_layer_classes,
     load_actor,
@@ -118,12 +124,19 @@ class LearnerWorker:
             else None
         )
         if self._actor is not None:
-            embeddings = self._actor.get_input_embeddings()
+            model: PreTrainedModel = self._actor
         else:
             assert self.critic is not None, "a rank holds the actor or the critic"
-            embeddings = self.critic.backbone.get_input_embeddings()
+            model = self.critic.backbone
+        embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)
+        self.num_params = sum(p.numel() for p in model.parameters())
+        """The model's parameters (counted before sharding): N of the FLOPs estimate."""
+        self.peak_tflops = config.peak_tflops
+        """One device's peak TFLOP/s (``mfu.py``); None: unknown, no ``perf/mfu``."""
+        if self.peak_tflops is None and self.device.type == "cuda":
+            self.peak_tflops = peak_tflops_for(torch.cuda.get_device_name(self.device))
         if self.dist.is_distributed:
             for module in (self._actor, self.reference, self.critic):
                 if module is not None:
@@ -264,6 +277,27 @@ class LearnerWorker:
             out[f"{key}/max"] = max(values)
             out[f"{key}/min"] = min(values)
         return out
+
+    def utilisation_metrics(self, samples: list[TrainSample], seconds: float) -> dict[str, float]:
+        """``perf/tokens_per_s_per_device`` and ``perf/mfu`` of a train step on ``samples``
+        that took ``seconds`` (``mfu.py``: the formula). The preference presets train on
+        their chosen pairs or kept samples only: no FLOPs estimate, no ``perf/mfu``."""
+        cfg = self.config
+        num_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+        flops = None
+        if self.estimator is not None:
+            passes = policy_gradient_passes(
+                cfg.ppo_epochs,
+                has_critic=self.estimator.needs_critic,
+                # As ``precompute`` decides: old log-probs need a forward of their own.
+                old_logprobs=cfg.ppo_epochs * cfg.num_mini_batches > 1
+                or (cfg.needs_reference and cfg.kl_mode == "reward"),
+                reference=cfg.needs_reference,
+            )
+            flops = step_flops(self.num_params, num_tokens, passes)
+        return utilisation_metrics(
+            num_tokens, seconds, self.dist.world_size, flops, self.peak_tflops
+        )
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()

@@ -114,7 +114,7 @@ def test_reward_model_components_need_a_known_builtin_or_a_checkpoint_dir(tmp_pa
     )
     assert found == [
         f"config error: reward.components[1].model: '{missing}' is not a directory "
-        "(nor builtin:tiny-rm)"
+        "(nor builtin:tiny-rm, nor a hub id org/name)"
     ]
     unknown = ["reward.components=[{name: rm, kind: model, model: 'builtin:tiny'}]"]
     assert problems(QUICKSTART, unknown) == [

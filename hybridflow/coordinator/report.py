@@ -1,0 +1,204 @@
+"""The run report: PNG plots of a run's metrics.jsonl, for a person to look at.
+
+``write_report(run_dir)`` reads ``RUN_DIR/metrics.jsonl`` (one JSON object per step, as
+``MetricsLog`` writes it) and draws one figure per family of metrics under ``RUN_DIR/report/``:
+reward, losses, KL, entropy, throughput, staleness (the async schedule) and step timings. A
+family draws only the series the run logged; a family with none is skipped. A run in
+progress can be drawn: a partial last line (the writer is mid-line) is ignored.
+
+This module knows metric names and files, not the job: it never imports the coordinator's
+state. matplotlib is imported only when a report is drawn (Agg backend, no display).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+REPORT_DIR = "report"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One figure: the metrics whose names match ``patterns`` (regexes, full match)."""
+
+    name: str
+    """File stem: ``report/<name>.png``."""
+    title: str
+    patterns: tuple[str, ...]
+    shared_axes: bool
+    """True: every series on one axes (same unit); False: one panel per series."""
+    ylabel: str = ""
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "reward",
+        "Reward",
+        (
+            r"critic/score/mean",
+            r"critic/score/(min|max)",
+            r"dynamic_sampling/score_all_mean",
+            r"rollout/baseline_score/mean",
+            r"reward/(?!num_errors).+/mean",
+        ),
+        shared_axes=True,
+        ylabel="score",
+    ),
+    Family(
+        "losses",
+        "Losses",
+        (r"actor/pg_loss", r"critic/vf_loss", r"actor/dpo_loss", r"actor/sft_nll"),
+        shared_axes=False,
+    ),
+    Family(
+        "kl",
+        "KL divergence",
+        (r"actor/ppo_kl", r"actor/kl_loss", r"actor/reward_kl_penalty", r"actor/kl_coef"),
+        shared_axes=False,
+    ),
+    Family("entropy", "Policy entropy", (r"actor/entropy",), shared_axes=True, ylabel="nats"),
+    Family(
+        "throughput",
+        "Throughput",
+        (
+            r"perf/throughput",
+            r"perf/samples_per_s",
+            r"perf/tokens_per_s_per_device",
+            r"perf/mfu",
+        ),
+        shared_axes=False,
+    ),
+    Family(
+        "staleness",
+        "Staleness and the async schedule",
+        (r"training/staleness(/.+)?", r"async/.+"),
+        shared_axes=False,
+    ),
+    Family("timing", "Step timings", (r"timing_s/.+",), shared_axes=True, ylabel="seconds"),
+)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The step records of ``path``. A last line that does not parse is a step being
+    written (a run in progress) and is left out; a bad line before it is a ValueError
+    naming the file and line."""
+    lines = path.read_text().splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from exc
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+def series(records: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
+    """Each numeric metric as (steps, values), in file order; a missing or null (non-finite
+    when logged) value is NaN, so a line shows a gap instead of a false point."""
+    names: dict[str, None] = {}
+    for record in records:
+        for key, value in record.items():
+            if key not in ("step", "time") and (value is None or _is_number(value)):
+                names.setdefault(key)
+    steps = [float(r["step"]) for r in records]
+    return {name: (steps, [_as_float(r.get(name)) for r in records]) for name in names}
+
+
+def family_series(family: Family, available: list[str]) -> list[str]:
+    """The metric names of ``available`` this family draws, in pattern order."""
+    chosen: list[str] = []
+    for pattern in family.patterns:
+        regex = re.compile(pattern)
+        chosen += sorted(n for n in available if regex.fullmatch(n) and n not in chosen)
+    return chosen
+
+
+def write_report(run_dir: Path) -> list[Path]:
+    """Draws ``run_dir/report/<family>.png`` for every family with data; returns the files.
+    FileNotFoundError: no metrics.jsonl; ValueError: it holds no step yet."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (is {run_dir} a run directory?)")
+    records = read_metrics(path)
+    if not records:
+        raise ValueError(f"{path} holds no step yet")
+    data = series(records)
+    out_dir = Path(run_dir) / REPORT_DIR
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    for family in FAMILIES:
+        names = family_series(family, list(data))
+        if names:
+            target = out_dir / f"{family.name}.png"
+            _draw(family, {n: data[n] for n in names}, target, title_suffix=Path(run_dir).name)
+            written.append(target)
+    return written
+
+
+def write_report_logged(run_dir: Path, log: logging.Logger) -> list[Path]:
+    """``write_report`` at the end of a run: a report is a convenience, so any failure to
+    draw it (no matplotlib, a full disk, a matplotlib bug) is one logged line, never a
+    failed run."""
+    try:
+        files = write_report(run_dir)
+    except Exception as exc:  # broad on purpose: see the docstring
+        log.warning("run report not drawn: %s: %s", type(exc).__name__, exc)
+        return []
+    log.info("run report: %s (%d plots)", Path(run_dir) / REPORT_DIR, len(files))
+    return files
+
+
+def _draw(
+    family: Family,
+    data: dict[str, tuple[list[float], list[float]]],
+    target: Path,
+    title_suffix: str,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, also without $DISPLAY
+    import matplotlib.pyplot as plt
+
+    num_panels = 1 if family.shared_axes else len(data)
+    fig, axes = plt.subplots(
+        num_panels, 1, sharex=True, figsize=(8, 2.2 + 2.0 * num_panels), squeeze=False
+    )
+    try:
+        panels = [axes[i][0] for i in range(num_panels)]
+        for i, (name, (steps, values)) in enumerate(data.items()):
+            ax = panels[0 if family.shared_axes else i]
+            marker = "o" if len(steps) < 30 else None  # a short run: show the points
+            ax.plot(steps, values, label=name, marker=marker, markersize=3)
+            ax.set_ylabel(family.ylabel if family.shared_axes else name)
+            ax.grid(True, alpha=0.3)
+        if family.shared_axes:
+            panels[0].legend(loc="best", fontsize="small")
+        panels[-1].set_xlabel("step")
+        fig.suptitle(f"{family.title} — {title_suffix}")
+        fig.tight_layout()
+        fig.savefig(target, dpi=100)
+    finally:
+        plt.close(fig)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_float(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
