@@ -165,6 +165,7 @@ class DistReceiver:
             group_name=spec.group_name,
             is_store_host=False,
             device=self._device if spec.backend == "nccl" else None,
+            local_addr=route_address(spec.store_host, spec.store_port),
         )
         try:
             check_plan_hash(group, plan.content_hash())
@@ -355,6 +356,7 @@ class DistPublisher:
             group_name=name,
             is_store_host=self.rank == 0,
             device=self.device if spec.backend == "nccl" else None,
+            local_addr=route_address(spec.store_host, port),
             # The store takes ownership of the listening socket (and closes it with the group).
             listen_fd=store_socket.detach() if store_socket is not None else None,
         )
@@ -418,3 +420,16 @@ def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:
     flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
     dist.all_reduce(flag, group=group)
     return int(flag.item()) == 0
+
+
+def route_address(host: str, port: int) -> str:
+    """This machine's address on the route to ``host`` (what gloo binds and advertises to
+    the group's other ranks). Resolving the host name instead can give an address the other
+    hosts cannot reach (127.0.1.1 in /etc/hosts, another interface); the route to the store
+    every rank already reaches is the one they share. Sends nothing (a UDP connect)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((host.strip("[]"), port or 9))
+        return str(probe.getsockname()[0])

@@ -130,7 +130,8 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
             "learner.nnodes=2",
             f"learner.rdzv_endpoint={a['l0']}:{PORTS['rdzv']}",
             f"weight_sync.store_host={a['l0']}",
-            f"weight_sync.allowed_hosts=[{a['roll']}]",
+            # The learner sends only to these hosts; a replica joins only stores on these.
+            f"weight_sync.allowed_hosts=[{a['roll']}, {a['l0']}]",
             "weight_sync.shared_memory=off",
             f"coordinator.rollout_addresses=[{a['roll']}:{PORTS['roll']}]",
             f"coordinator.reward_address={a['rew']}:{PORTS['rew']}",
