@@ -188,7 +188,8 @@ def _draw(
             panels[0].legend(loc="best", fontsize="small")
         panels[-1].set_xlabel("step")
         fig.suptitle(f"{family.title} — {title_suffix}")
-        fig.tight_layout()
+        height = fig.get_size_inches()[1]
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / height))  # room for the title
         fig.savefig(target, dpi=100)
     finally:
         plt.close(fig)
