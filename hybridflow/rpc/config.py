@@ -18,6 +18,10 @@ class ServerConfig:
     TLS and a token are required, see ``allow_insecure_remote``)."""
     port: int = 0
     """TCP port; 0 lets the OS pick one (written to --port-file)."""
+    advertise_host: str = ""
+    """The address other hosts reach this service at, written to --port-file (what the
+    launcher hands the coordinator). Empty: ``host``, or this machine's host name when
+    ``host`` is a wildcard (0.0.0.0, ::)."""
     max_message_bytes: int = 256 * MIB
     """Largest message received or sent."""
     max_workers: int = 8
@@ -57,6 +61,17 @@ class ServerConfig:
     stream_idle_timeout_s: float = 30.0
     """A client stream (TrainStep, UpdateWeights) that sends nothing for this long is
     cancelled, so a stalled client cannot hold a worker thread forever."""
+
+    @property
+    def reachable_host(self) -> str:
+        """What --port-file advertises (see ``advertise_host``)."""
+        if self.advertise_host:
+            return self.advertise_host
+        if self.host in ("0.0.0.0", "::", "[::]", ""):
+            import socket
+
+            return socket.gethostname()
+        return self.host
 
     @property
     def is_loopback(self) -> bool:

@@ -130,7 +130,9 @@ def start_server(
     if port == 0:
         raise RuntimeError(f"could not bind {bind}")
     server.start()
-    running = RunningServer(server, f"{config.host}:{port}", port, health_servicer, names, limits)
+    running = RunningServer(
+        server, f"{config.reachable_host}:{port}", port, health_servicer, names, limits
+    )
     if metrics is not None and config.metrics_port:
         running.metrics = metrics
         try:

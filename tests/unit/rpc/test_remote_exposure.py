@@ -57,3 +57,14 @@ def test_preflight_names_the_service_off_loopback():
         "(reward.server.tls_cert and reward.server.tls_key): set them (or "
         "reward.server.allow_insecure_remote: true on a network you trust completely)"
     ]
+
+
+def test_the_advertised_address_is_one_other_hosts_can_reach():
+    import socket
+
+    assert ServerConfig().reachable_host == "127.0.0.1"
+    assert ServerConfig(host="10.0.0.5").reachable_host == "10.0.0.5"
+    assert ServerConfig(host="0.0.0.0").reachable_host == socket.gethostname()
+    assert ServerConfig(host="0.0.0.0", advertise_host="node7.cluster").reachable_host == (
+        "node7.cluster"
+    )
