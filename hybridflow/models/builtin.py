@@ -168,24 +168,13 @@ def build_checkpoint(spec: BuiltinSpec, out_dir: Path) -> None:
     The caller's global torch RNG state is left untouched.
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
+    from hybridflow.models.tiny_llama import tiny_llama_config
     from hybridflow.models.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_attention_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = tiny_llama_config(spec, tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.init_seed)
         model = LlamaForCausalLM(config).float()

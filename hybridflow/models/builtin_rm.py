@@ -104,24 +104,13 @@ def build_reward_checkpoint(spec: RewardModelSpec, out_dir: Path) -> None:
     The caller's global torch RNG state is left untouched.
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
 
+    from hybridflow.models.tiny_llama import tiny_llama_config
     from hybridflow.models.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_attention_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = tiny_llama_config(spec, tokenizer)
     config.num_labels = 1  # one logit: the score
     problems = train_problems(spec.max_operand)
     rng = random.Random(f"tiny-rm-{spec.init_seed}")
