@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import TextIO
 
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
@@ -47,49 +45,21 @@ from hybridflow.coordinator.dynamic_sampling import GroupFilter
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
+from hybridflow.coordinator.run_records import (
+    MFU_UNKNOWN,
+    RunState,
+    RunSummary,
+    mean_finite,
+    num_generated,
+    step_timings,
+    write_audit,
+)
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.errors import ResourceExhausted, ServiceError
-from hybridflow.types import SamplingParams, TrainSample
+from hybridflow.types import SamplingParams
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RunSummary:
-    num_steps: int
-    reward_start: float
-    """Mean reward of the first batch (samples from the initial policy)."""
-    reward_end: float
-    """Mean reward of the last min(20, steps) batches."""
-    wall_s: float
-    samples_per_s: float
-    policy_version: int
-    num_requeued: int
-    num_dropped_stale: int
-    num_untrained_at_end: int
-    """Groups generated (or re-queued) but not trained when the run ended."""
-    staleness_histogram: dict[str, int]
-    rollout_idle_ratio: float
-    learner_idle_ratio: float
-    checkpoint: str
-    """The final policy as a Hugging Face checkpoint ("" when not saved)."""
-    resumed_from_step: int = 0
-    """Step of the checkpoint this run continued from (0: a fresh start)."""
-    last_checkpoint: str = ""
-    """Newest resumable checkpoint directory."""
-    time_to_first_step_s: float | None = None
-    """Seconds from the launch (``TrainingJob.launch_time``) to the end of this run's first
-    trained step; None when no step was trained."""
-    num_filtered: int = 0
-    """Groups not trained by dynamic sampling (all rewards equal); their prompts are consumed."""
-    mfu: float | None = None
-    """The learner's model FLOPs utilisation, mean of its steps' ``perf/mfu`` in this run;
-    None when it reported none (see ``mfu_note``)."""
-    tokens_per_s_per_device: float | None = None
-    """Mean of the learner's ``perf/tokens_per_s_per_device`` over this run's steps."""
-    mfu_note: str = ""
-    """Why ``mfu`` is None ("" when it is not)."""
 
 
 class TrainingJob:
@@ -206,23 +176,6 @@ class TrainingJob:
             report = self.services.learner.publish_weights([self.services.weight_targets[index]])
         self.dispatchers[index].published_version = report.policy_version
         return True
-
-    def _dynamic_sampling_metrics(
-        self, batch: Sequence[ScoredGroup], filtered: Sequence[ScoredGroup]
-    ) -> dict[str, float]:
-        """This step's filtered groups, the mean score over trained and filtered groups (the
-        policy's reward; ``critic/score/mean`` is the trained batch's) and the run's totals.
-        Empty without dynamic sampling."""
-        f = self.buffer.group_filter
-        if f is None:
-            return {}
-        scores = [r.score for g in (*batch, *filtered) for r in g.results]
-        return {
-            "dynamic_sampling/filtered": float(len(filtered)),
-            "dynamic_sampling/score_all_mean": sum(scores) / max(len(scores), 1),
-            "dynamic_sampling/filtered_total": float(f.num_filtered),
-            "dynamic_sampling/passed_equal": float(f.num_passed_equal),
-        }
 
     def _live_targets(self) -> list[str]:
         return [t for t, d in zip(self.services.weight_targets, self.dispatchers) if not d.failed]
@@ -388,13 +341,13 @@ class TrainingJob:
             self._close(run)
         return self._summarize(run)
 
-    def _open(self) -> _Run:
+    def _open(self) -> RunState:
         """Restores (resume), opens the logs, brings fresh replicas up to date, starts the
         dispatchers."""
         if self.resume:
             self._restore()
         st = self.state
-        run = _Run(
+        run = RunState(
             first_step=st.step + 1,
             metrics_log=MetricsLog(
                 self.run_dir / "metrics.jsonl", build_sinks(self.config.loggers, self.run_dir)
@@ -413,7 +366,7 @@ class TrainingJob:
             d.start()
         return run
 
-    def _train_one(self, step: int, run: _Run) -> bool:
+    def _train_one(self, step: int, run: RunState) -> bool:
         """One step: batch → train → publish → pace → log → checkpoint. False: stopped."""
         cfg, st = self.config, self.state
         if not self.control.wait_to_continue():
@@ -445,15 +398,15 @@ class TrainingJob:
         metrics = {
             **rollout_metrics(batch),
             **result.metrics,
-            **_step_timings(train_batch, t0, t1, t2, t3, gen_s - run.gen_s_seen),
+            **step_timings(train_batch, t0, t1, t2, t3, gen_s - run.gen_s_seen),
             **self._schedule_metrics(lead, wall),
         }
         run.gen_s_seen = gen_s
-        _write_audit(run.audit, step, batch, version)
+        write_audit(run.audit, step, batch, version)
         filtered = self.buffer.take_filtered()
-        _write_audit(run.audit, step, filtered, version, filtered=True)
+        write_audit(run.audit, step, filtered, version, filtered=True)
         metrics.update(self._dynamic_sampling_metrics(batch, filtered))
-        metrics["batch/num_generated"] = float(_num_generated([*batch, *filtered]))
+        metrics["batch/num_generated"] = float(num_generated([*batch, *filtered]))
         # The policy's reward: with dynamic sampling, over trained and filtered groups.
         st.rewards.append(
             metrics.get("dynamic_sampling/score_all_mean", metrics["critic/score/mean"])
@@ -487,13 +440,30 @@ class TrainingJob:
             "training/epoch": float(self.cursor.state.epoch),
         }
 
+    def _dynamic_sampling_metrics(
+        self, batch: Sequence[ScoredGroup], filtered: Sequence[ScoredGroup]
+    ) -> dict[str, float]:
+        """This step's filtered groups, the mean score over trained and filtered groups (the
+        policy's reward; ``critic/score/mean`` is the trained batch's) and the run's totals.
+        Empty without dynamic sampling."""
+        f = self.buffer.group_filter
+        if f is None:
+            return {}
+        scores = [r.score for g in (*batch, *filtered) for r in g.results]
+        return {
+            "dynamic_sampling/filtered": float(len(filtered)),
+            "dynamic_sampling/score_all_mean": sum(scores) / max(len(scores), 1),
+            "dynamic_sampling/filtered_total": float(f.num_filtered),
+            "dynamic_sampling/passed_equal": float(f.num_passed_equal),
+        }
+
     def _num_requeued(self) -> int:
         return self._requeued_before + sum(d.num_requeued for d in self.dispatchers)
 
     def _rollout_idle_ratio(self) -> float:
         return sum(d.idle_ratio() for d in self.dispatchers) / len(self.dispatchers)
 
-    def _finish(self, run: _Run) -> None:
+    def _finish(self, run: RunState) -> None:
         """A resumable checkpoint of the last step (on stop and at the end) and the final
         Hugging Face export."""
         st = self.state
@@ -505,7 +475,7 @@ class TrainingJob:
                     f"hf/{self.checkpoints.step_name(st.step)}"
                 )
 
-    def _close(self, run: _Run) -> None:
+    def _close(self, run: RunState) -> None:
         """Stops the dispatchers and closes the logs (also after a failure)."""
         self._stop.set()
         self.buffer.wake_all()
@@ -516,13 +486,13 @@ class TrainingJob:
         self.events.close()
         run.wall_end = run.wall_before + time.perf_counter() - run.start
 
-    def _summarize(self, run: _Run) -> RunSummary:
+    def _summarize(self, run: RunState) -> RunSummary:
         """summary.json: rewards, throughput, what is left untrained, the checkpoints."""
         st, wall = self.state, run.wall_end
         leftover, requeued = self.buffer.drain()
         tail = st.rewards[-20:]
         group_filter = self.buffer.group_filter
-        mfu = _mean(run.utilisation["perf/mfu"])
+        mfu = mean_finite(run.utilisation["perf/mfu"])
         summary = RunSummary(
             num_steps=len(st.rewards),
             reward_start=st.rewards[0] if st.rewards else 0.0,
@@ -542,68 +512,11 @@ class TrainingJob:
             time_to_first_step_s=run.first_step_s,
             num_filtered=group_filter.num_filtered if group_filter else 0,
             mfu=mfu,
-            tokens_per_s_per_device=_mean(run.utilisation["perf/tokens_per_s_per_device"]),
+            tokens_per_s_per_device=mean_finite(run.utilisation["perf/tokens_per_s_per_device"]),
             mfu_note="" if mfu is not None else MFU_UNKNOWN,
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
-
-
-@dataclass
-class _Run:
-    """What one ``run`` carries from step to step: its logs and clocks."""
-
-    first_step: int
-    metrics_log: MetricsLog
-    audit: TextIO
-    progress: Progress
-    start: float
-    """perf_counter at the start of this run."""
-    wall_before: float
-    """Training wall time of the runs before a resume."""
-    wall_end: float = 0.0
-    gen_s_seen: float = 0.0
-    """Generation seconds already reported (``timing_s/gen`` is per step)."""
-    first_step_s: float | None = None
-    checkpoint: str = ""
-    last_checkpoint: str = ""
-    utilisation: dict[str, list[float]] = field(
-        default_factory=lambda: {"perf/mfu": [], "perf/tokens_per_s_per_device": []}
-    )
-    """The learner's per-step utilisation metrics (this run's steps), for the summary."""
-
-
-MFU_UNKNOWN = (
-    "the learner reported no perf/mfu: its device's peak FLOPs is unknown (set "
-    "learner.peak_tflops) or its algorithm (dpo, rft) has no FLOPs estimate"
-)
-
-
-def _mean(values: list[float]) -> float | None:
-    finite = [v for v in values if math.isfinite(v)]
-    return sum(finite) / len(finite) if finite else None
-
-
-def _num_generated(groups: Sequence[ScoredGroup]) -> int:
-    """Completions generated for these groups: their samples plus a greedy baseline each
-    (ReMax). With dynamic sampling, filtered groups count too: the cost of a step."""
-    return sum(len(g.completions) + (g.baseline is not None) for g in groups)
-
-
-def _step_timings(
-    train_batch: Sequence[TrainSample], t0: float, t1: float, t2: float, t3: float, gen_s: float
-) -> dict[str, float]:
-    """Where a step's time went (t0 wait → t1 train → t2 publish+pace → t3) and throughput."""
-    num_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in train_batch)
-    return {
-        "timing_s/gen": gen_s,
-        "timing_s/wait_batch": t1 - t0,
-        "timing_s/update_actor": t2 - t1,
-        "timing_s/update_weights": t3 - t2,
-        "timing_s/step": t3 - t0,
-        "perf/throughput": num_tokens / (t3 - t0),
-        "perf/samples_per_s": len(train_batch) / (t3 - t0),
-    }
 
 
 PROBE_TIMEOUT_S = 5.0
@@ -622,28 +535,3 @@ def _alive(dispatcher: ReplicaDispatcher) -> bool:
     except ServiceError:
         return False
     return True
-
-
-def _write_audit(
-    audit: TextIO,
-    step: int,
-    batch: Sequence[ScoredGroup],
-    version: int,
-    filtered: bool = False,
-) -> None:
-    """One line per consumed group: what the kill harness counts (once per epoch). Groups
-    dynamic sampling filtered are consumed without training: ``"filtered": true``."""
-    for g in batch:
-        p = g.prompt
-        line = {
-            "step": step,
-            "epoch": getattr(p, "epoch", 0),
-            "index": p.index,
-            "seq": getattr(p, "seq", -1),
-            "generated_version": min(c.policy_version for c in g.completions),
-            "version": version,
-        }
-        if filtered:
-            line["filtered"] = True
-        audit.write(json.dumps(line) + "\n")
-    audit.flush()
