@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from hybridflow.types import SamplingParams
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from hybridflow.clients import RewardClient
     from hybridflow.coordinator.checkpoint import CoordinatorState
+    from hybridflow.coordinator.services import Services
+    from hybridflow.services.learner.config import LearnerConfig
+    from hybridflow.services.learner.worker import LearnerWorker
 
 RewardFn = Callable[[str, str], float]
 """reward_fn(prompt, response) -> float."""
@@ -62,20 +68,10 @@ class RLTrainer:
         events.jsonl go (None: a temporary directory removed by ``close``).
         ``dynamic_sampling``: DAPO's (coordinator.dynamic_sampling). ``learner_overrides``
         set LearnerConfig fields (e.g. ``lr=1e-3``)."""
-        from transformers import AutoTokenizer
-
-        from hybridflow.coordinator.services import Services
         from hybridflow.models import resolve_model_path
         from hybridflow.services.learner.config import LearnerConfig
-        from hybridflow.services.learner.core import LearnerCore
-        from hybridflow.services.learner.worker import LearnerWorker
         from hybridflow.services.reward.scorers import RewardScorer
-        from hybridflow.services.rollout.engine import HFEngine
-        from hybridflow.services.rollout.local import LocalRollout
-        from hybridflow.weights.base import LocalWeightSender, SendPublisher
 
-        path = resolve_model_path(str(actor))
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.params = replace(sampling or SamplingParams(max_new_tokens=8), n=group_size)
         self.seed = seed
         self.dynamic_sampling = dynamic_sampling
@@ -83,22 +79,16 @@ class RLTrainer:
             algorithm=algo, seed=seed, temperature=self.params.temperature, **learner_overrides
         )
         learner_cfg.validate()
-        self.rollout = LocalRollout(HFEngine(path, seed=seed), str(actor))
-        worker = LearnerWorker(learner_cfg, path)
-        publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
-        publisher.attach("local", LocalWeightSender(self.rollout))
-        self.learner = LearnerCore(worker, publisher=publisher)
         self.reward = RewardScorer()
         self.reward.registry.register(
             _DATA_SOURCE, lambda response, _truth, extra: reward_fn(extra["prompt"], response)
         )
-        self.services = Services(
-            rollouts=[self.rollout],
-            reward=self.reward,
-            learner=self.learner,
-            weight_targets=["local"],
-            decode=lambda ids: str(self.tokenizer.decode(ids, skip_special_tokens=True)),
+        twins = twin_services(
+            resolve_model_path(str(actor)), learner_cfg, seed, self.reward, str(actor)
         )
+        self.services, self.tokenizer = twins.services, twins.tokenizer
+        self.rollout = twins.services.rollouts[0]
+        self.learner = twins.services.learner
         self._own_run_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="rltrainer-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -166,3 +156,49 @@ class RLTrainer:
         """Removes the temporary run directory (a given ``run_dir`` is kept)."""
         if self._own_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+@dataclass
+class Twins:
+    """One job's services as in-process twins (``twin_services``)."""
+
+    services: Services
+    worker: LearnerWorker
+    """The learner's worker (its weights, version)."""
+    tokenizer: PreTrainedTokenizerBase
+    """What ``services.decode`` uses."""
+
+
+def twin_services(
+    model_path: Path,
+    learner_config: LearnerConfig,
+    seed: int = 0,
+    reward: RewardClient | None = None,
+    model_name: str = "",
+) -> Twins:
+    """A ``LocalRollout`` on the HF engine, a ``LearnerCore`` publishing to it by memory
+    copy, and ``reward`` (default: the built-in scorers): what ``RLTrainer`` runs its schedule
+    over, and tests that need real services without sockets."""
+    from transformers import AutoTokenizer
+
+    from hybridflow.coordinator.services import Services
+    from hybridflow.services.learner.core import LearnerCore
+    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.services.reward.scorers import RewardScorer
+    from hybridflow.services.rollout.engine import HFEngine
+    from hybridflow.services.rollout.local import LocalRollout
+    from hybridflow.weights.base import LocalWeightSender, SendPublisher
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    rollout = LocalRollout(HFEngine(model_path, seed=seed), model_name or str(model_path))
+    worker = LearnerWorker(learner_config, model_path)
+    publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
+    publisher.attach("local", LocalWeightSender(rollout))
+    services = Services(
+        rollouts=[rollout],
+        reward=reward if reward is not None else RewardScorer(),
+        learner=LearnerCore(worker, publisher=publisher),
+        weight_targets=["local"],
+        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
+    )
+    return Twins(services, worker, tokenizer)

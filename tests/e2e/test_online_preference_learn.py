@@ -53,33 +53,14 @@ def test_online_dpo_learns_asynchronously(tiny_model_path, tmp_path) -> None:
     0.34 -> 0.50 (first 5 steps -> last 10), slower than synchronous (0.34 -> 0.67 at 5e-4);
     at 5e-4 asynchronous DPO oscillated (0.34 -> 0.48, falling at the end), at 1e-3 it did
     not rise (0.28 -> 0.33)."""
-    from transformers import AutoTokenizer
-
     from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
     from hybridflow.coordinator.job import TrainingJob
-    from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import read_prompt_dataset
     from hybridflow.services.learner.config import LearnerConfig
-    from hybridflow.services.learner.core import LearnerCore
-    from hybridflow.services.learner.worker import LearnerWorker
-    from hybridflow.services.reward.scorers import RewardScorer
-    from hybridflow.services.rollout.engine import HFEngine
-    from hybridflow.services.rollout.local import LocalRollout
-    from hybridflow.weights.base import LocalWeightSender, SendPublisher
+    from hybridflow.trainer import twin_services
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path))
-    worker = LearnerWorker(
-        LearnerConfig(algorithm="dpo", lr=3e-4, micro_batch_size=64), tiny_model_path
-    )
-    rollout = LocalRollout(HFEngine(tiny_model_path, seed=0), "tiny")
-    publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
-    publisher.attach("local", LocalWeightSender(rollout))
-    services = Services(
-        [rollout],
-        RewardScorer(),
-        LearnerCore(worker, publisher=publisher),
-        ["local"],
-        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
+    twins = twin_services(
+        tiny_model_path, LearnerConfig(algorithm="dpo", lr=3e-4, micro_batch_size=64), 0
     )
     cfg = CoordinatorConfig(
         num_steps=NUM_STEPS,
@@ -92,8 +73,8 @@ def test_online_dpo_learns_asynchronously(tiny_model_path, tmp_path) -> None:
         save_checkpoint=False,
         progress=False,
     )
-    data = read_prompt_dataset("builtin:arith", tokenizer, 1024, 0, 512).records
-    summary = TrainingJob(cfg, services, data, tmp_path).run()
+    data = read_prompt_dataset("builtin:arith", twins.tokenizer, 1024, 0, 512).records
+    summary = TrainingJob(cfg, twins.services, data, tmp_path).run()
     rewards = [json.loads(line)["critic/score/mean"] for line in open(tmp_path / "metrics.jsonl")]
     assert summary.num_steps == NUM_STEPS and max(map(int, summary.staleness_histogram)) <= 1
     start, end = statistics.fmean(rewards[:5]), statistics.fmean(rewards[-10:])

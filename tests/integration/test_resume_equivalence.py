@@ -11,7 +11,6 @@ import torch
 from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.job import TrainingJob
-from hybridflow.coordinator.services import Services
 
 
 class StopAfter(JobControl):
@@ -28,32 +27,14 @@ class StopAfter(JobControl):
 
 
 def _job(model: Path, run_dir: Path, control: JobControl | None, resume: bool):
-    from transformers import AutoTokenizer
-
     from hybridflow.data.datasets import read_prompt_dataset
     from hybridflow.services.learner.config import LearnerConfig
-    from hybridflow.services.learner.core import LearnerCore
-    from hybridflow.services.learner.worker import LearnerWorker
-    from hybridflow.services.reward.scorers import RewardScorer
-    from hybridflow.services.rollout.engine import HFEngine
-    from hybridflow.services.rollout.local import LocalRollout
-    from hybridflow.weights.base import LocalWeightSender, SendPublisher
+    from hybridflow.trainer import twin_services
 
     root = run_dir / "checkpoints"
     run_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    worker = LearnerWorker(
-        LearnerConfig(lr=2e-3, micro_batch_size=16, checkpoint_dir=str(root)), model
-    )
-    rollout = LocalRollout(HFEngine(model, seed=0), "tiny")
-    publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
-    publisher.attach("local", LocalWeightSender(rollout))
-    services = Services(
-        [rollout],
-        RewardScorer(),
-        LearnerCore(worker, publisher=publisher),
-        ["local"],
-        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
+    twins = twin_services(
+        model, LearnerConfig(lr=2e-3, micro_batch_size=16, checkpoint_dir=str(root)), 0
     )
     cfg = CoordinatorConfig(
         num_steps=6,
@@ -64,9 +45,9 @@ def _job(model: Path, run_dir: Path, control: JobControl | None, resume: bool):
         save_checkpoint=False,
         progress=False,
     )
-    data = read_prompt_dataset("builtin:arith", tokenizer, 40, 0, 512).records
-    job = TrainingJob(cfg, services, data, run_dir, control, resume, root)
-    return job, worker
+    data = read_prompt_dataset("builtin:arith", twins.tokenizer, 40, 0, 512).records
+    job = TrainingJob(cfg, twins.services, data, run_dir, control, resume, root)
+    return job, twins.worker
 
 
 def _weights(worker) -> dict[str, torch.Tensor]:
