@@ -3,7 +3,8 @@
 Ranks ``0..W-1`` are learner sources holding only their FSDP dim-0 rows (built with the same
 ``fsdp_dim0_rows`` rule FSDP2's ``fully_shard`` uses, checked against ``fully_shard`` in
 tests/integration/test_resharding_dist.py), then the replica's TP ranks, which receive into
-preallocated destination tensors reused at every sync (vLLM-style fused layout). Every sync
+destination tensors reused at every sync (vLLM-style fused layout): preallocated ones over
+sockets; with shared memory, the staging tensors the first sync returns, passed back after. Every sync
 starts after a group barrier; each rank records ``perf_counter`` (CLOCK_MONOTONIC, shared by
 all processes of one host) around it, so the orchestrator takes a sync's span as the latest end
 minus the earliest start. Peak RSS is read before the raw broadcast and the check, which
@@ -82,17 +83,27 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
         executor = DistExecutor(plan, group, shared_memory=spec.kind == "shm", group_name=name)
     role = plan.role(rank)
     baseline = memory_kib()
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor] | None
     if role.is_source:
         tensors = {}
         for i, p in enumerate(topology.params):
             lo, hi = fsdp_dim0_rows(p.shape[0], spec.num_src)[role.src_rank]
             tensors[p.name] = param_rows(i, p.shape, lo, hi)
+    elif spec.kind == "shm":
+        tensors = None  # the first sync returns the staging tensors; later ones reuse them
     else:
         tensors = allocate_destination(plan, role.replica, role.tp_rank)
-    starts, ends, last = _timed(
-        lambda: executor.sync(tensors), group, spec.num_syncs, spec.num_warmup
-    )
+    received: dict[str, Any] = {"tensors": tensors}
+
+    def one_sync() -> Any:
+        result = executor.sync(received["tensors"])
+        if not role.is_source:
+            received["tensors"] = result.tensors
+        return result
+
+    starts, ends, last = _timed(one_sync, group, spec.num_syncs, spec.num_warmup)
+    tensors = received.pop("tensors")
+    assert tensors is not None
     report: dict[str, Any] = {
         "rank": rank,
         "role": "source" if role.is_source else "destination",

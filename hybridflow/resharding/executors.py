@@ -4,9 +4,10 @@
 weight-sync group, in flat byte buckets, double-buffered: a source packs bucket k+1 while bucket
 k is in flight; a destination has the next receive posted while it unpacks the current one.
 Every rank walks its buckets in plan order (one global order), so the exchange cannot deadlock.
-The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors). With ``shared_memory``, the
-buckets of a (source, destination) pair on one host go through a shared-memory segment instead,
-signalled by small tokens over the group (``same_host``); every other pair uses the sockets.
+The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors). With ``shared_memory``, a
+destination with sources on its host keeps its tensors in shared memory and those sources copy
+their buckets straight into them, signalled by small tokens over the group (``same_host``);
+every other pair uses the sockets.
 
 ``NaiveExecutor`` is the correctness oracle and the "planner off" baseline: for each parameter,
 source rank 0 gathers the full tensor from the other sources, broadcasts it to the whole group,
@@ -37,7 +38,7 @@ from hybridflow.resharding.replay import (
     rank_buckets,
     unpack,
 )
-from hybridflow.resharding.same_host import SharedLinks, connect_shared_pairs
+from hybridflow.resharding.same_host import SharedDestinations, SharedSources, connect_shared
 from hybridflow.resharding.topology import fsdp_dim0_rows, part_slices
 
 Tensors = Mapping[str, torch.Tensor]
@@ -107,16 +108,9 @@ class DistExecutor:
             raise ValueError(f"num_buffers: need >= 1, got {num_buffers}")
         self.plan, self.group, self.role = plan, group, plan.role(group.rank)
         self.buckets = rank_buckets(plan, group.rank)
-        pairs = connect_shared_pairs(
-            group, group_name, self.buckets, self.role.is_source, num_buffers, shared_memory
-        )
-        self._shared = SharedLinks(group, pairs, plan.num_buckets)
-        seen: dict[int, int] = {}
-        self._positions = []  # each bucket's position among its pair's buckets (its slot)
-        for b in self.buckets:
-            self._positions.append(seen.get(b.peer, 0))
-            seen[b.peer] = self._positions[-1] + 1
-        size = max((b.num_bytes for b in self.buckets if b.peer not in pairs), default=0)
+        self._shared = connect_shared(group, group_name, plan, self.buckets, shared_memory)
+        shared = self.shared_peers
+        size = max((b.num_bytes for b in self.buckets if b.peer not in shared), default=0)
         self._buffers = [
             torch.empty(size, dtype=torch.uint8, device=group.device) for _ in range(num_buffers)
         ]
@@ -125,10 +119,15 @@ class DistExecutor:
     @property
     def shared_peers(self) -> tuple[int, ...]:
         """Group ranks this rank exchanges with through shared memory."""
-        return tuple(sorted(self._shared.pairs))
+        return () if self._shared is None else self._shared.peers
 
     def sync(self, tensors: Tensors | None = None) -> SyncResult:
-        """Sources: pass local FSDP shards. Destinations: pass preallocated outputs or None."""
+        """Sources: pass local FSDP shards. Destinations: pass preallocated outputs or None.
+
+        With same-host sources, a destination's result tensors (for None) are views of a
+        shared staging buffer: valid as long as they are referenced, and that buffer is not
+        reused before then (``same_host``). Passing an earlier result back overwrites it in
+        place."""
         start = time.perf_counter()
         self._num_syncs += 1
         if self.role.is_source:
@@ -139,31 +138,29 @@ class DistExecutor:
             stats = SyncStats(self.group.rank, True, sent, 0, len(self.buckets), 0.0)
             out: dict[str, torch.Tensor] = {}
         else:
-            out = self._outputs(tensors)
-            received = self._receive(out)
+            out, received = self._receive(tensors)
             stats = SyncStats(self.group.rank, False, 0, received, len(self.buckets), 0.0)
         seconds = _finish(self.group, start)
-        shared = sum(_payload(b) for b in self.buckets if b.peer in self._shared.pairs)
+        shared = sum(_payload(b) for b in self.buckets if b.peer in self.shared_peers)
         return SyncResult(out, dataclasses.replace(stats, seconds=seconds, num_bytes_shared=shared))
 
     def close(self) -> None:
-        """Unmap the shared segments (the group itself belongs to the caller)."""
-        self._shared.close()
-
-    def _outputs(self, tensors: Tensors | None) -> dict[str, torch.Tensor]:
-        role = self.role
-        if tensors is None:
-            return allocate_destination(self.plan, role.replica, role.tp_rank, self.group.device)
-        check_destination(self.plan, role.replica, role.tp_rank, tensors)
-        return dict(tensors)
+        """Unmap the shared segments (the group itself belongs to the caller); results
+        handed out earlier stay valid."""
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
 
     def _send(self, shards: Tensors) -> int:
+        shared = self._shared if isinstance(self._shared, SharedDestinations) else None
+        if shared is not None:
+            shared.begin()
         pending: deque[torch.distributed.Work] = deque()
         total, nbuf, k = 0, len(self._buffers), 0  # k: socket buckets so far (buffer index)
-        for position, bucket in zip(self._positions, self.buckets):
+        for bucket in self.buckets:
             total += _payload(bucket)
-            if bucket.peer in self._shared.pairs:
-                self._shared.send(bucket, position, shards, self._num_syncs)
+            if shared is not None and bucket.peer in shared.destinations:
+                shared.write(bucket, shards, self._num_syncs)
                 continue
             if len(pending) == nbuf:
                 pending.popleft().wait()  # frees the buffer bucket k reuses
@@ -175,39 +172,44 @@ class DistExecutor:
             k += 1
         for work in pending:
             work.wait()
-        self._shared.finish_send(self._num_syncs)
+        if shared is not None:
+            shared.finish()
         return total
 
-    def _receive(self, out: dict[str, torch.Tensor]) -> int:
-        nbuf, buckets = len(self._buffers), self.buckets
-        shared = self._shared.pairs
-        posted: deque[tuple[torch.distributed.Work, torch.Tensor | None]] = deque()
+    def _receive(self, tensors: Tensors | None) -> tuple[dict[str, torch.Tensor], int]:
+        shared = self._shared if isinstance(self._shared, SharedSources) else None
+        if tensors is not None:
+            check_destination(self.plan, self.role.replica, self.role.tp_rank, tensors)
+        if shared is not None:
+            out = shared.begin(self._num_syncs, tensors)
+        elif tensors is not None:
+            out = dict(tensors)
+        else:
+            role = self.role
+            out = allocate_destination(self.plan, role.replica, role.tp_rank, self.group.device)
+        peers = shared.peers if shared is not None else ()
+        buckets = [b for b in self.buckets if b.peer not in peers]  # over the sockets
+        nbuf = len(self._buffers)
+        posted: deque[torch.distributed.Work] = deque()
 
         def post(k: int) -> None:
             b = buckets[k]
-            if b.peer in shared:
-                posted.append(self._shared.post_token(b))
-                return
             buffer = _direct_view(b, out)
             if buffer is None:
                 buffer = self._buffers[k % nbuf][: b.num_bytes]
-            posted.append((self.group.recv(buffer, b.peer, b.bucket_id), None))
+            posted.append(self.group.recv(buffer, b.peer, b.bucket_id))
 
         for k in range(min(nbuf, len(buckets))):
             post(k)
-        total = 0
         for k, bucket in enumerate(buckets):
-            work, token = posted.popleft()
-            work.wait()
-            if token is not None:
-                self._shared.receive(bucket, self._positions[k], token, out, self._num_syncs)
-            elif _direct_view(bucket, out) is None:  # else it landed in place
+            posted.popleft().wait()
+            if _direct_view(bucket, out) is None:  # else it landed in place
                 unpack(bucket, self._buffers[k % nbuf][: bucket.num_bytes], out)
-            total += _payload(bucket)
             if k + nbuf < len(buckets):
                 post(k + nbuf)
-        self._shared.finish_receive()
-        return total
+        if shared is not None:
+            shared.finish(self._num_syncs, out)
+        return out, sum(_payload(b) for b in self.buckets)
 
 
 def _payload(bucket: RankBucket) -> int:

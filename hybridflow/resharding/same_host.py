@@ -1,45 +1,73 @@
-"""Same-host pairs of a planned sync: buckets through a shared-memory segment, not a socket.
+"""Same-host pairs of a planned sync: sources copy straight into the destination's tensors.
 
 Which pairs: a (source rank, destination rank) pair of a plan with buckets between them whose
 two ranks published the same host identity (``shm.host_identity``) in the group's store. A
 rank opts out by publishing "" (shared memory off, or a device without a shared segment).
+
+The destination's tensors themselves live in shared memory. A destination rank with same-host
+sources creates staging buffers laid out like ``allocate_destination`` (``staging_layout``);
+its sources map them and, at each sync, copy every slice the plan gives them from their FSDP
+shards straight into its place. That is one copy per byte, where a socket costs a kernel copy
+at each end.
+
 Setup is collective over the store, every wait bounded by the store's timeout:
 
 1. every rank publishes its identity and reads everyone's;
-2. for each candidate pair the source removes stale segments, creates one of
-   ``slots x largest bucket`` bytes (0600), writes a random nonce at its start and publishes
-   the name and nonce;
-3. the destination opens it, checks size and nonce, publishes "1" (or "0" if it cannot see
-   the segment: another ``/dev/shm``, another user);
-4. the source unlinks the name either way; on "0" the pair stays on sockets.
+2. a destination with candidate sources removes stale segments and creates ``NUM_STAGES``
+   staging segments (0600). It reserves the first one's pages; if ``/dev/shm`` cannot hold
+   it, every pair of this destination stays on sockets, with a warning naming the size. It
+   writes a random nonce into each header and publishes the names and nonces;
+3. each candidate source maps them, checks sizes and nonces, and answers "1", or "0" if it
+   cannot see them (another ``/dev/shm``, another user);
+4. the destination unlinks the names either way.
 
-Per sync, per bucket of a shared pair (slot = the bucket's position among the pair's buckets
-modulo the slot count): the source waits for the ack that freed the slot, packs the bucket's
-slices into it and sends a token ``(sync number, bucket id)`` over the group with the bucket's
-tag; the destination receives the token, checks it, unpacks from the slot and returns the token
-as the ack (tag + number of buckets). Tokens travel over the same group in the same global
-bucket order as the data would, so the executor's deadlock argument and the group's timeouts
-carry over, and the slices moved are exactly the plan's.
+Per sync:
 
-Devices: only CPU tensors share a segment today (POSIX shared memory). A CUDA IPC segment
-(an allocation exported with torch's CUDA IPC handles, exchanged through the store) would
-implement ``Segment``'s three members and add "cuda" to ``SHARED_DEVICE_TYPES``.
-This module knows pairs, slots and tokens; the executor decides which bucket goes where.
+- the destination picks a staging buffer that no earlier result still uses (below) and sends
+  each shared source a ready token ``(sync number, buffer)``;
+- a source waits for that token at its first bucket for the destination, copies its slices in,
+  and after its last bucket sends a done token ``(sync number, buckets written)``;
+- the destination receives its socket buckets as usual (into the same tensors), then waits for
+  every done token.
+
+Tokens travel over the group with tags above every bucket id. So the group's timeouts bound
+every wait, a dead peer fails the sync instead of hanging it, and the executor's deadlock
+argument is unchanged (the only thing a source waits for is a token that every destination
+sends first).
+
+Lifetime: ``sync(None)`` returns views of a staging buffer. They stay valid and unchanged for
+as long as anything references them (a rollout engine holds a staged update until it applies
+it). A buffer is reused only when no tensor views it any more, that is, when its storage's use
+count is back to what setup left. Two buffers let one sync land while the previous one waits
+to be applied; the second one's pages are reserved only when it is first needed. If both
+buffers are still held, the sync waits up to the group's timeout, then raises. A caller that
+passes its own tensors gets them filled, at the cost of one more copy out of the buffer; it
+may also pass back the tensors of an earlier result, to be overwritten in place.
+
+Devices: only CPU tensors share a segment today (POSIX shared memory). A CUDA IPC segment (an
+allocation exported with torch's CUDA IPC handles, exchanged through the store) would
+implement ``Segment``'s members and add "cuda" to ``SHARED_DEVICE_TYPES``.
+This module knows pairs, buffers and tokens; the executor decides which bucket goes where.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+import math
 import secrets
-from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from hybridflow.resharding.group import WeightSyncGroup
-from hybridflow.resharding.replay import RankBucket, pack, unpack
+from hybridflow.resharding.plan import TransferPlan
+from hybridflow.resharding.reference import allocate_destination
+from hybridflow.resharding.replay import RankBucket, rank_buckets
 from hybridflow.resharding.shm import (
+    ALIGN_BYTES,
     Segment,
     aligned,
     host_identity,
@@ -50,122 +78,294 @@ from hybridflow.resharding.shm import (
 log = logging.getLogger(__name__)
 
 SHARED_DEVICE_TYPES = ("cpu",)
+NUM_STAGES = 2
 NONCE_BYTES = 16
+HEADER_BYTES = ALIGN_BYTES
+"""Each staging buffer starts with a header holding its nonce; tensors follow, aligned."""
+_POLL_S = 0.005
+Tensors = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """Where one destination tensor sits in a staging buffer."""
+
+    offset: int
+    """Byte offset from the buffer's start (a multiple of 64)."""
+    shape: tuple[int, ...]
+    """The tensor's shape."""
+    dtype: torch.dtype
+    """The tensor's element type."""
+
+    @property
+    def num_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def staging_layout(
+    plan: TransferPlan, replica: int, tp_rank: int
+) -> tuple[dict[str, TensorSlot], int]:
+    """Each destination tensor's place in a staging buffer of ``(replica, tp_rank)``, and the
+    buffer's size; both sides of a pair compute it from the plan alone."""
+    layout, offset = {}, HEADER_BYTES
+    for name, t in allocate_destination(plan, replica, tp_rank, device="meta").items():
+        layout[name] = TensorSlot(offset, tuple(t.shape), t.dtype)
+        offset += aligned(t.numel() * t.element_size())
+    return layout, offset
+
+
+def layout_views(segment: Segment, layout: Mapping[str, TensorSlot]) -> dict[str, torch.Tensor]:
+    """The destination tensors of a staging buffer, as views of its mapping."""
+    base = segment.tensor
+    return {
+        name: base[s.offset : s.offset + s.num_bytes].view(s.dtype).view(s.shape)
+        for name, s in layout.items()
+    }
+
+
+def storage_use_count(tensor: torch.Tensor) -> int | None:
+    """How many tensors share ``tensor``'s storage (None where this torch cannot tell)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        return None
+    return int(count(tensor.untyped_storage()._cdata))
+
+
+def _token(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def check_token(token: torch.Tensor, expected: Sequence[int], what: str) -> None:
+    """RuntimeError unless a received token equals ``expected``: the two sides disagree."""
+    got = [int(v) for v in token.tolist()]
+    if got != list(expected):
+        raise RuntimeError(f"shared memory {what}: expected {list(expected)}, got {got}")
+
+
+class StagingBuffers:
+    """A destination rank's staging buffers, and which of them earlier results still use."""
+
+    def __init__(self, segments: Sequence[Segment], layout: Mapping[str, TensorSlot]) -> None:
+        self.segments, self.layout = list(segments), dict(layout)
+        self._baseline = [storage_use_count(s.tensor) for s in self.segments]
+        self._usable = [True] * len(self.segments)
+        first = next(iter(self.layout.values()), None)
+        self._first_offset = None if first is None else first.offset
+
+    @property
+    def lends(self) -> bool:
+        """Whether results may be handed out as views (this torch can count their users)."""
+        return all(b is not None for b in self._baseline)
+
+    def views(self, index: int) -> dict[str, torch.Tensor]:
+        return layout_views(self.segments[index], self.layout)
+
+    def index_of(self, tensors: Tensors) -> int | None:
+        """The buffer whose views ``tensors`` are (an earlier result passed back), else None."""
+        if self._first_offset is None:
+            return None
+        first = tensors[next(iter(self.layout))]
+        for i, segment in enumerate(self.segments):
+            if first.data_ptr() == segment.tensor.data_ptr() + self._first_offset:
+                return i
+        return None
+
+    def in_use(self, index: int) -> bool:
+        """Whether a tensor handed out earlier still views buffer ``index``."""
+        return storage_use_count(self.segments[index].tensor) != self._baseline[index]
+
+    def acquire(self, timeout_s: float) -> int:
+        """A buffer no result uses, its pages reserved; waits up to ``timeout_s`` (RuntimeError
+        after) for a holder to let one go."""
+        deadline = time.monotonic() + timeout_s
+        collected = False
+        while True:
+            for i in range(len(self.segments)):
+                if self._usable[i] and not self.in_use(i) and self._reserve(i):
+                    return i
+            if not collected:  # a reference cycle may be all that holds one
+                gc.collect()
+                collected = True
+                continue
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"shared memory: every staging buffer still holds weights of an earlier "
+                    f"sync after {timeout_s:.0f}s; a receiver must drop a sync's tensors once "
+                    f"it has loaded them"
+                )
+            time.sleep(_POLL_S)
+
+    def _reserve(self, index: int) -> bool:
+        segment = self.segments[index]
+        try:
+            segment.reserve()
+        except OSError as exc:
+            log.warning(
+                "/dev/shm cannot hold a second %.1f MiB staging buffer (%s); a sync waits "
+                "while the previous one is still being loaded",
+                segment.num_bytes / 2**20,
+                exc,
+            )
+            self._usable[index] = False
+            return False
+        return True
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.segments = []
+
+
+class SharedSources:
+    """A destination rank's same-host sources, which write into its staging buffers."""
+
+    def __init__(
+        self,
+        group: WeightSyncGroup,
+        staging: StagingBuffers,
+        buckets: Sequence[RankBucket],
+        tags: tuple[int, int],
+        allocate: Callable[[], dict[str, torch.Tensor]],
+    ) -> None:
+        """``buckets``: this rank's buckets from shared sources; ``tags``: (ready, done);
+        ``allocate``: fresh destination tensors, for when results cannot be lent."""
+        self.group, self.staging, self.buckets = group, staging, list(buckets)
+        self._ready_tag, self._done_tag = tags
+        self._allocate = allocate
+        self._expected: dict[int, int] = {}
+        for b in self.buckets:
+            self._expected[b.peer] = self._expected.get(b.peer, 0) + 1
+        self._sends: list[tuple[torch.distributed.Work, torch.Tensor]] = []
+        self._dones: list[tuple[int, torch.distributed.Work, torch.Tensor]] = []
+        self._index, self._copy_out = 0, False
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        return tuple(sorted(self._expected))
+
+    def begin(self, sync: int, given: Tensors | None) -> dict[str, torch.Tensor]:
+        """Pick a buffer, tell every shared source to write: the tensors this sync fills."""
+        index = None if given is None else self.staging.index_of(given)
+        passed_back = index is not None
+        if index is None:
+            index = self.staging.acquire(self.group.timeout_s)
+        self._index = index
+        if given is not None:
+            out, self._copy_out = dict(given), not passed_back
+        elif self.staging.lends:
+            out, self._copy_out = self.staging.views(index), False
+        else:
+            out, self._copy_out = self._allocate(), True
+        for peer in self.peers:
+            token = _token(sync, index)
+            self._sends.append((self.group.send(token, peer, self._ready_tag), token))
+            done = torch.empty(2, dtype=torch.int64)
+            self._dones.append((peer, self.group.recv(done, peer, self._done_tag), done))
+        return out
+
+    def finish(self, sync: int, out: dict[str, torch.Tensor]) -> None:
+        """Every shared source wrote its buckets; copy them out if ``out`` is not the buffer."""
+        for peer, work, done in self._dones:
+            work.wait()
+            check_token(done, (sync, self._expected[peer]), f"done from rank {peer}")
+        self._dones.clear()
+        for work, _ in self._sends:
+            work.wait()
+        self._sends.clear()
+        if self._copy_out:
+            staged = self.staging.views(self._index)
+            for bucket in self.buckets:
+                for op in bucket.ops:
+                    out[op.name][op.index].copy_(staged[op.name][op.index])
+
+    def close(self) -> None:
+        self._sends.clear()
+        self._dones.clear()
+        self.staging.close()
 
 
 @dataclass
-class SharedPair:
-    """One same-host pair as seen by one of its two ranks."""
+class _Destination:
+    """A source's view of one same-host destination."""
 
-    peer: int
-    """Group rank on the other side."""
-    segment: Segment
-    """The mapped segment (its name already unlinked)."""
-    slot_bytes: int
-    """Bytes per slot (the pair's largest bucket, 64-byte aligned)."""
-    num_slots: int
-    """Buckets in flight at once."""
-    acks: deque[tuple[torch.distributed.Work, torch.Tensor, int]] = field(default_factory=deque)
-    """Source side: (work, buffer, bucket id) of acks not yet waited for, oldest first."""
-
-    def slot(self, position: int, num_bytes: int) -> torch.Tensor:
-        start = (position % self.num_slots) * self.slot_bytes
-        return self.segment.tensor[start : start + num_bytes]
+    segments: list[Segment]
+    """Its staging buffers, mapped."""
+    copies: list[dict[int, list[tuple[torch.Tensor, str, tuple[slice, ...]]]]]
+    """Per buffer, per bucket id: (destination view, source tensor name, source slices)."""
+    last_bucket: int
+    """The id of this source's last bucket for it (the done token follows that one)."""
 
 
-def _token(sync: int, bucket_id: int) -> torch.Tensor:
-    return torch.tensor([sync, bucket_id], dtype=torch.int64)
+class SharedDestinations:
+    """A source rank's same-host destinations, whose staging buffers it writes into."""
 
-
-def check_token(token: torch.Tensor, sync: int, bucket_id: int, what: str) -> None:
-    """RuntimeError unless a received token is (sync, bucket id): the two sides disagree."""
-    got = [int(v) for v in token.tolist()]
-    if got != [sync, bucket_id]:
-        raise RuntimeError(
-            f"shared memory {what}: expected (sync, bucket) {[sync, bucket_id]}, got {got}"
-        )
-
-
-class SharedLinks:
-    """This rank's shared pairs for one executor, and the token protocol over them."""
-
-    def __init__(self, group: WeightSyncGroup, pairs: dict[int, SharedPair], num_buckets: int):
-        self.group, self.pairs, self._ack_offset = group, pairs, num_buckets
+    def __init__(
+        self, group: WeightSyncGroup, destinations: dict[int, _Destination], tags: tuple[int, int]
+    ) -> None:
+        self.group, self.destinations = group, destinations
+        self._ready_tag, self._done_tag = tags
+        self._ready: dict[int, tuple[torch.distributed.Work, torch.Tensor]] = {}
+        self._stage: dict[int, int] = {}
         self._sends: list[tuple[torch.distributed.Work, torch.Tensor]] = []
 
-    # source side ---------------------------------------------------------------------------
-    def send(
-        self, bucket: RankBucket, position: int, shards: Mapping[str, torch.Tensor], sync: int
-    ) -> None:
-        """Pack a bucket into its slot (once the slot's previous bucket was acked); signal."""
-        pair = self.pairs[bucket.peer]
-        if len(pair.acks) == pair.num_slots:
-            self._wait_ack(pair, sync)
-        pack(bucket, shards, pair.slot(position, bucket.num_bytes))
-        token = _token(sync, bucket.bucket_id)
-        self._sends.append((self.group.send(token, bucket.peer, bucket.bucket_id), token))
-        ack = torch.empty(2, dtype=torch.int64)
-        tag = bucket.bucket_id + self._ack_offset
-        pair.acks.append((self.group.recv(ack, bucket.peer, tag), ack, bucket.bucket_id))
+    @property
+    def peers(self) -> tuple[int, ...]:
+        return tuple(sorted(self.destinations))
 
-    def finish_send(self, sync: int) -> None:
-        """Every token delivered and every bucket acked (the destination copied it out)."""
-        self._drain_sends()
-        for pair in self.pairs.values():
-            while pair.acks:
-                self._wait_ack(pair, sync)
+    def begin(self) -> None:
+        """Post the receive of every destination's ready token."""
+        self._stage.clear()
+        for peer in self.destinations:
+            token = torch.empty(2, dtype=torch.int64)
+            self._ready[peer] = (self.group.recv(token, peer, self._ready_tag), token)
 
-    def _wait_ack(self, pair: SharedPair, sync: int) -> None:
-        work, ack, bucket_id = pair.acks.popleft()
-        work.wait()
-        check_token(ack, sync, bucket_id, f"ack from rank {pair.peer}")
+    def write(self, bucket: RankBucket, shards: Tensors, sync: int) -> None:
+        """Copy a bucket's slices into the destination's buffer (after its ready token)."""
+        peer = bucket.peer
+        dest = self.destinations[peer]
+        stage = self._stage.get(peer)
+        if stage is None:
+            work, token = self._ready.pop(peer)
+            work.wait()
+            stage = int(token[1])
+            if not 0 <= stage < len(dest.segments):
+                stage = -1  # refused just below
+            check_token(token, (sync, stage), f"ready from rank {peer}")
+            self._stage[peer] = stage
+        for view, name, index in dest.copies[stage][bucket.bucket_id]:
+            view.copy_(shards[name][index])
+        if bucket.bucket_id == dest.last_bucket:
+            done = _token(sync, len(dest.copies[stage]))
+            self._sends.append((self.group.send(done, peer, self._done_tag), done))
 
-    # destination side ----------------------------------------------------------------------
-    def post_token(self, bucket: RankBucket) -> tuple[torch.distributed.Work, torch.Tensor]:
-        """Post the receive of a bucket's token (ahead of time, like a data receive)."""
-        token = torch.empty(2, dtype=torch.int64)
-        return self.group.recv(token, bucket.peer, bucket.bucket_id), token
-
-    def receive(
-        self,
-        bucket: RankBucket,
-        position: int,
-        token: torch.Tensor,
-        out: Mapping[str, torch.Tensor],
-        sync: int,
-    ) -> None:
-        """After the token arrived: check it, copy the bucket out of its slot, ack it."""
-        check_token(token, sync, bucket.bucket_id, f"token from rank {bucket.peer}")
-        unpack(bucket, self.pairs[bucket.peer].slot(position, bucket.num_bytes), out)
-        tag = bucket.bucket_id + self._ack_offset
-        self._sends.append((self.group.send(token, bucket.peer, tag), token))
-
-    def finish_receive(self) -> None:
-        self._drain_sends()
-
-    def _drain_sends(self) -> None:
+    def finish(self) -> None:
+        """Every done token delivered."""
         for work, _ in self._sends:
             work.wait()
         self._sends.clear()
 
     def close(self) -> None:
         self._sends.clear()
-        for pair in self.pairs.values():
-            pair.acks.clear()
-            pair.segment.close()
-        self.pairs = {}
+        self._ready.clear()
+        for dest in self.destinations.values():
+            dest.copies.clear()
+            for segment in dest.segments:
+                segment.close()
+        self.destinations = {}
 
 
-def connect_shared_pairs(
+SharedLinks = SharedSources | SharedDestinations
+
+
+def connect_shared(
     group: WeightSyncGroup,
     group_name: str,
+    plan: TransferPlan,
     buckets: Sequence[RankBucket],
-    is_source: bool,
-    num_slots: int,
     enabled: bool,
-) -> dict[int, SharedPair]:
-    """Collective setup (every rank of the group calls it once per executor): the pairs of
-    this rank that move through shared memory, keyed by peer. See the module docstring."""
+) -> SharedLinks | None:
+    """Collective setup (every rank of the group calls it once per executor): this rank's
+    pairs that move through shared memory, or None. See the module docstring."""
     tag = int(group.store.add(f"shm/executors/{group.rank}", 1))
     prefix = f"shm/{tag}"
     offer = enabled and group.device.type in SHARED_DEVICE_TYPES
@@ -173,90 +373,162 @@ def connect_shared_pairs(
     keys = [f"{prefix}/host/{r}" for r in range(group.world_size)]
     group.store.wait(keys)
     hosts = [v.decode() for v in group.store.multi_get(keys)]
-    sizes: dict[int, list[int]] = {}
-    for b in buckets:
-        sizes.setdefault(b.peer, []).append(b.num_bytes)
     mine = hosts[group.rank]
-    candidates = {p: s for p, s in sizes.items() if mine and hosts[p] == mine}
+    candidates = sorted({b.peer for b in buckets if mine and hosts[b.peer] == mine})
     if not candidates:
-        return {}
-    if is_source:
-        return _create(group, f"{group_name}-e{tag}", prefix, candidates, num_slots)
-    return _attach(group, prefix, candidates, num_slots)
-
-
-def _layout(sizes: list[int], num_slots: int) -> tuple[int, int]:
-    slots = min(num_slots, len(sizes))
-    return aligned(max(max(sizes), NONCE_BYTES)), slots
+        return None
+    tags = (plan.num_buckets, plan.num_buckets + 1)
+    if plan.role(group.rank).is_source:
+        return _attach(group, prefix, plan, buckets, candidates, tags)
+    return _create(group, f"{group_name}-e{tag}", prefix, plan, buckets, candidates, tags)
 
 
 def _create(
     group: WeightSyncGroup,
     group_name: str,
     prefix: str,
-    candidates: dict[int, list[int]],
-    num_slots: int,
-) -> dict[int, SharedPair]:
+    plan: TransferPlan,
+    buckets: Sequence[RankBucket],
+    candidates: list[int],
+    tags: tuple[int, int],
+) -> SharedSources | None:
+    role = plan.role(group.rank)
+    layout, size = staging_layout(plan, role.replica, role.tp_rank)
+    key = f"{prefix}/stage/{group.rank}"
     for name in remove_stale_segments():
         log.warning("removed a stale shared-memory segment /dev/shm/%s", name)
-    pairs: dict[int, SharedPair] = {}
+    segments: list[Segment] = []
+    published = False
     try:
-        for peer, sizes in candidates.items():
-            slot_bytes, slots = _layout(sizes, num_slots)
-            segment = Segment(segment_name(group_name, group.rank, peer), slot_bytes * slots, True)
-            pairs[peer] = SharedPair(peer, segment, slot_bytes, slots)
-            nonce = secrets.token_bytes(NONCE_BYTES)
-            segment.tensor[:NONCE_BYTES].copy_(
-                torch.frombuffer(bytearray(nonce), dtype=torch.uint8)
-            )
-            group.store.set(f"{prefix}/seg/{group.rank}/{peer}", f"{segment.name}|{nonce.hex()}")
-        for peer in list(pairs):
-            accepted = group.store.get(f"{prefix}/ok/{group.rank}/{peer}").decode() == "1"
-            pairs[peer].segment.unlink()
-            if not accepted:
-                pairs.pop(peer).segment.close()
+        for b in range(NUM_STAGES):
+            segments.append(Segment(segment_name(group_name, group.rank, b), size, True))
+        offer = _offer(segments, size)
+        group.store.set(key, offer)
+        published = True
+        accepted = [p for p in candidates if offer != "-" and _answer(group, prefix, p) == "1"]
+        for segment in segments:
+            segment.unlink()
     except BaseException:
-        for pair in pairs.values():
-            pair.segment.close()
+        if not published:
+            group.store.set(key, "-")  # the sources must not wait for an offer
+        for segment in segments:
+            segment.close()
         raise
-    return pairs
+    if not accepted:
+        for segment in segments:
+            segment.close()
+        return None
+    return SharedSources(
+        group,
+        StagingBuffers(segments, layout),
+        [b for b in buckets if b.peer in accepted],
+        tags,
+        lambda: allocate_destination(plan, role.replica, role.tp_rank, group.device),
+    )
+
+
+def _offer(segments: list[Segment], size: int) -> str:
+    """"name|nonce,..." for the sources, or "-" when ``/dev/shm`` cannot hold the first buffer."""
+    try:
+        segments[0].reserve()
+        for segment in segments[1:]:
+            segment.reserve(HEADER_BYTES)  # the nonce's page; the rest when first needed
+    except OSError as exc:
+        log.warning(
+            "/dev/shm cannot hold a %.1f MiB staging buffer (%s); weights come over sockets",
+            size / 2**20,
+            exc,
+        )
+        return "-"
+    parts = []
+    for segment in segments:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        segment.tensor[:NONCE_BYTES].copy_(torch.frombuffer(bytearray(nonce), dtype=torch.uint8))
+        parts.append(f"{segment.name}|{nonce.hex()}")
+    return ",".join(parts)
+
+
+def _answer(group: WeightSyncGroup, prefix: str, peer: int) -> str:
+    return group.store.get(f"{prefix}/ok/{peer}/{group.rank}").decode()
 
 
 def _attach(
-    group: WeightSyncGroup, prefix: str, candidates: dict[int, list[int]], num_slots: int
-) -> dict[int, SharedPair]:
-    pairs: dict[int, SharedPair] = {}
+    group: WeightSyncGroup,
+    prefix: str,
+    plan: TransferPlan,
+    buckets: Sequence[RankBucket],
+    candidates: list[int],
+    tags: tuple[int, int],
+) -> SharedDestinations | None:
+    destinations: dict[int, _Destination] = {}
     try:
-        for peer, sizes in candidates.items():
-            pair = _attach_one(group, prefix, peer, sizes, num_slots)
-            if pair is not None:
-                pairs[peer] = pair
+        for peer in candidates:
+            segments = _attach_one(group, prefix, plan, peer)
+            if segments is not None:
+                mine = [b for b in buckets if b.peer == peer]
+                destinations[peer] = _destination(plan, group.rank, peer, segments, mine)
     except BaseException:
-        for pair in pairs.values():
-            pair.segment.close()
+        for dest in destinations.values():
+            for segment in dest.segments:
+                segment.close()
         raise
-    return pairs
+    return SharedDestinations(group, destinations, tags) if destinations else None
 
 
 def _attach_one(
-    group: WeightSyncGroup, prefix: str, peer: int, sizes: list[int], num_slots: int
-) -> SharedPair | None:
-    name, nonce = group.store.get(f"{prefix}/seg/{peer}/{group.rank}").decode().split("|")
-    slot_bytes, slots = _layout(sizes, num_slots)
-    ok_key = f"{prefix}/ok/{peer}/{group.rank}"
+    group: WeightSyncGroup, prefix: str, plan: TransferPlan, peer: int
+) -> list[Segment] | None:
+    """Map a destination's staging buffers; answer "1" (mapped, nonces match) or "0"."""
+    offer = group.store.get(f"{prefix}/stage/{peer}").decode()
+    if offer == "-":
+        return None
+    role = plan.role(peer)
+    _, size = staging_layout(plan, role.replica, role.tp_rank)
+    ok_key = f"{prefix}/ok/{group.rank}/{peer}"
+    segments: list[Segment] = []
     try:
-        segment = Segment(name, slot_bytes * slots, False)
+        for part in offer.split(","):
+            name, nonce = part.split("|")
+            segments.append(Segment(name, size, False))
+            if bytes(segments[-1].tensor[:NONCE_BYTES].tolist()).hex() != nonce:
+                log.warning("rank %d: /dev/shm/%s is not rank %d's; sockets", group.rank, name, peer)
+                raise FileNotFoundError(name)
     except (FileNotFoundError, PermissionError) as exc:
         log.info("rank %d: no shared memory with rank %d (%s); sockets", group.rank, peer, exc)
+        for segment in segments:
+            segment.close()
         group.store.set(ok_key, "0")
         return None
     except BaseException:
-        group.store.set(ok_key, "0")  # the source must not wait for an answer
+        for segment in segments:
+            segment.close()
+        group.store.set(ok_key, "0")  # the destination must not wait for an answer
         raise
-    if bytes(segment.tensor[:NONCE_BYTES].tolist()).hex() != nonce:
-        log.warning("rank %d: /dev/shm/%s is not rank %d's; sockets", group.rank, name, peer)
-        segment.close()
-        group.store.set(ok_key, "0")
-        return None
     group.store.set(ok_key, "1")
-    return SharedPair(peer, segment, slot_bytes, slots)
+    return segments
+
+
+def _destination(
+    plan: TransferPlan,
+    rank: int,
+    peer: int,
+    segments: list[Segment],
+    mine: list[RankBucket],
+) -> _Destination:
+    """Pair each of this source's slices with its place in the destination's buffers."""
+    role = plan.role(peer)
+    layout, _ = staging_layout(plan, role.replica, role.tp_rank)
+    theirs = {b.bucket_id: b for b in rank_buckets(plan, peer) if b.peer == rank}
+    copies = []
+    for segment in segments:
+        views = layout_views(segment, layout)
+        per_bucket = {}
+        for bucket in mine:
+            ops = []
+            for src, dst in zip(bucket.ops, theirs[bucket.bucket_id].ops, strict=True):
+                if (src.offset, src.shape) != (dst.offset, dst.shape):
+                    raise RuntimeError(f"plan: bucket {bucket.bucket_id} differs between sides")
+                ops.append((views[dst.name][dst.index], src.name, src.index))
+            per_bucket[bucket.bucket_id] = ops
+        copies.append(per_bucket)
+    return _Destination(segments, copies, mine[-1].bucket_id)

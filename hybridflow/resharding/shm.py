@@ -2,10 +2,15 @@
 
 A segment is a file under ``/dev/shm`` (what ``shm_open`` uses on Linux) created with
 ``O_CREAT | O_EXCL`` and mode 0600, mapped ``MAP_SHARED`` and seen as a flat ``uint8`` tensor.
-Its name carries the creator's pid (``hfws-<pid>-<group>-s<src>-d<dst>``): the creator
-unlinks the name as soon as its peer has mapped it (the memory then lives only as long as the
-two mappings, so a crash leaves nothing behind), and ``remove_stale_segments`` unlinks names
-whose creator died in the short window between creating and unlinking.
+Its name carries the creator's pid (``hfws-<pid>-<group>-d<dst>-b<buffer>``): the creator
+unlinks the name as soon as its peers have mapped it (the memory then lives only as long as the
+mappings, so a crash leaves nothing behind), and ``remove_stale_segments`` unlinks names whose
+creator died in the short window between creating and unlinking.
+
+``/dev/shm`` is a tmpfs, often small (64 MiB in a default Docker container): a write to a page
+it cannot supply kills the writer with SIGBUS. So the creator ``reserve``s a segment's pages
+(``posix_fallocate``) before any peer writes to it, and a segment that does not fit fails
+there, with an ``OSError``, instead of in the middle of a sync.
 
 This module knows files, mappings and hosts; it does not know plans, groups or buckets.
 """
@@ -36,10 +41,10 @@ def host_identity() -> str:
     return f"{socket.gethostname()}/{boot_id}"
 
 
-def segment_name(group_name: str, src: int, dst: int) -> str:
-    """The segment a source rank creates for one destination rank in one group."""
+def segment_name(group_name: str, dst: int, buffer: int) -> str:
+    """The name of one staging buffer a destination rank creates in one group."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", group_name)
-    return f"{PREFIX}{os.getpid()}-{safe}-s{src}-d{dst}"
+    return f"{PREFIX}{os.getpid()}-{safe}-d{dst}-b{buffer}"
 
 
 class Segment:
@@ -48,7 +53,9 @@ class Segment:
     def __init__(self, name: str, num_bytes: int, create: bool) -> None:
         self.name = name
         self.path = SHM_DIR / name
+        self.num_bytes = num_bytes
         self._owner = create
+        self._reserved = False
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(self.path, flags, 0o600)
         try:
@@ -65,8 +72,25 @@ class Segment:
             if create:
                 self.path.unlink(missing_ok=True)
             raise
-        os.close(fd)
+        self._fd: int | None = fd if create else None  # the creator may still reserve
+        if not create:
+            os.close(fd)
         self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+
+    @property
+    def reserved(self) -> bool:
+        """Whether every page is allocated (``reserve()`` with no argument succeeded)."""
+        return self._reserved
+
+    def reserve(self, num_bytes: int | None = None) -> None:
+        """Allocate the first ``num_bytes`` (default: all) now, creator only: ``OSError``
+        (ENOSPC) if ``/dev/shm`` cannot hold them, where a later write would die of SIGBUS."""
+        if self._reserved:
+            return
+        if self._fd is None:
+            raise ValueError(f"shared memory {self.name}: only its creator reserves it")
+        os.posix_fallocate(self._fd, 0, self.num_bytes if num_bytes is None else num_bytes)
+        self._reserved = num_bytes is None or num_bytes >= self.num_bytes
 
     def unlink(self) -> None:
         """Remove the name (creator only); the mappings stay valid."""
@@ -74,11 +98,18 @@ class Segment:
             self.path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Unlink (creator) and unmap; no tensor view of the segment may outlive this."""
+        """Unlink (creator) and drop this object's mapping. Tensor views handed out earlier
+        stay valid: the mapping is unmapped when the last of them is freed."""
         self.unlink()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._map is not None:
             del self.tensor
-            self._map.close()
+            try:
+                self._map.close()
+            except BufferError:  # views still exported: they keep the mapping alive
+                pass
             self._map = None
 
 

@@ -2,11 +2,13 @@
 
 Three spawned processes join a gloo weight-sync group from a TCPStore this test serves (the
 harness of test_resharding_dist.py). Small buckets give every (source, destination) pair
-several buckets, so slots are reused and acks matter. Checked: after each of three syncs of
-changing weights the replica equals the learner's full tensors bit for bit, every byte went
-through shared memory, and no segment name is left in /dev/shm; with shared memory off on the
-learner the same syncs go over the sockets; a replica that dies in the middle of a sync makes
-the learner ranks raise (within the group's deadline, not hang) and leaves no segment behind.
+several buckets. Checked: after each of three syncs of changing weights the replica equals the
+learner's full tensors bit for bit, every byte went through shared memory, and no segment name
+is left in /dev/shm. A result the replica still holds is not overwritten by the next sync (the
+second staging buffer takes it), and a buffer is reused once its result is dropped. A replica
+that passes its own tensors gets them filled. With shared memory off on the learner the same
+syncs go over the sockets. A replica that dies in the middle of a sync makes the learner ranks
+raise (within the group's deadline, not hang) and leaves no segment behind.
 """
 
 from __future__ import annotations
@@ -57,26 +59,19 @@ def _worker(rank: int, port: int, name: str, mode: str, results: Any) -> None:
         results.put((rank, {"error": traceback.format_exc()}))
 
 
-def _die_on_second_bucket_of_sync_2() -> None:
-    """Replica only: the process exits while it is copying out sync 2 (a crash mid-sync)."""
+def _die_at_the_start_of_sync_2() -> None:
+    """Replica only: the process exits as sync 2 begins (before its sources may write)."""
     from hybridflow.resharding import same_host
 
-    real, calls = same_host.unpack, []
+    real, calls = same_host.SharedSources.begin, []
 
-    def unpack(*args: Any) -> None:
+    def begin(*args: Any) -> Any:
         calls.append(1)
-        if len(calls) == len(_buckets_of_replica()) + 2:
+        if len(calls) == 2:
             os._exit(3)
-        real(*args)
+        return real(*args)
 
-    same_host.unpack = unpack  # type: ignore[assignment]
-
-
-def _buckets_of_replica() -> list[Any]:
-    from hybridflow.resharding.replay import rank_buckets
-
-    plan = make_plan(_topology(), NUM_SOURCES, [1], BUCKET_BYTES)
-    return rank_buckets(plan, NUM_SOURCES)
+    same_host.SharedSources.begin = begin  # type: ignore[method-assign]
 
 
 def _run(rank: int, port: int, name: str, mode: str) -> dict[str, Any]:
@@ -96,7 +91,13 @@ def _run(rank: int, port: int, name: str, mode: str) -> dict[str, Any]:
     executor = DistExecutor(plan, group, shared_memory=offer, group_name=name)
     report: dict[str, Any] = {"shared_peers": list(executor.shared_peers), "syncs": []}
     if mode == "dies" and not role.is_source:
-        _die_on_second_bucket_of_sync_2()
+        _die_at_the_start_of_sync_2()
+    own = None
+    if mode == "given" and not role.is_source:
+        from hybridflow.resharding.reference import allocate_destination
+
+        own = allocate_destination(plan, 0, 0)
+    held: dict[str, torch.Tensor] | None = None  # the previous sync's result, still in use
     try:
         for version in range(NUM_SYNCS):
             full = _full(topology, version)
@@ -104,11 +105,17 @@ def _run(rank: int, port: int, name: str, mode: str) -> dict[str, Any]:
                 result = executor.sync(fsdp_shards(topology, full, NUM_SOURCES, rank))
                 moved = result.stats.num_bytes_sent
                 report["syncs"].append([moved, result.stats.num_bytes_shared, True])
-            else:
-                result = executor.sync()
-                equal = all(torch.equal(result.tensors[k], v) for k, v in full.items())
-                moved = result.stats.num_bytes_received
-                report["syncs"].append([moved, result.stats.num_bytes_shared, equal])
+                continue
+            result = executor.sync(own)
+            equal = all(torch.equal(result.tensors[k], v) for k, v in full.items())
+            if held is not None:  # the sync did not touch the result still held
+                earlier = _full(topology, version - 1)
+                equal &= all(torch.equal(held[k], v) for k, v in earlier.items())
+            moved = result.stats.num_bytes_received
+            report["syncs"].append([moved, result.stats.num_bytes_shared, equal])
+            report.setdefault("pointers", []).append(next(iter(result.tensors.values())).data_ptr())
+            held = result.tensors if own is None else None  # own tensors are overwritten
+            del result
     except Exception as exc:  # the learner's view of a dead replica
         report["raised"] = f"{type(exc).__name__}: {exc}"
         executor.close()
@@ -162,21 +169,26 @@ def _leftovers(name: str) -> list[str]:
     return sorted(p.name for p in SHM_DIR.glob(f"hfws-*{name}*"))
 
 
-@pytest.mark.parametrize("mode", ["auto", "off"])
+@pytest.mark.parametrize("mode", ["auto", "given", "off"])
 def test_replica_equals_learner_after_every_sync(mode: str) -> None:
     reports, codes, name = _run_group(mode)
     assert codes == {0: 0, 1: 0, 2: 0}
     plan = make_plan(_topology(), NUM_SOURCES, [1], BUCKET_BYTES)
-    assert plan.num_buckets > 2 * NUM_SOURCES  # several buckets per pair: slots are reused
+    assert plan.num_buckets > 2 * NUM_SOURCES  # several buckets per pair
     replica = reports[NUM_SOURCES]
     want = plan.bytes_received(0, 0)
-    shared_bytes = want if mode == "auto" else 0
-    assert replica["syncs"] == [[want, shared_bytes, True]] * NUM_SYNCS
-    assert replica["shared_peers"] == ([0, 1] if mode == "auto" else [])
+    shared = mode != "off"
+    assert replica["syncs"] == [[want, want if shared else 0, True]] * NUM_SYNCS
+    assert replica["shared_peers"] == ([0, 1] if shared else [])
     for s in range(NUM_SOURCES):
         sent = plan.bytes_sent(s)
-        assert reports[s]["syncs"] == [[sent, sent if mode == "auto" else 0, True]] * NUM_SYNCS
-        assert reports[s]["shared_peers"] == ([NUM_SOURCES] if mode == "auto" else [])
+        assert reports[s]["syncs"] == [[sent, sent if shared else 0, True]] * NUM_SYNCS
+        assert reports[s]["shared_peers"] == ([NUM_SOURCES] if shared else [])
+    first, second, third = replica["pointers"]
+    if mode == "auto":  # results are the staging buffers: held -> the other, dropped -> reused
+        assert first != second and third == first
+    if mode == "given":  # the replica's own tensors, every time
+        assert first == second == third
     assert _leftovers(name) == []
 
 

@@ -25,8 +25,8 @@ DEAD_PID = 2**31 - 1  # above any pid_max: os.kill reports no such process
 
 
 def test_segment_is_private_shared_and_survives_its_name() -> None:
-    name = segment_name(f"unit-{uuid.uuid4().hex[:8]}", 0, 2)
-    assert name.startswith(f"hfws-{os.getpid()}-unit-") and name.endswith("-s0-d2")
+    name = segment_name(f"unit-{uuid.uuid4().hex[:8]}", 2, 1)
+    assert name.startswith(f"hfws-{os.getpid()}-unit-") and name.endswith("-d2-b1")
     owner = Segment(name, 128, create=True)
     try:
         assert stat.S_IMODE((SHM_DIR / name).stat().st_mode) == 0o600
@@ -60,9 +60,7 @@ def test_host_identity_and_alignment() -> None:
     assert [aligned(n) for n in (1, 64, 65)] == [64, 64, 128]
 
 
-def test_a_token_for_another_sync_or_bucket_is_refused() -> None:
-    check_token(torch.tensor([3, 17]), 3, 17, "ack")
-    with pytest.raises(
-        RuntimeError, match=r"ack: expected \(sync, bucket\) \[3, 17\], got \[2, 17\]"
-    ):
-        check_token(torch.tensor([2, 17]), 3, 17, "ack")
+def test_a_token_for_another_sync_is_refused() -> None:
+    check_token(torch.tensor([3, 17]), (3, 17), "done")
+    with pytest.raises(RuntimeError, match=r"done: expected \[3, 17\], got \[2, 17\]"):
+        check_token(torch.tensor([2, 17]), (3, 17), "done")
