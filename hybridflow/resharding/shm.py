@@ -50,9 +50,9 @@ def segment_name(group_name: str, dst: int, buffer: int) -> str:
 class Segment:
     """One mapped shared-memory segment; ``tensor`` is its bytes as a ``uint8`` tensor."""
 
-    def __init__(self, name: str, num_bytes: int, create: bool) -> None:
+    def __init__(self, name: str, num_bytes: int, create: bool, directory: Path = SHM_DIR) -> None:
         self.name = name
-        self.path = SHM_DIR / name
+        self.path = directory / name
         self.num_bytes = num_bytes
         self._owner = create
         self._reserved = False
@@ -105,11 +105,10 @@ class Segment:
             os.close(self._fd)
             self._fd = None
         if self._map is not None:
+            # No mmap.close(): it would unmap under live views (torch.frombuffer does not pin
+            # the buffer). Each view's storage holds a reference to the mmap object, which
+            # unmaps when the last of them is freed.
             del self.tensor
-            try:
-                self._map.close()
-            except BufferError:  # views still exported: they keep the mapping alive
-                pass
             self._map = None
 
 

@@ -20,9 +20,11 @@ class WeightSyncConfig:
     """dist only: planner (point-to-point along the resharding plan) or naive (gather on
     learner rank 0, broadcast full tensors: the correctness oracle / "planner off")."""
     shared_memory: Literal["auto", "off"] = "auto"
-    """planner only: auto moves the buckets between a learner rank and a rollout rank on the
-    same host (same hostname and boot id) through POSIX shared memory (CPU/gloo groups), the
-    rest over the group's sockets; off: sockets for every pair."""
+    """planner only: auto lets a rollout rank keep its received tensors in POSIX shared memory
+    that learner ranks on the same host (same hostname and boot id) copy their slices straight
+    into (CPU/gloo groups; one model-sized buffer in /dev/shm per rollout rank, a second while
+    an update waits to be applied), the rest over the group's sockets; off: sockets for every
+    pair."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: nccl when the learner runs on CUDA, else gloo."""
     store_host: str = "127.0.0.1"
