@@ -428,7 +428,7 @@ def _create(
 
 
 def _offer(segments: list[Segment], size: int) -> str:
-    """"name|nonce,..." for the sources, or "-" when ``/dev/shm`` cannot hold the first buffer."""
+    """ "name|nonce,..." for the sources, or "-" when ``/dev/shm`` cannot hold the first buffer."""
     try:
         segments[0].reserve()
         for segment in segments[1:]:
@@ -491,7 +491,9 @@ def _attach_one(
             name, nonce = part.split("|")
             segments.append(Segment(name, size, False))
             if bytes(segments[-1].tensor[:NONCE_BYTES].tolist()).hex() != nonce:
-                log.warning("rank %d: /dev/shm/%s is not rank %d's; sockets", group.rank, name, peer)
+                log.warning(
+                    "rank %d: /dev/shm/%s is not rank %d's; sockets", group.rank, name, peer
+                )
                 raise FileNotFoundError(name)
     except (FileNotFoundError, PermissionError) as exc:
         log.info("rank %d: no shared memory with rank %d (%s); sockets", group.rank, peer, exc)
