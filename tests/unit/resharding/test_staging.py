@@ -18,14 +18,14 @@ import torch
 from hybridflow.resharding.llama import LlamaDims, llama_topology
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.reference import allocate_destination
-from hybridflow.resharding.same_host import (
+from hybridflow.resharding.shm import Segment, segment_name
+from hybridflow.resharding.staging import (
     HEADER_BYTES,
     StagingBuffers,
     layout_views,
     staging_layout,
     storage_use_count,
 )
-from hybridflow.resharding.shm import Segment, segment_name
 
 
 def _plan():  # type: ignore[no-untyped-def]
