@@ -18,6 +18,8 @@ groups are trained after all, and counted (``passed_equal``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hybridflow.coordinator.dataflow import ScoredGroup
 
 
@@ -55,3 +57,22 @@ class GroupFilter:
     def batch_taken(self) -> None:
         """A batch was taken: the valve closes again."""
         self.since_take = 0
+
+
+def dynamic_sampling_metrics(
+    group_filter: GroupFilter | None,
+    batch: Sequence[ScoredGroup],
+    filtered: Sequence[ScoredGroup],
+) -> dict[str, float]:
+    """A step's filtered groups, the mean score over its trained and filtered groups (the
+    policy's reward; ``critic/score/mean`` is the trained batch's) and the run's totals.
+    Empty without dynamic sampling."""
+    if group_filter is None:
+        return {}
+    scores = [r.score for g in (*batch, *filtered) for r in g.results]
+    return {
+        "dynamic_sampling/filtered": float(len(filtered)),
+        "dynamic_sampling/score_all_mean": sum(scores) / max(len(scores), 1),
+        "dynamic_sampling/filtered_total": float(group_filter.num_filtered),
+        "dynamic_sampling/passed_equal": float(group_filter.num_passed_equal),
+    }

@@ -15,9 +15,9 @@ Invariants (tested in tests/unit/coordinator/):
 - ``max_staleness = 0`` with ``sync_every = 1`` is synchronous on-policy PPO on this path.
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
-  state and the schedule's state are saved together (``checkpoint.py``); ``resume=True``
-  continues from the newest complete one with every prompt of an epoch trained exactly once
-  across the crash (what was pending is regenerated). ``trained.jsonl`` is the audit: one
+  state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
+  ``resume=True`` continues from the newest complete one with every prompt of an epoch
+  trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl`` is the audit: one
   line per trained group (step, epoch, prompt index, hand-out seq, policy version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
   when it is back; with no replica serving, the job waits ``replica_rejoin_timeout_s``
@@ -38,10 +38,10 @@ from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
-from hybridflow.coordinator.cursor import CursorState, PromptCursor
+from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
-from hybridflow.coordinator.dynamic_sampling import GroupFilter
+from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
@@ -54,6 +54,7 @@ from hybridflow.coordinator.run_records import (
     step_timings,
     write_audit,
 )
+from hybridflow.coordinator.schedule_state import capture_schedule, restore_schedule
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.errors import ResourceExhausted, ServiceError
@@ -274,17 +275,7 @@ class TrainingJob:
                 f"resume: learner restored version {version}, checkpoint says "
                 f"{state.policy_version}"
             )
-        self.cursor.restore(CursorState(state.cursor_epoch, state.cursor_position))
-        pending = [self.cursor.handout(index, epoch, seq) for epoch, index, seq in state.pending]
-        self.buffer.restore(pending, state.num_started, state.step)
-        self.buffer.admission.max_staleness_steps = (
-            self.config.max_staleness // state.versions_per_step
-        )
-        self.buffer.stats.dropped_stale = state.num_dropped_stale
-        if self.buffer.group_filter is not None:
-            self.buffer.group_filter.num_filtered = state.num_filtered
-            self.buffer.group_filter.num_passed_equal = state.num_passed_equal
-        self.buffer.stats.staleness.update({int(k): v for k, v in state.staleness.items()})
+        num_pending = restore_schedule(state, self.buffer, self.cursor, self.config.max_staleness)
         self._requeued_before = state.num_requeued
         rewind_jsonl(self.run_dir / "metrics.jsonl", state.step)
         rewind_jsonl(self.run_dir / "trained.jsonl", state.step)
@@ -293,7 +284,7 @@ class TrainingJob:
             "resumed from step %d (policy v%d, %d prompts to regenerate)",
             state.step,
             version,
-            len(pending),
+            num_pending,
         )
 
     def _checkpoint(self, step: int) -> str:
@@ -305,20 +296,7 @@ class TrainingJob:
         self.checkpoints.begin(step)
         with self._learner_lock:
             self.services.learner.save_train_state(self.checkpoints.learner_name(step))
-        with self.buffer.lock:
-            pending = self.buffer.pending()
-            cursor = self.cursor.state
-            self.state.cursor_epoch, self.state.cursor_position = cursor.epoch, cursor.position
-            self.state.pending = [[p.epoch, p.index, p.seq] for p in pending]  # type: ignore[attr-defined]
-            self.state.num_started = self.buffer.admission.num_started - len(pending)
-        self.state.num_requeued = self._requeued_before + sum(
-            d.num_requeued for d in self.dispatchers
-        )
-        self.state.num_dropped_stale = self.buffer.stats.dropped_stale
-        if self.buffer.group_filter is not None:
-            self.state.num_filtered = self.buffer.group_filter.num_filtered
-            self.state.num_passed_equal = self.buffer.group_filter.num_passed_equal
-        self.state.staleness = {str(k): v for k, v in self.buffer.stats.staleness.items()}
+        capture_schedule(self.state, self.buffer, self.cursor, self._num_requeued())
         path = self.checkpoints.commit(self.state)
         self.events.record("checkpoint", time.time(), time.time(), step=step)
         return str(path)
@@ -405,7 +383,7 @@ class TrainingJob:
         write_audit(run.audit, step, batch, version)
         filtered = self.buffer.take_filtered()
         write_audit(run.audit, step, filtered, version, filtered=True)
-        metrics.update(self._dynamic_sampling_metrics(batch, filtered))
+        metrics.update(dynamic_sampling_metrics(self.buffer.group_filter, batch, filtered))
         metrics["batch/num_generated"] = float(num_generated([*batch, *filtered]))
         # The policy's reward: with dynamic sampling, over trained and filtered groups.
         st.rewards.append(
@@ -438,23 +416,6 @@ class TrainingJob:
             "async/rollout_idle_ratio": self._rollout_idle_ratio(),
             "async/learner_idle_ratio": 1.0 - self.state.learner_busy_s / wall,
             "training/epoch": float(self.cursor.state.epoch),
-        }
-
-    def _dynamic_sampling_metrics(
-        self, batch: Sequence[ScoredGroup], filtered: Sequence[ScoredGroup]
-    ) -> dict[str, float]:
-        """This step's filtered groups, the mean score over trained and filtered groups (the
-        policy's reward; ``critic/score/mean`` is the trained batch's) and the run's totals.
-        Empty without dynamic sampling."""
-        f = self.buffer.group_filter
-        if f is None:
-            return {}
-        scores = [r.score for g in (*batch, *filtered) for r in g.results]
-        return {
-            "dynamic_sampling/filtered": float(len(filtered)),
-            "dynamic_sampling/score_all_mean": sum(scores) / max(len(scores), 1),
-            "dynamic_sampling/filtered_total": float(f.num_filtered),
-            "dynamic_sampling/passed_equal": float(f.num_passed_equal),
         }
 
     def _num_requeued(self) -> int:
