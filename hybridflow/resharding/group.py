@@ -17,6 +17,8 @@ This module knows rendezvous and backends, not plans or parameters.
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -97,6 +99,7 @@ def init_weight_sync_group(
     device: torch.device | str | None = None,
     local_addr: str | None = None,
     listen_fd: int | None = None,
+    abandon: Callable[[], str | None] | None = None,
 ) -> WeightSyncGroup:
     """Join (and, on the store host, serve) a weight-sync group of ``world_size`` ranks.
 
@@ -106,6 +109,11 @@ def init_weight_sync_group(
     ``local_addr``: the address gloo binds on this rank (default: resolve the hostname).
     ``listen_fd``: the store host serves on this already-listening socket (bound to the
     interface the caller chose) instead of binding all interfaces itself.
+
+    Every rank first waits in the store until all have arrived (``arrive``), so a rank that
+    will never come fails the group at once instead of after ``timeout_s``: ``abandon`` (the
+    publisher's rank 0 watching the replicas' join calls) returns a reason once one of them
+    refused, and every waiting rank then raises with it.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
@@ -120,6 +128,7 @@ def init_weight_sync_group(
         wait_for_workers=False, master_listen_fd=listen_fd if host else None,
     )  # fmt: skip
     prefixed = dist.PrefixStore(f"{group_name}/", store)
+    arrive(prefixed, rank, world_size, timeout_s, abandon)
     if backend == "gloo":
         dev = torch.device("cpu" if device is None else device)
         # The options constructor (to bind a given address) exists at runtime, not in the stubs.
@@ -148,6 +157,37 @@ def init_weight_sync_group(
         backend_obj = nccl_pg
     pg = cast(P2PBackend, backend_obj)
     return WeightSyncGroup(rank, world_size, backend, dev, prefixed, pg, timeout_s)
+
+
+ABANDONED = "abandoned"
+_ARRIVAL_POLL_S = 0.05
+
+
+def arrive(
+    store: dist.Store,
+    rank: int,
+    world_size: int,
+    timeout_s: float,
+    abandon: Callable[[], str | None] | None = None,
+) -> None:
+    """Mark this rank arrived and wait for every other one. RuntimeError as soon as the group
+    is abandoned (``abandon`` here, or on another rank, gave a reason); TimeoutError naming
+    the missing ranks after ``timeout_s``."""
+    store.set(f"arrived/{rank}", "1")
+    keys = [f"arrived/{r}" for r in range(world_size)]
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        reason = abandon() if abandon is not None else None
+        if reason:
+            store.set(ABANDONED, reason)
+        if store.check([ABANDONED]):
+            raise RuntimeError(f"weight-sync group abandoned: {store.get(ABANDONED).decode()}")
+        if time.monotonic() > deadline:
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            raise TimeoutError(
+                f"weight-sync group: ranks {missing} did not join within {timeout_s:g}s"
+            )
+        time.sleep(_ARRIVAL_POLL_S)
 
 
 def check_plan_hash(group: WeightSyncGroup, plan_hash: str, tag: str = "0") -> None:

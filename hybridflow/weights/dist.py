@@ -126,7 +126,9 @@ def listen_socket(host: str) -> socket.socket:
 
 class DistReceiver:
     """Rollout side, one per destination rank (a replica's TP rank): joins groups and
-    receives that rank's part of the weights (whole tensors at TP 1) into fresh tensors."""
+    receives that rank's part of the weights (whole tensors at TP 1): into fresh tensors over
+    sockets, or, from learner ranks on this host, into a shared staging buffer whose tensors
+    stay valid while referenced (``resharding.same_host``)."""
 
     def __init__(
         self,
@@ -359,6 +361,7 @@ class DistPublisher:
             local_addr=route_address(spec.store_host, port),
             # The store takes ownership of the listening socket (and closes it with the group).
             listen_fd=store_socket.detach() if store_socket is not None else None,
+            abandon=lambda: _refused(targets, joins),
         )
         self._group = group
         check_plan_hash(group, plan.content_hash())
@@ -405,6 +408,15 @@ class DistPublisher:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+def _refused(targets: Sequence[str], joins: Sequence[Future[str]]) -> str | None:
+    """Why the group cannot form: the first replica whose join call failed, else None."""
+    for target, join in zip(targets, joins):
+        if join.done() and join.exception() is not None:
+            exc = join.exception()
+            return f"replica {target} refused to join: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

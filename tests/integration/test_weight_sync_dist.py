@@ -100,3 +100,27 @@ def test_sync_to_a_dead_replica_fails_with_an_error_and_recovers(tiny_model_path
     finally:
         learner_server.stop(0)
         alive.stop(0)
+
+
+def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_model_path):
+    # Without the arrival check every learner rank waited out timeout_s inside gloo's
+    # rendezvous and then reported a timeout; now the refusal itself ends the attempt.
+    cfg = WeightSyncConfig(transport="dist", timeout_s=60)
+    learner_server, _ = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
+    good, _ = start_rollout_server(tiny_model_path)
+    bad, bad_rollout = start_rollout_server(tiny_model_path)
+    learner = GrpcLearnerClient(learner_server.address)
+
+    def refuse(spec, replica_index):
+        raise ValueError("this replica was told to refuse")
+
+    bad_rollout.join_weight_sync = refuse
+    try:
+        with pytest.raises(Exception, match="refused to join.*told to refuse"):
+            learner.publish_weights([good.address, bad.address])
+        report = learner.publish_weights([good.address])  # the others are unharmed
+        assert report.num_bytes > 0
+        assert probe_parity(GrpcRolloutClient(good.address), learner) <= 1e-4
+    finally:
+        for s in (learner_server, good, bad):
+            s.stop(0)
