@@ -413,10 +413,19 @@ class DistPublisher:
 def _refused(targets: Sequence[str], joins: Sequence[Future[str]]) -> str | None:
     """Why the group cannot form: the first replica whose join call failed, else None."""
     for target, join in zip(targets, joins):
-        if join.done() and join.exception() is not None:
-            exc = join.exception()
-            return f"replica {target} refused to join: {type(exc).__name__}: {exc}"
+        exc = join.exception() if join.done() else None
+        if exc is not None:
+            return f"replica {target} refused to join: {_one_line(exc)}"
     return None
+
+
+def _one_line(exc: BaseException) -> str:
+    """An RPC error as its status and details (duck-typed: no gRPC import here), else the
+    class and the first line of the message."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        return f"{getattr(code(), 'name', code())}: {details()}"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
