@@ -116,7 +116,9 @@ def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_mode
 
     bad_rollout.join_weight_sync = refuse
     try:
-        with pytest.raises(Exception, match="refused to join: INVALID_ARGUMENT: this replica was told to refuse"):
+        with pytest.raises(
+            Exception, match="refused to join: INVALID_ARGUMENT: this replica was told to refuse"
+        ):
             learner.publish_weights([good.address, bad.address])
         report = learner.publish_weights([good.address])  # the others are unharmed
         assert report.num_bytes > 0
