@@ -100,9 +100,10 @@ class DistExecutor:
         shared_memory: bool = False,
         group_name: str = "group",
     ) -> None:
-        """``shared_memory``: offer same-host pairs a shared-memory segment (collective: every
-        rank of the group builds its executor, whatever it offers). ``group_name`` goes into
-        segment names, so it should be unique per group (a rebuilt group gets a new one)."""
+        """``num_buffers``: socket buckets in flight per rank. ``shared_memory``: offer
+        same-host pairs a shared staging buffer (collective: every rank of the group builds its
+        executor, whatever it offers). ``group_name`` goes into segment names, so it should be
+        unique per group (a rebuilt group gets a new one)."""
         _check_group(plan, group)
         if num_buffers < 1:
             raise ValueError(f"num_buffers: need >= 1, got {num_buffers}")

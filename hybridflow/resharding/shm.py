@@ -141,5 +141,5 @@ def _alive(pid: int) -> bool:
 
 
 def aligned(num_bytes: int) -> int:
-    """``num_bytes`` rounded up so every slot of a segment starts 64-byte aligned."""
+    """``num_bytes`` rounded up so every tensor of a segment starts 64-byte aligned."""
     return -(-num_bytes // ALIGN_BYTES) * ALIGN_BYTES
