@@ -100,6 +100,7 @@ def init_weight_sync_group(
     local_addr: str | None = None,
     listen_fd: int | None = None,
     abandon: Callable[[], str | None] | None = None,
+    linger: Callable[[], object] | None = None,
 ) -> WeightSyncGroup:
     """Join (and, on the store host, serve) a weight-sync group of ``world_size`` ranks.
 
@@ -113,7 +114,9 @@ def init_weight_sync_group(
     Every rank first waits in the store until all have arrived (``arrive``), so a rank that
     will never come fails the group at once instead of after ``timeout_s``: ``abandon`` (the
     publisher's rank 0 watching the replicas' join calls) returns a reason once one of them
-    refused, and every waiting rank then raises with it.
+    refused, and every waiting rank then raises with it. ``linger`` runs on the abandoning
+    rank before it raises (and, as the store host, takes the store down): it waits for the
+    others to have read the reason, so none is left retrying a store that is gone.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
@@ -128,7 +131,7 @@ def init_weight_sync_group(
         wait_for_workers=False, master_listen_fd=listen_fd if host else None,
     )  # fmt: skip
     prefixed = dist.PrefixStore(f"{group_name}/", store)
-    arrive(prefixed, rank, world_size, timeout_s, abandon)
+    arrive(prefixed, rank, world_size, timeout_s, abandon, linger)
     if backend == "gloo":
         dev = torch.device("cpu" if device is None else device)
         # The options constructor (to bind a given address) exists at runtime, not in the stubs.
@@ -169,10 +172,11 @@ def arrive(
     world_size: int,
     timeout_s: float,
     abandon: Callable[[], str | None] | None = None,
+    linger: Callable[[], object] | None = None,
 ) -> None:
     """Mark this rank arrived and wait for every other one. RuntimeError as soon as the group
-    is abandoned (``abandon`` here, or on another rank, gave a reason); TimeoutError naming
-    the missing ranks after ``timeout_s``."""
+    is abandoned (``abandon`` here, or on another rank, gave a reason; here ``linger`` runs
+    first); TimeoutError naming the missing ranks after ``timeout_s``."""
     store.set(f"arrived/{rank}", "1")
     keys = [f"arrived/{r}" for r in range(world_size)]
     deadline = time.monotonic() + timeout_s
@@ -180,6 +184,8 @@ def arrive(
         reason = abandon() if abandon is not None else None
         if reason:
             store.set(ABANDONED, reason)
+            if linger is not None:
+                linger()
         if store.check([ABANDONED]):
             raise RuntimeError(f"weight-sync group abandoned: {store.get(ABANDONED).decode()}")
         if time.monotonic() > deadline:

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -362,6 +363,8 @@ class DistPublisher:
             # The store takes ownership of the listening socket (and closes it with the group).
             listen_fd=store_socket.detach() if store_socket is not None else None,
             abandon=lambda: _refused(targets, joins),
+            # The other replicas' joins end on reading why (bounded like any join).
+            linger=lambda: futures_wait(joins, timeout=spec.timeout_s),
         )
         self._group = group
         check_plan_hash(group, plan.content_hash())

@@ -102,9 +102,11 @@ def test_sync_to_a_dead_replica_fails_with_an_error_and_recovers(tiny_model_path
         alive.stop(0)
 
 
-def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_model_path):
+def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_model_path, caplog):
     # Without the arrival check every learner rank waited out timeout_s inside gloo's
-    # rendezvous and then reported a timeout; now the refusal itself ends the attempt.
+    # rendezvous and then reported a timeout; now the refusal itself ends the attempt, and
+    # the replica that did join is told why before the learner's store goes away (it is not
+    # left retrying a dead store).
     cfg = WeightSyncConfig(transport="dist", timeout_s=60)
     learner_server, _ = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
     good, _ = start_rollout_server(tiny_model_path)
@@ -120,6 +122,13 @@ def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_mode
             Exception, match="refused to join: INVALID_ARGUMENT: this replica was told to refuse"
         ):
             learner.publish_weights([good.address, bad.address])
+        # The replica that joined failed its join with the reason, before publish returned.
+        told = [
+            str(r.exc_info[1])
+            for r in caplog.records
+            if "JoinWeightSync" in r.getMessage() and r.exc_info and r.exc_info[1] is not None
+        ]
+        assert any("abandoned: replica" in t and "told to refuse" in t for t in told), told
         report = learner.publish_weights([good.address])  # the others are unharmed
         assert report.num_bytes > 0
         assert probe_parity(GrpcRolloutClient(good.address), learner) <= 1e-4
