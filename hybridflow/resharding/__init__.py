@@ -1,7 +1,8 @@
 """Resharding: move learner (FSDP2 dim-0) shards into rollout replicas' tensor-parallel layout.
 
 Pure planning (``topology``, ``llama``, ``plan``, ``buckets``) imports numpy only; the torch
-side (``reference``, ``replay``, ``group``, ``executors``) is imported from its modules.
+side (``reference``, ``replay``, ``group``, ``executors``, and for same-host pairs ``shm``,
+``staging``, ``same_host``) is imported from its modules.
 """
 
 from hybridflow.resharding.llama import LlamaDims, llama_topology
