@@ -9,6 +9,11 @@ implicit rewards ``beta * (log pi - log pi_ref)`` that TRL reports as ``rewards/
   ``h = (pi_c - pi_r) - (ref_c - ref_r)``,
   ``loss = -(1 - eps) log sigma(beta h) - eps log sigma(-beta h)`` (eps: label smoothing,
   the conservative DPO of Mitchell 2023; 0 gives the paper's loss).
+  Its variants on the same ``h`` (``dpo_loss(loss_type=...)``):
+  - ``hinge`` (SLiC-HF, Zhao et al. 2023; TRL ``"hinge"``): ``max(0, 1 - beta h)``;
+  - ``ipo`` (Azar et al. 2023, eq. 17; TRL ``"ipo"``): ``(h - 1 / (2 beta))^2``, which
+    regresses the margin to a fixed target instead of pushing it without bound. As in TRL,
+    its log-probs are token means (``sequence_logprobs(..., mean=True)``), not sums.
 - KTO (Ethayarajh et al. 2024, eq. 8; TRL ``KTOTrainer.kto_loss``): with the reference point
   ``z0 = max(0, KL)`` (a detached batch estimate of KL(pi || pi_ref) from mismatched
   prompt/completion pairs) and ``r = pi - ref``: desirable ``w_d (1 - sigma(beta (r - z0)))``,
@@ -25,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+DPO_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")
 
 
 @dataclass
@@ -44,9 +51,14 @@ class KTOLossOutput:
     rewards: torch.Tensor
 
 
-def sequence_logprobs(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[rows]`` sum of ``token_logprobs [rows, tokens]`` where ``mask`` is 1."""
-    return (token_logprobs * mask.to(token_logprobs.dtype)).sum(-1)
+def sequence_logprobs(
+    token_logprobs: torch.Tensor, mask: torch.Tensor, mean: bool = False
+) -> torch.Tensor:
+    """``[rows]`` sum (or, with ``mean``, mean) of ``token_logprobs [rows, tokens]`` where
+    ``mask`` is 1."""
+    weights = mask.to(token_logprobs.dtype)
+    total = (token_logprobs * weights).sum(-1)
+    return total / weights.sum(-1).clamp(min=1.0) if mean else total
 
 
 def dpo_loss(
@@ -56,17 +68,28 @@ def dpo_loss(
     ref_rejected: torch.Tensor,
     beta: float,
     label_smoothing: float = 0.0,
+    loss_type: str = "sigmoid",
 ) -> DPOLossOutput:
-    """DPO sigmoid loss per pair; all inputs are ``[pairs]`` sequence log-probs."""
+    """DPO loss per pair (``loss_type``: sigmoid, hinge or ipo); all inputs are ``[pairs]``
+    sequence log-probs (token means for ipo). Label smoothing is sigmoid's only."""
     if not beta > 0:
         raise ValueError(f"beta must be > 0, got {beta}")
+    if loss_type not in DPO_LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {DPO_LOSS_TYPES}, got {loss_type!r}")
     if not 0.0 <= label_smoothing < 0.5:
         raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing}")
+    if label_smoothing and loss_type != "sigmoid":
+        raise ValueError(f"label_smoothing applies to the sigmoid loss, not {loss_type}")
     logits = (policy_chosen - policy_rejected) - (ref_chosen - ref_rejected)
-    losses = (
-        -F.logsigmoid(beta * logits) * (1.0 - label_smoothing)
-        - F.logsigmoid(-beta * logits) * label_smoothing
-    )
+    if loss_type == "hinge":
+        losses = torch.relu(1.0 - beta * logits)
+    elif loss_type == "ipo":
+        losses = (logits - 1.0 / (2.0 * beta)) ** 2
+    else:
+        losses = (
+            -F.logsigmoid(beta * logits) * (1.0 - label_smoothing)
+            - F.logsigmoid(-beta * logits) * label_smoothing
+        )
     return DPOLossOutput(
         losses=losses,
         chosen_rewards=beta * (policy_chosen - ref_chosen).detach(),

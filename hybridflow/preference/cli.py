@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=pref.batch_size,
             beta=pref.beta,
             label_smoothing=pref.label_smoothing,
+            dpo_loss_type=pref.dpo_loss_type,
             desirable_weight=pref.desirable_weight,
             undesirable_weight=pref.undesirable_weight,
             eval_data=pref.eval_data or None,

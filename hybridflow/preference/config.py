@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 PREFERENCE_LOSSES: tuple[str, ...] = ("dpo", "kto", "sft")
+DPO_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")
+"""Mirrors ``hybridflow.algorithms.preference.DPO_LOSS_TYPES`` (this module imports no torch)."""
 
 
 @dataclass
@@ -25,6 +27,9 @@ class PreferenceConfig:
     """Strength of the implicit KL to the reference (DPO and KTO; TRL's default 0.1)."""
     label_smoothing: float = 0.0
     """DPO: assumed probability that a pair's labels are flipped (conservative DPO), [0, 0.5)."""
+    dpo_loss_type: Literal["sigmoid", "hinge", "ipo"] = "sigmoid"
+    """DPO's loss on the margin h: sigmoid (the paper's), hinge (SLiC) or ipo (squared
+    distance to 1/(2 beta), on token-mean log-probs); TRL's loss_type."""
     desirable_weight: float = 1.0
     """KTO: weight of the desirable examples' losses."""
     undesirable_weight: float = 1.0
@@ -54,6 +59,16 @@ class PreferenceConfig:
         if not 0.0 <= self.label_smoothing < 0.5:
             raise ValueError(
                 f"preference.label_smoothing must be in [0, 0.5), got {self.label_smoothing}"
+            )
+        if self.dpo_loss_type not in DPO_LOSS_TYPES:
+            raise ValueError(
+                f"preference.dpo_loss_type must be one of {DPO_LOSS_TYPES}, "
+                f"got {self.dpo_loss_type!r}"
+            )
+        if self.label_smoothing and self.dpo_loss_type != "sigmoid":
+            raise ValueError(
+                "preference.label_smoothing applies to dpo_loss_type sigmoid only, "
+                f"not {self.dpo_loss_type}"
             )
         for name in ("desirable_weight", "undesirable_weight"):
             value = getattr(self, name)

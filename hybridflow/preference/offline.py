@@ -56,6 +56,7 @@ class PreferenceTrainer:
         batch_size: int = 16,
         beta: float = 0.1,
         label_smoothing: float = 0.0,
+        dpo_loss_type: str = "sigmoid",
         desirable_weight: float = 1.0,
         undesirable_weight: float = 1.0,
         eval_data: str | Sequence[Any] | None = None,
@@ -75,6 +76,7 @@ class PreferenceTrainer:
             loss=loss,  # type: ignore[arg-type]
             beta=beta,
             label_smoothing=label_smoothing,
+            dpo_loss_type=dpo_loss_type,  # type: ignore[arg-type]
             desirable_weight=desirable_weight,
             undesirable_weight=undesirable_weight,
         )

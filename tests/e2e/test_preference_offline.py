@@ -27,6 +27,28 @@ def test_offline_dpo_raises_heldout_accuracy_and_margin(tiny_model_path: Path) -
     assert result.history[-1]["train/loss"] < result.history[0]["train/loss"]
 
 
+@pytest.mark.parametrize("dpo_loss_type", ["hinge", "ipo"])
+def test_offline_dpo_variants_raise_heldout_accuracy_and_margin(
+    tiny_model_path: Path, dpo_loss_type: str
+) -> None:
+    # Measured (same seed, 30 steps): hinge accuracy 0 -> 0.97, margin 0.67; IPO 0 -> 0.90,
+    # margin 0.54 (its loss goes 25.0 -> 12.3: the squared distance to 1/(2 beta) = 5).
+    result = train_offline(
+        tiny_model_path,
+        "builtin:arith_dpo",
+        loss="dpo",
+        steps=30,
+        eval_every=10,
+        lr=1e-3,
+        dpo_loss_type=dpo_loss_type,
+    )
+    accuracy = [e["eval/rewards/accuracies"] for e in result.evals]
+    margin = [e["eval/rewards/margins"] for e in result.evals]
+    assert accuracy[0] == 0.0 and accuracy[-1] >= 0.85
+    assert margin == sorted(margin) and margin[-1] > 0.3
+    assert result.history[-1]["train/loss"] < result.history[0]["train/loss"]
+
+
 def test_offline_kto_raises_heldout_accuracy_and_margin(tiny_model_path: Path) -> None:
     result = train_offline(
         tiny_model_path,

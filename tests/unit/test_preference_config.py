@@ -25,6 +25,7 @@ def test_defaults_validate_and_make_no_job() -> None:
         ("beta", 0.0),
         ("beta", float("nan")),
         ("label_smoothing", 0.5),
+        ("dpo_loss_type", "orpo"),
         ("desirable_weight", -1.0),
         ("steps", -1),
         ("batch_size", 0),
@@ -48,3 +49,9 @@ def test_config_and_package_import_without_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_label_smoothing_is_refused_outside_the_sigmoid_loss() -> None:
+    with pytest.raises(ValueError, match="label_smoothing applies to dpo_loss_type sigmoid only"):
+        PreferenceConfig(label_smoothing=0.1, dpo_loss_type="hinge").validate()
+    PreferenceConfig(label_smoothing=0.1).validate()

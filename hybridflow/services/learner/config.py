@@ -65,6 +65,8 @@ class LearnerConfig:
     fine-tuning: SFT on the responses scoring >= rft_threshold), one step per batch."""
     dpo_beta: float = 0.1
     """Online DPO (algorithm dpo): strength of the implicit KL to the reference."""
+    dpo_loss_type: Literal["sigmoid", "hinge", "ipo"] = "sigmoid"
+    """Online DPO: the loss on each pair's margin, as ``preference.dpo_loss_type``."""
     rft_threshold: float = 1.0
     """RFT (algorithm rft): responses with reward >= this are kept for the SFT step."""
     lr: float = 1e-5

@@ -53,7 +53,9 @@ def online_dpo_step(worker: LearnerWorker, samples: list[TrainSample]) -> dict[s
         )
         for chosen, rejected in selection.pairs
     ]
-    cfg = PreferenceConfig(loss="dpo", beta=worker.config.dpo_beta)
+    cfg = PreferenceConfig(
+        loss="dpo", beta=worker.config.dpo_beta, dpo_loss_type=worker.config.dpo_loss_type
+    )
     out = _step(worker, pairs, cfg, _DPO_METRICS)
     out["actor/num_pairs"] = float(len(pairs))
     out["actor/num_tied_groups"] = float(selection.num_tied_groups)

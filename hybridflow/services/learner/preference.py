@@ -89,9 +89,10 @@ def preference_step(
             loss = sft_nll_sum(logp, batch.response_mask) / num_tokens
             metrics.add("train/nll", loss)
         else:
-            seq = sequence_logprobs(logp, batch.response_mask)
+            mean = cfg.loss == "dpo" and cfg.dpo_loss_type == "ipo"  # IPO: token means
+            seq = sequence_logprobs(logp, batch.response_mask, mean)
             with torch.no_grad():
-                ref = sequence_logprobs(_ref_logp(worker, batch), batch.response_mask)
+                ref = sequence_logprobs(_ref_logp(worker, batch), batch.response_mask, mean)
             if cfg.loss == "dpo":
                 loss = _dpo_micro(cfg, seq, ref, weights, num, metrics)
             else:
@@ -201,7 +202,15 @@ def _dpo_micro(
     metrics: StepMetrics,
 ) -> torch.Tensor:
     rows = weights.shape[0]
-    out = dpo_loss(seq[:rows], seq[rows:], ref[:rows], ref[rows:], cfg.beta, cfg.label_smoothing)
+    out = dpo_loss(
+        seq[:rows],
+        seq[rows:],
+        ref[:rows],
+        ref[rows:],
+        cfg.beta,
+        cfg.label_smoothing,
+        cfg.dpo_loss_type,
+    )
     _reward_metrics(metrics, "train/", out.chosen_rewards, out.rejected_rewards, weights, num)
     return (out.losses * weights).sum() / num
 

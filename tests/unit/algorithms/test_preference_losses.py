@@ -1,7 +1,8 @@
 """DPO, KTO and SFT losses against their published formulas on examples worked by hand.
 
 DPO: Rafailov et al. 2023, eq. 7 (TRL ``loss_type="sigmoid"``, label smoothing as in
-conservative DPO). KTO: Ethayarajh et al. 2024, eq. 8 (TRL's ``kto_loss``: z0 = max(0, KL)).
+conservative DPO); its hinge (SLiC-HF, Zhao et al. 2023) and IPO (Azar et al. 2023, eq. 17)
+variants. KTO: Ethayarajh et al. 2024, eq. 8 (TRL's ``kto_loss``: z0 = max(0, KL)).
 The expected numbers are written out below with the arithmetic that produced them.
 """
 
@@ -54,6 +55,36 @@ def test_dpo_gradient_raises_chosen_and_lowers_rejected() -> None:
     assert rejected.grad.item() == pytest.approx(0.05, abs=TOL)
 
 
+def test_hinge_and_ipo_worked_examples() -> None:
+    # The pair of the DPO example: h = 1.5.
+    #   hinge, beta 0.5: max(0, 1 - 0.75) = 0.25; beta 1: max(0, 1 - 1.5) = 0 (margin met)
+    #   ipo, beta 0.5: (1.5 - 1/(2*0.5))^2 = 0.5^2 = 0.25; beta 0.1: (1.5 - 5)^2 = 12.25
+    args = (_t(-1.0), _t(-3.0), _t(-2.0), _t(-2.5))
+    assert dpo_loss(*args, beta=0.5, loss_type="hinge").losses.item() == pytest.approx(0.25)
+    assert dpo_loss(*args, beta=1.0, loss_type="hinge").losses.item() == 0.0
+    assert dpo_loss(*args, beta=0.5, loss_type="ipo").losses.item() == pytest.approx(0.25)
+    assert dpo_loss(*args, beta=0.1, loss_type="ipo").losses.item() == pytest.approx(12.25)
+    out = dpo_loss(*args, beta=0.5, loss_type="ipo")  # same implicit rewards as sigmoid
+    assert (out.chosen_rewards.item(), out.rejected_rewards.item()) == pytest.approx((0.5, -0.25))
+
+
+def test_ipo_pulls_the_margin_to_its_target_from_both_sides() -> None:
+    # Target 1/(2 beta) = 1 at beta 0.5. d loss / d pi_c = 2 (h - 1): above the target the
+    # chosen log-prob is pushed down (sigmoid DPO would push it up without bound).
+    for h, grad in ((3.0, 4.0), (0.0, -2.0)):
+        chosen = _t(h).requires_grad_()
+        dpo_loss(chosen, _t(0.0), _t(0.0), _t(0.0), beta=0.5, loss_type="ipo").losses.backward()
+        assert chosen.grad is not None and chosen.grad.item() == pytest.approx(grad)
+
+
+def test_variant_refusals() -> None:
+    args = (_t(-1.0), _t(-3.0), _t(-2.0), _t(-2.5))
+    with pytest.raises(ValueError, match="loss_type must be one of"):
+        dpo_loss(*args, beta=0.5, loss_type="orpo")
+    with pytest.raises(ValueError, match="label_smoothing applies to the sigmoid loss, not ipo"):
+        dpo_loss(*args, beta=0.5, label_smoothing=0.1, loss_type="ipo")
+
+
 def test_kto_worked_example() -> None:
     # Mismatched pairs: pi - ref = (-4 + 4.5, -3 + 3.3) = (0.5, 0.3); z0 = max(0, 0.4) = 0.4.
     z0 = kto_reference_point(_t(-4.0, -3.0), _t(-4.5, -3.3))
@@ -91,6 +122,9 @@ def test_sft_nll_and_sequence_logprobs_skip_padding() -> None:
     # Token-mean NLL: (0.5 + 1.0 + 2.0) / 3 tokens = 1.1666667.
     assert (sft_nll_sum(logp, mask) / 3).item() == pytest.approx(3.5 / 3, abs=TOL)
     assert sequence_logprobs(logp, mask).tolist() == pytest.approx([-1.5, -2.0], abs=TOL)
+    # IPO's token means: -1.5 / 2 tokens, -2.0 / 1 token; an empty row gives 0, not NaN.
+    assert sequence_logprobs(logp, mask, mean=True).tolist() == pytest.approx([-0.75, -2.0])
+    assert sequence_logprobs(logp[:1], mask[:1] * 0, mean=True).tolist() == [0.0]
 
 
 @pytest.mark.parametrize("beta", [0.0, -1.0])

@@ -149,6 +149,19 @@ def test_launch_overrides_load_the_preference_presets(algorithm: str) -> None:
     assert config_problems(config, [*overrides, "learner.advantage_estimator=rloo"]) != []
 
 
+def test_online_dpo_takes_a_loss_type_and_refuses_an_unknown_one() -> None:
+    from hybridflow.config.job import load_job_config
+    from hybridflow.deploy.launch import DEFAULT_CONFIG
+
+    config = Path(__file__).resolve().parents[3] / DEFAULT_CONFIG
+    dpo = ["learner.algorithm=dpo"]
+    assert load_job_config(config, [*dpo, "learner.dpo_loss_type=ipo"]).learner.dpo_loss_type == (
+        "ipo"
+    )
+    with pytest.raises(ValueError, match="learner.dpo_loss_type"):
+        load_job_config(config, [*dpo, "learner.dpo_loss_type=orpo"])
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

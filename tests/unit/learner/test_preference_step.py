@@ -56,6 +56,27 @@ def test_loss_starts_at_its_reference_value_and_decreases(
         assert history[0]["train/count/chosen"] + history[0]["train/count/rejected"] == 8
 
 
+@pytest.mark.parametrize(
+    ("loss_type", "first_loss"),
+    [
+        ("hinge", 1.0),  # h = 0: max(0, 1 - 0)
+        ("ipo", (1 / (2 * 0.1)) ** 2),  # h = 0: (0 - 1/(2 beta))^2 at beta 0.1
+    ],
+)
+def test_dpo_variants_start_at_their_reference_value_and_widen_the_margin(
+    tiny_checkpoint: Path, loss_type: str, first_loss: float
+) -> None:
+    worker = _worker(tiny_checkpoint)
+    batch = _records(worker, "dpo")
+    cfg = PreferenceConfig(loss="dpo", dpo_loss_type=loss_type)  # type: ignore[arg-type]
+    history = [preference_step(worker, batch, cfg) for _ in range(NUM_STEPS)]
+    losses = [h["train/loss"] for h in history]
+    assert losses[0] == pytest.approx(first_loss, rel=1e-5)
+    assert losses[-1] < losses[0]
+    assert history[0]["train/rewards/margins"] == pytest.approx(0.0, abs=1e-6)
+    assert history[-1]["train/rewards/margins"] > 0
+
+
 @pytest.mark.parametrize("loss", ["dpo", "kto", "sft"])
 def test_micro_batches_give_the_one_batch_step(tiny_checkpoint: Path, loss: str) -> None:
     cfg = PreferenceConfig(loss=loss)  # type: ignore[arg-type]
