@@ -112,6 +112,7 @@ class DistExecutor:
         self._shared = connect_shared(group, group_name, plan, self.buckets, shared_memory)
         shared = self.shared_peers
         size = max((b.num_bytes for b in self.buckets if b.peer not in shared), default=0)
+        self._num_bytes_shared = sum(_payload(b) for b in self.buckets if b.peer in shared)
         self._buffers = [
             torch.empty(size, dtype=torch.uint8, device=group.device) for _ in range(num_buffers)
         ]
@@ -142,8 +143,8 @@ class DistExecutor:
             out, received = self._receive(tensors)
             stats = SyncStats(self.group.rank, False, 0, received, len(self.buckets), 0.0)
         seconds = _finish(self.group, start)
-        shared = sum(_payload(b) for b in self.buckets if b.peer in self.shared_peers)
-        return SyncResult(out, dataclasses.replace(stats, seconds=seconds, num_bytes_shared=shared))
+        stats = dataclasses.replace(stats, seconds=seconds, num_bytes_shared=self._num_bytes_shared)
+        return SyncResult(out, stats)
 
     def close(self) -> None:
         """Unmap the shared segments (the group itself belongs to the caller); results

@@ -68,6 +68,7 @@ from hybridflow.resharding.shm import Segment, host_identity, remove_stale_segme
 from hybridflow.resharding.staging import (
     HEADER_BYTES,
     StagingBuffers,
+    TensorSlot,
     layout_views,
     staging_layout,
 )
@@ -339,10 +340,12 @@ def _attach(
     destinations: dict[int, _Destination] = {}
     try:
         for peer in candidates:
-            segments = _attach_one(group, prefix, plan, peer)
+            role = plan.role(peer)
+            layout, size = staging_layout(plan, role.replica, role.tp_rank)
+            segments = _attach_one(group, prefix, peer, size)
             if segments is not None:
                 mine = [b for b in buckets if b.peer == peer]
-                destinations[peer] = _destination(plan, group.rank, peer, segments, mine)
+                destinations[peer] = _destination(plan, group.rank, peer, layout, segments, mine)
     except BaseException:
         for dest in destinations.values():
             for segment in dest.segments:
@@ -351,15 +354,12 @@ def _attach(
     return SharedDestinations(group, destinations, tags) if destinations else None
 
 
-def _attach_one(
-    group: WeightSyncGroup, prefix: str, plan: TransferPlan, peer: int
-) -> list[Segment] | None:
-    """Map a destination's staging buffers; answer "1" (mapped, nonces match) or "0"."""
+def _attach_one(group: WeightSyncGroup, prefix: str, peer: int, size: int) -> list[Segment] | None:
+    """Map a destination's staging buffers (``size`` bytes each); answer "1" (mapped, nonces
+    match) or "0"."""
     offer = group.store.get(f"{prefix}/stage/{peer}").decode()
     if offer == "-":
         return None
-    role = plan.role(peer)
-    _, size = staging_layout(plan, role.replica, role.tp_rank)
     ok_key = f"{prefix}/ok/{group.rank}/{peer}"
     segments: list[Segment] = []
     try:
@@ -390,12 +390,11 @@ def _destination(
     plan: TransferPlan,
     rank: int,
     peer: int,
+    layout: Mapping[str, TensorSlot],
     segments: list[Segment],
     mine: list[RankBucket],
 ) -> _Destination:
     """Pair each of this source's slices with its place in the destination's buffers."""
-    role = plan.role(peer)
-    layout, _ = staging_layout(plan, role.replica, role.tp_rank)
     theirs = {b.bucket_id: b for b in rank_buckets(plan, peer) if b.peer == rank}
     copies = []
     for segment in segments:
