@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-DPO_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")
+from hybridflow.preference.config import DPO_LOSS_TYPES
 
 
 @dataclass

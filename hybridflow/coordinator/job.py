@@ -17,8 +17,9 @@ Invariants (tested in tests/unit/coordinator/):
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
   state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
   ``resume=True`` continues from the newest complete one with every prompt of an epoch
-  trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl`` is the audit: one
-  line per trained group (step, epoch, prompt index, hand-out seq, policy version).
+  trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl``
+  is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
+  version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
   when it is back; with no replica serving, the job waits ``replica_rejoin_timeout_s``
   (shown in ``status``) instead of hanging.

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 PREFERENCE_LOSSES: tuple[str, ...] = ("dpo", "kto", "sft")
-DPO_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")
-"""Mirrors ``hybridflow.algorithms.preference.DPO_LOSS_TYPES`` (this module imports no torch)."""
+DPOLossType = Literal["sigmoid", "hinge", "ipo"]
+"""DPO's loss on the margin (``hybridflow.algorithms.preference.dpo_loss``)."""
+DPO_LOSS_TYPES: tuple[str, ...] = get_args(DPOLossType)
 
 
 @dataclass
@@ -27,7 +28,7 @@ class PreferenceConfig:
     """Strength of the implicit KL to the reference (DPO and KTO; TRL's default 0.1)."""
     label_smoothing: float = 0.0
     """DPO: assumed probability that a pair's labels are flipped (conservative DPO), [0, 0.5)."""
-    dpo_loss_type: Literal["sigmoid", "hinge", "ipo"] = "sigmoid"
+    dpo_loss_type: DPOLossType = "sigmoid"
     """DPO's loss on the margin h: sigmoid (the paper's), hinge (SLiC) or ipo (squared
     distance to 1/(2 beta), on token-mean log-probs); TRL's loss_type."""
     desirable_weight: float = 1.0

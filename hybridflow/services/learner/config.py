@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hybridflow.config.ranges import at_least, raise_problems
+from hybridflow.preference.config import DPOLossType
 from hybridflow.rpc.config import ServerConfig
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -65,7 +66,7 @@ class LearnerConfig:
     fine-tuning: SFT on the responses scoring >= rft_threshold), one step per batch."""
     dpo_beta: float = 0.1
     """Online DPO (algorithm dpo): strength of the implicit KL to the reference."""
-    dpo_loss_type: Literal["sigmoid", "hinge", "ipo"] = "sigmoid"
+    dpo_loss_type: DPOLossType = "sigmoid"
     """Online DPO: the loss on each pair's margin, as ``preference.dpo_loss_type``."""
     rft_threshold: float = 1.0
     """RFT (algorithm rft): responses with reward >= this are kept for the SFT step."""
