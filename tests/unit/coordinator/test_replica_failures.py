@@ -97,4 +97,3 @@ def test_liveness_probe_has_a_short_deadline_and_a_busy_replica_is_alive():
     verdicts = [_alive(SimpleNamespace(rollout=r)) for r in (busy, gone, fine)]
     assert verdicts == [True, False, True]  # load shedding is not death
     assert {d for r in (busy, gone, fine) for d in r.deadlines} == {PROBE_TIMEOUT_S}
-    assert PROBE_TIMEOUT_S <= 10  # a hung replica holds the trainer loop seconds, not minutes

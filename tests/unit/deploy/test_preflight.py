@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -245,7 +244,6 @@ def test_launch_refuses_a_bad_job_before_starting_anything(tmp_path):
     data = write_rows(tmp_path / "d.jsonl", [row(), row(truth=None)])
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = time.monotonic()
     result = subprocess.run(
         [
             sys.executable,
@@ -271,7 +269,6 @@ def test_launch_refuses_a_bad_job_before_starting_anything(tmp_path):
         "(the 'arith' scorer needs one)"
     ]
     assert not run_dir.exists()  # no logs/, no port files: nothing was started
-    assert time.monotonic() - start < 120  # (deadline only; services would take minutes)
 
 
 def test_preflight_imports_no_torch_transformers_or_grpc():
