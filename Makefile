@@ -7,7 +7,7 @@ LOCK := requirements/cpu.lock
 
 SUITE ?= throughput
 
-.PHONY: setup lock proto lint test test-slow run bench bench-overhead clean
+.PHONY: setup lock proto builtins lint test test-slow run bench bench-overhead clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,11 @@ lock: setup
 
 proto: setup
 	$(VPY) scripts/gen_protos.py
+
+# Rebuild the shipped built-in models (all, or NAMES="tiny-rm") behind their quality gates, then
+# commit hybridflow/models/shipped/. `make builtins CHECK=1` verifies and measures them instead.
+builtins: setup
+	$(VPY) -m hybridflow.models.build_builtins $(if $(CHECK),--check) $(NAMES)
 
 lint: setup
 	$(VENV)/bin/ruff check .

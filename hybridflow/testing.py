@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def mock_actor(root: str | Path | None = None) -> Path:
-    """Path of a tiny Llama checkpoint (the built-in tiny model; built once, cached)."""
+    """Path of a tiny Llama checkpoint (the built-in tiny model: shipped weights, cached)."""
     from hybridflow.models.builtin import ensure_builtin_model
 
     return ensure_builtin_model("tiny", root)

@@ -1,6 +1,6 @@
 """Session-wide test setup: one torch thread per process and the built-in tiny checkpoints.
 
-``tiny_model_path`` (``tiny_rm_path``) builds ``builtin:tiny`` (``builtin:tiny-rm``) once per
+``tiny_model_path`` (``tiny_rm_path``) copies ``builtin:tiny`` (``builtin:tiny-rm``) once per
 session into the session's temp dir, or uses the persistent cache under ``$HYBRIDFLOW_HOME``
 when that is set (fast repeated runs).
 """

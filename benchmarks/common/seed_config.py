@@ -224,9 +224,9 @@ def _model(name: str, notice: Notice) -> str:
 def max_positions(model: str) -> int | None:
     """The model's ``max_position_embeddings`` (None when its config does not say)."""
     if model.startswith("builtin:"):
-        from hybridflow.models.builtin import SPECS
+        from hybridflow.models.builtin import builtin_specs
 
-        spec = SPECS.get(model.removeprefix("builtin:"))
+        spec = builtin_specs().get(model.removeprefix("builtin:"))
         return None if spec is None else spec.max_position_embeddings
     config = json.loads((Path(model) / "config.json").read_text())
     value = config.get("max_position_embeddings")

@@ -225,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     coordinator: subprocess.Popen[bytes] | None = None
     try:
-        log.info("model %s -> %s", job.model, resolve_model_path(job.model))  # builds builtin once
+        log.info(
+            "model %s -> %s", job.model, resolve_model_path(job.model)
+        )  # copies a builtin into the cache once
         group.start()
         # The coordinator starts alongside the services: its imports, tokenizer and dataset
         # overlap their start; it reads their addresses from stdin once they all serve.

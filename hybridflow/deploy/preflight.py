@@ -183,11 +183,11 @@ def _model_problems(model: str, key: str = "model", reward: bool = False) -> lis
     """Problems of a checkpoint spec: a known builtin of its role, or a directory with
     config.json. ``reward``: the spec names a reward model (``builtin:tiny-rm``), else a policy."""
     from hybridflow.models import BUILTIN_PREFIX
-    from hybridflow.models.builtin import SPECS
+    from hybridflow.models.builtin_policy import POLICY_SPECS
     from hybridflow.models.builtin_rm import REWARD_SPECS
     from hybridflow.models.hub import cached_snapshot, hub_offline, parse_hub_id
 
-    known = sorted(REWARD_SPECS if reward else SPECS)
+    known = sorted(REWARD_SPECS if reward else POLICY_SPECS)
     if model.startswith(BUILTIN_PREFIX):
         name = model[len(BUILTIN_PREFIX) :]
         if name not in known:

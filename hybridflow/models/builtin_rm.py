@@ -60,9 +60,9 @@ class RewardModelSpec:
     """Training problems use operands 0..max_operand, like ``builtin:arith``."""
     batch_size: int = 64
     """Examples per step (per loss)."""
-    lm_steps: int = 250
+    lm_steps: int = 600
     """Phase 1: language-modelling steps on the train problems."""
-    joint_steps: int = 400
+    joint_steps: int = 1200
     """Phase 2: steps of classification loss + language-modelling loss."""
     lm_lr: float = 3e-3
     """AdamW learning rate of phase 1."""

@@ -19,7 +19,7 @@ from hybridflow.testing import mock_actor, mock_reward
 
 def MockActor(root: str | Path | None = None) -> Path:
     """verl's ``MockActor()``, here a function: the path of the built-in tiny checkpoint
-    (built once, cached), which ``RLTrainer(actor=...)`` takes like any checkpoint directory.
+    (shipped weights, cached), which ``RLTrainer(actor=...)`` takes like any checkpoint directory.
 
     root: cache directory (None: ``$HYBRIDFLOW_HOME/models``, else ``~/.cache/hybridflow/models``).
     """

@@ -8,13 +8,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hybridflow.models import resolve_model_path
-from hybridflow.models.builtin import (
-    SPECS,
-    BuiltinSpec,
-    ensure_builtin_model,
-    spec_hash,
-    warmup_example,
-)
+from hybridflow.models.builtin import ensure_builtin_model, read_manifest, spec_hash
+from hybridflow.models.builtin_policy import BuiltinSpec, warmup_example
 from hybridflow.models.tokenizer import CHARACTERS, build_char_tokenizer
 
 
@@ -75,10 +70,10 @@ def test_warm_start_taught_the_format(tiny_model_path: Path) -> None:
         assert isinstance(text, str) and text.isdigit(), prompt
 
 
-def test_ensure_is_cached_and_named_by_spec_hash(tiny_model_path: Path) -> None:
+def test_ensure_is_cached_and_named_by_the_weights_digest(tiny_model_path: Path) -> None:
     again = ensure_builtin_model("tiny", root=tiny_model_path.parent)
     assert again == tiny_model_path
-    assert tiny_model_path.name == f"tiny-{spec_hash(SPECS['tiny'])}"
+    assert tiny_model_path.name == f"tiny-{read_manifest()['tiny'].digest}"
     assert spec_hash(BuiltinSpec()) == spec_hash(BuiltinSpec())
     assert spec_hash(BuiltinSpec(noisy_steps=1)) != spec_hash(BuiltinSpec())
     leftovers = [
@@ -96,26 +91,14 @@ def test_warmup_example_near_misses() -> None:
     assert warmup_example(1, 1, 1.0, 2, rng) == ("1+1=", "2")
 
 
-def test_concurrent_builds_share_one_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    micro = BuiltinSpec(
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        clean_steps=1,
-        noisy_steps=1,
-        warmup_batch_size=2,
-    )
-    monkeypatch.setitem(SPECS, "micro", micro)
+def test_concurrent_callers_share_one_directory(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
-        paths = list(pool.map(lambda _: ensure_builtin_model("micro", root=tmp_path), range(4)))
-    assert paths == [tmp_path / f"micro-{spec_hash(micro)}"] * 4
+        paths = list(pool.map(lambda _: ensure_builtin_model("tiny", root=tmp_path), range(4)))
+    assert paths == [tmp_path / f"tiny-{read_manifest()['tiny'].digest}"] * 4
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [paths[0].name, f".{paths[0].name}.lock"]
     )
-    assert AutoModelForCausalLM.from_pretrained(paths[0]).config.hidden_size == 8
+    assert AutoModelForCausalLM.from_pretrained(paths[0]).config.hidden_size == 64
 
 
 def test_resolve_model_path(

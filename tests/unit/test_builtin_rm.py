@@ -1,5 +1,6 @@
 """The built-in reward model ``builtin:tiny-rm``: resolved like ``builtin:tiny``, a one-logit
-Llama sequence classifier with a pad token, built deterministically from the train split."""
+Llama sequence classifier with a pad token, built deterministically from the train split
+(the shipped weights' hashes and quality: ``test_builtin_shipped.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from transformers import AutoConfig
 
 from hybridflow.data.arith import heldout_problems
 from hybridflow.models import resolve_model_path
-from hybridflow.models.builtin import builtin_names, spec_hash
+from hybridflow.models.builtin import builtin_names, read_manifest
 from hybridflow.models.builtin_rm import (
-    REWARD_SPECS,
     RewardModelSpec,
     build_reward_checkpoint,
     train_problems,
@@ -26,7 +26,7 @@ from hybridflow.models.builtin_rm import (
 def test_tiny_rm_resolves_to_a_one_logit_classifier(
     tiny_rm_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert tiny_rm_path.name == f"tiny-rm-{spec_hash(REWARD_SPECS['tiny-rm'])}"
+    assert tiny_rm_path.name == f"tiny-rm-{read_manifest()['tiny-rm'].digest}"
     monkeypatch.setenv("HYBRIDFLOW_HOME", str(tiny_rm_path.parent.parent))
     assert resolve_model_path("builtin:tiny-rm") == tiny_rm_path
     config = AutoConfig.from_pretrained(tiny_rm_path)
