@@ -28,12 +28,14 @@ def _launch(run_dir: Path, home: Path, *overrides: str) -> subprocess.CompletedP
 def test_launch_runs_offline_dpo_learner_only(tmp_path: Path, tiny_model_path: Path) -> None:
     home = tiny_model_path.parent.parent  # the session's model cache, laid out as a home
     run_dir = tmp_path / "run"
-    done = _launch(run_dir, home, "preference.steps=4", "preference.eval_every=2")
+    # 8 steps: on the shipped builtin:tiny the held-out margin is still ~0 after 4 (measured
+    # 0.043 at 2, -0.0003 at 4, 0.142 at 8 with accuracy 0.80).
+    done = _launch(run_dir, home, "preference.steps=8", "preference.eval_every=4")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [x["kind"] for x in lines].count("train") == 4
+    assert [x["kind"] for x in lines].count("train") == 8
     evals = [x for x in lines if x["kind"] == "eval"]
-    assert [e["step"] for e in evals] == [0.0, 2.0, 4.0]
+    assert [e["step"] for e in evals] == [0.0, 4.0, 8.0]
     assert evals[-1]["eval/rewards/margins"] > evals[0]["eval/rewards/margins"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["loss"] == "dpo"
