@@ -127,7 +127,8 @@ def read_prompt_dataset(
         raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {max_prompt_tokens}")
     if max_prompt_bytes is not None and max_prompt_bytes < 1:
         raise ValueError(f"max_prompt_bytes must be >= 1 or None, got {max_prompt_bytes}")
-    rows = _iter_rows(spec, num, seed, _line_limit(max_prompt_bytes))
+    chat = getattr(tokenizer, "chat_template", None) is not None
+    rows = _iter_rows(spec, num, seed, _line_limit(max_prompt_bytes), chat=chat)
     records: list[PromptRecord] = []
     num_dropped = 0
     for index, (where, row) in enumerate(rows):
@@ -223,8 +224,10 @@ def _iter_rows(
     seed: int,
     max_line_bytes: int | None = None,
     keep_going: bool = False,
+    chat: bool = False,
 ) -> Iterator[tuple[str, Any]]:
-    """(location for error messages, raw row) pairs of ``spec``."""
+    """(location for error messages, raw row) pairs of ``spec``. ``chat``: the builtin data's
+    prompts come as one user message each, for the tokenizer's chat template to render."""
     if spec.startswith("builtin:"):
         if spec != "builtin:arith":
             raise ValueError(
@@ -233,6 +236,8 @@ def _iter_rows(
         from hybridflow.data.arith import make_arith_rows
 
         rows = make_arith_rows(DEFAULT_BUILTIN_NUM if num is None else num, seed)
+        if chat:
+            rows = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
         return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
     if spec.startswith(SHAREGPT_PREFIX):
         return _iter_sharegpt(spec, max_line_bytes, keep_going)

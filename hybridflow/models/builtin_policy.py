@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hybridflow.data.arith import DEFAULT_MAX_OPERAND, arith_ground_truth, arith_prompt
 
@@ -65,12 +65,41 @@ class BuiltinSpec:
     """Phase 2: near misses are the sum plus or minus 1..label_max_offset (never negative)."""
 
 
+@dataclass(frozen=True)
+class Qwen3BuiltinSpec(BuiltinSpec):
+    """A built-in shaped like a real checkpoint: Qwen3 (q/k norms, grouped-query attention,
+    tied head) over a byte-level BPE tokenizer with ChatML, trained on the task's text."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_attention_heads: int = 4
+    """Four heads of 32 (vLLM's CPU attention needs head_dim >= 32)."""
+    num_key_value_heads: int = 2
+    """Grouped-query attention: two query heads per key/value head, like Qwen3's."""
+    max_position_embeddings: int = 256
+    bpe_vocab_size: int = 512
+    """Most tokens the BPE trainer may make (the task's text needs fewer)."""
+    vocab_multiple: int = 64
+    """The model's vocabulary is the tokenizer's rounded up to this, as in Qwen's checkpoints
+    (rows no token uses; vLLM pads to 64 as well)."""
+
+
 POLICY_SPECS: dict[str, BuiltinSpec] = {
     "tiny": BuiltinSpec(),
     "tiny-random": BuiltinSpec(clean_steps=0, noisy_steps=0),
+    "tiny-qwen3": Qwen3BuiltinSpec(),
 }
 """Built-in model names and their specs. ``tiny-random`` is ``tiny`` without the warm start
-(the seeded random initialisation): the cold-start comparison of the algorithm suite."""
+(the seeded random initialisation): the cold-start comparison of the algorithm suite.
+``tiny-qwen3`` is warm-started like ``tiny`` with its prompts in ChatML."""
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
+    """``prompt`` as a user turn through the tokenizer's chat template, with the generation
+    prompt: what ``builtin:arith`` gives the model (the character tokenizer's template leaves
+    the prompt as it is)."""
+    chat = [{"role": "user", "content": prompt}]
+    return str(tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
 
 
 def warmup_example(
@@ -91,16 +120,12 @@ def build_checkpoint(spec: BuiltinSpec, out_dir: Path) -> None:
     The caller's global torch RNG state is left untouched.
     """
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    from hybridflow.models.tiny_llama import tiny_llama_config
-    from hybridflow.models.tokenizer import build_char_tokenizer
-
-    tokenizer = build_char_tokenizer()
-    config = tiny_llama_config(spec, tokenizer)
+    tokenizer, config = _tokenizer_and_config(spec)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.init_seed)
-        model = LlamaForCausalLM(config).float()
+        model = AutoModelForCausalLM.from_config(config).float()
         _supervised_steps(model, tokenizer, spec, spec.clean_steps, spec.clean_lr, 1.0)
         _supervised_steps(
             model, tokenizer, spec, spec.noisy_steps, spec.noisy_lr, spec.label_correct_prob
@@ -108,6 +133,43 @@ def build_checkpoint(spec: BuiltinSpec, out_dir: Path) -> None:
     model.eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def _tokenizer_and_config(spec: BuiltinSpec) -> tuple[PreTrainedTokenizerBase, Any]:
+    """The tokenizer and the model config of ``spec``."""
+    if not isinstance(spec, Qwen3BuiltinSpec):
+        from hybridflow.models.tiny_llama import tiny_llama_config
+        from hybridflow.models.tokenizer import build_char_tokenizer
+
+        tokenizer = build_char_tokenizer()
+        return tokenizer, tiny_llama_config(spec, tokenizer)
+    from transformers import Qwen3Config
+
+    from hybridflow.models.bpe_tokenizer import build_bpe_tokenizer, chatml_turns
+
+    answers = range(2 * spec.max_operand + spec.label_max_offset + 1)
+    corpus = [chatml_turns(arith_prompt(a, b), str(n)) for a, b in _grid(spec) for n in answers]
+    tokenizer = build_bpe_tokenizer(corpus, spec.bpe_vocab_size)
+    vocab = -(-len(tokenizer) // spec.vocab_multiple) * spec.vocab_multiple
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.hidden_size // spec.num_attention_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return tokenizer, config
+
+
+def _grid(spec: BuiltinSpec) -> list[tuple[int, int]]:
+    return [(a, b) for a in range(spec.max_operand + 1) for b in range(spec.max_operand + 1)]
 
 
 def _supervised_steps(
@@ -132,7 +194,9 @@ def _supervised_steps(
         for _ in range(spec.warmup_batch_size):
             a, b = rng.randint(0, spec.max_operand), rng.randint(0, spec.max_operand)
             prompt, target = warmup_example(a, b, correct_prob, spec.label_max_offset, rng)
-            prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+            prompt_ids = tokenizer.encode(
+                render_prompt(tokenizer, prompt), add_special_tokens=False
+            )
             target_ids = tokenizer.encode(target, add_special_tokens=False) + [eos]
             seqs.append(prompt_ids + target_ids)
             labels.append([-100] * len(prompt_ids) + target_ids)

@@ -7,6 +7,7 @@
 - ``tiny-rm`` (the reward model): on the held-out problems it never trained on, the right sum
   scores above each wrong response (``heldout_pair_accuracy``, over near misses, other
   numbers and garbage), and above the off-by-one answers by a clear margin.
+- ``tiny-qwen3``: the same as ``tiny``, its prompts rendered through its ChatML template.
 - ``tiny-random`` is a seeded random initialisation; it promises nothing but its bytes.
 
 ``measure(name, path)`` returns the numbers; ``shortfalls(name, numbers)`` names every gate
@@ -37,6 +38,11 @@ GATES: dict[str, dict[str, tuple[float, float]]] = {
     },
     "tiny-rm": {"heldout_pair_accuracy": (0.95, 1.0), "heldout_near_margin": (2.0, float("inf"))},
     "tiny-random": {},
+    "tiny-qwen3": {
+        "greedy_accuracy": (0.85, 1.0),
+        "greedy_format": (1.0, 1.0),
+        "sampled_accuracy": (0.25, 0.65),
+    },
 }
 """Each built-in's measures and the closed range ``(low, high)`` each must fall in."""
 
@@ -74,6 +80,8 @@ def _policy_numbers(path: Path) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from hybridflow.models.builtin_policy import render_prompt
+
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)
     eos = int(tok.eos_token_id)
@@ -82,7 +90,7 @@ def _policy_numbers(path: Path) -> dict[str, float]:
     sampled = 0.0
     with torch.no_grad():
         for a, b in grid:
-            prompt = tok.encode(arith_prompt(a, b), add_special_tokens=False)
+            prompt = tok.encode(render_prompt(tok, arith_prompt(a, b)), add_special_tokens=False)
             answer = tok.encode(arith_ground_truth(a, b), add_special_tokens=False) + [eos]
             logp = _log_probs(model, prompt + answer)[len(prompt) - 1 : -1]
             sampled += float(logp.gather(-1, torch.tensor(answer).unsqueeze(-1)).sum().exp())

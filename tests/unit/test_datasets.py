@@ -194,14 +194,20 @@ def test_parquet_without_pyarrow_says_how_to_install(
 
 def test_builtin_arith(tokenizer: Any) -> None:
     arith = pytest.importorskip("hybridflow.data.arith")
-    records = load_prompt_dataset("builtin:arith", tokenizer, num=5, seed=3)
     rows = arith.make_arith_rows(5, 3)
-    assert [r.prompt_text for r in records] == [row["prompt"] for row in rows]
+    # A tokenizer with a chat template renders each prompt as a user turn ...
+    records = load_prompt_dataset("builtin:arith", tokenizer, num=5, seed=3)
+    assert [r.prompt_text for r in records] == [
+        f"<s><user>{row['prompt']}\n<assistant>" for row in rows
+    ]
     assert [r.ground_truth for r in records] == [
         row["reward_model"]["ground_truth"] for row in rows
     ]
     assert all(r.data_source == "arith" for r in records)
-    assert records[0].prompt_ids.tolist() == char_ids(rows[0]["prompt"])
+    # ... and one without gets the plain prompt.
+    plain = load_prompt_dataset("builtin:arith", make_tokenizer(chat_template=None), 5, seed=3)
+    assert [r.prompt_text for r in plain] == [row["prompt"] for row in rows]
+    assert plain[0].prompt_ids.tolist() == char_ids(rows[0]["prompt"])
 
 
 def test_epoch_order_is_a_seeded_permutation() -> None:

@@ -95,7 +95,7 @@ def test_a_free_fixed_port_passes_and_shared_ports_are_refused():
 
 def test_model_must_be_a_known_builtin_or_a_checkpoint_dir(tmp_path):
     assert problems(QUICKSTART, ["model=builtin:huge"]) == [
-        "config error: model: unknown builtin model 'huge'; known: ['tiny', 'tiny-random']"
+        "config error: model: unknown builtin model 'huge'; known: ['tiny', 'tiny-qwen3', 'tiny-random']"
     ]
     assert "is not a directory" in problems(QUICKSTART, [f"model={tmp_path / 'x'}"])[0]
     assert "has no config.json" in problems(QUICKSTART, [f"model={tmp_path}"])[0]
@@ -121,7 +121,7 @@ def test_reward_model_components_need_a_known_builtin_or_a_checkpoint_dir(tmp_pa
         "known: ['tiny-rm']"
     ]
     assert problems(QUICKSTART, ["model=builtin:tiny-rm"]) == [
-        "config error: model: unknown builtin model 'tiny-rm'; known: ['tiny', 'tiny-random']"
+        "config error: model: unknown builtin model 'tiny-rm'; known: ['tiny', 'tiny-qwen3', 'tiny-random']"
     ]
 
 
