@@ -140,12 +140,13 @@ class VLLMEngine:
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
+        from hybridflow.models.families import family_of_config
+
         hf_config = AutoConfig.from_pretrained(path)
-        if getattr(hf_config, "model_type", "") != "llama":
-            raise ValueError(
-                f"rollout.engine=vllm takes Llama-architecture checkpoints for now (weight "
-                f"updates map Llama's tensors); {path} is {hf_config.model_type!r}"
-            )
+        try:  # weight updates map the family's tensors onto vLLM's
+            family_of_config(hf_config).dims(hf_config, dtype)
+        except ValueError as exc:
+            raise ValueError(f"rollout.engine=vllm cannot take {path}: {exc}") from exc
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
         args = EngineArgs(
             model=str(path),

@@ -7,13 +7,14 @@ import dataclasses
 import pytest
 import torch
 
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.group import check_plan_hash, init_weight_sync_group
-from hybridflow.resharding.llama import LlamaDims, llama_topology
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.reference import allocate_destination, fsdp_shards
 from hybridflow.resharding.replay import check_destination, check_source_shards
 
-TOPO = llama_topology(LlamaDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
+TOPO = decoder_topology(DecoderDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
 
 
 def test_plan_hash_check_passes_then_names_the_mismatching_rank() -> None:
