@@ -163,21 +163,20 @@ class WeightSyncWorker:
 def engine_param_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
     """Name -> local shape of every checkpoint-format parameter of a loaded vLLM model.
 
-    On CPU vLLM repacks linear weights after loading and leaves the parameters empty; the
-    shapes the loaders fill are in the metadata it recorded for in-place reloads. A model
-    without that metadata is read from its parameters as they are.
+    On CPU vLLM repacks linear weights after loading and leaves those parameters empty; the
+    shapes its loaders fill are in the metadata it recorded for in-place reloads (which
+    leaves out biases, kept as they are, and names a tied head under its own module too).
+    The live parameters fill in whatever that metadata does not name.
     """
     from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
 
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     for module_name, layer in model.named_modules():
         info = LAYERWISE_INFO.get(layer)
         if info is None:
             continue
         for name, meta in info.restore_metadata[0].items():
             shapes[f"{module_name}.{name}" if module_name else name] = tuple(meta.shape)
-    if not shapes:
-        shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     return shapes
 
 
