@@ -22,6 +22,8 @@ FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
     "mistral": {"sliding_window": None},
     "qwen2": {"use_sliding_window": False},
     "qwen3": {"use_sliding_window": False},
+    "gemma2": {},
+    "gemma3_text": {},
 }
 """Extra config fields per model_type (beyond the shared sizes)."""
 

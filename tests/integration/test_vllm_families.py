@@ -34,6 +34,10 @@ CASES = [
     pytest.param("mistral", True, 2, id="mistral-tied-tp2", marks=slow),
     pytest.param("qwen3", False, 1, id="qwen3-untied-tp1", marks=slow),
     pytest.param("qwen3", False, 2, id="qwen3-untied-tp2", marks=slow),
+    pytest.param("gemma2", True, 1, id="gemma2-tied-tp1", marks=slow),
+    pytest.param("gemma2", True, 2, id="gemma2-tied-tp2", marks=slow),
+    pytest.param("gemma3_text", False, 1, id="gemma3_text-untied-tp1", marks=slow),
+    pytest.param("gemma3_text", False, 2, id="gemma3_text-untied-tp2", marks=slow),
 ]
 
 
@@ -63,5 +67,8 @@ def test_a_family_the_registry_lacks_is_refused_by_name(tmp_path: Path) -> None:
     from hybridflow.services.rollout.vllm_engine import VLLMEngine
 
     CONFIG_MAPPING["qwen3_moe"]().save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="'qwen3_moe'.*supported: llama, mistral, qwen2, qwen3"):
+    with pytest.raises(
+        ValueError,
+        match="'qwen3_moe'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3",
+    ):
         VLLMEngine(tmp_path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridflow.models.families import llama, mistral, qwen2, qwen3
+from hybridflow.models.families import gemma2, gemma3, llama, mistral, qwen2, qwen3
 from hybridflow.models.families.base import (
     VLLM_VOCAB_PADDING,
     DecoderDims,
@@ -23,7 +23,15 @@ from hybridflow.models.families.base import (
 )
 
 FAMILIES: dict[str, ModelFamily] = {
-    f.model_type: f for f in (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY)
+    f.model_type: f
+    for f in (
+        llama.FAMILY,
+        mistral.FAMILY,
+        qwen2.FAMILY,
+        qwen3.FAMILY,
+        gemma2.FAMILY,
+        gemma3.FAMILY,
+    )
 }
 """Every family the vLLM engine and the tensor-parallel weight sync take, by model_type."""
 

@@ -25,6 +25,8 @@ from hybridflow.resharding.topology import Placement
 from hybridflow.weights.dist import param_table, replicated_topology, weight_sync_topology
 from tests.family_checkpoints import FAMILY_CONFIGS
 
+UNTIED_REFUSED = {"gemma2"}
+"""Families whose vLLM model has no head of its own: an untied config is refused."""
 DIMS = DecoderDims(
     hidden=64, intermediate=128, num_heads=4, num_kv_heads=2, head_dim=16, vocab=128,
     num_layers=2, tie_embeddings=False, dtype="float32",
@@ -36,7 +38,10 @@ def test_the_registry_serves_every_family_the_fixtures_build() -> None:
 
 
 def test_an_unknown_family_is_refused_by_name_with_the_supported_list() -> None:
-    with pytest.raises(ValueError, match="'qwen3_moe'.*supported: llama, mistral, qwen2, qwen3"):
+    with pytest.raises(
+        ValueError,
+        match="'qwen3_moe'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3",
+    ):
         family_for("qwen3_moe")
 
 
@@ -53,6 +58,10 @@ def test_topology_names_exactly_what_transformers_model_holds(
     config = AutoConfig.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     family = family_for(config.model_type)
+    if not tied and model_type in UNTIED_REFUSED:
+        with pytest.raises(ValueError, match="tie_word_embeddings=false"):
+            family.dims(config, "float32")
+        return
     dims = family.dims(config, "float32")
     assert (dims.head_dim, dims.num_kv_heads, dims.tie_embeddings) == (32, 2, tied)
     table = param_table(model)
