@@ -2,7 +2,8 @@
 
 Pure planning (``topology``, ``coverage``, ``plan``, ``buckets``) imports numpy only; the torch
 side (``reference``, ``replay``, ``group``, ``executors``, and for same-host pairs ``shm``,
-``staging``, ``same_host``) is imported from its modules.
+``staging``, ``same_host``) is imported from its modules. What a model's parameters are and how
+vLLM places them is each model family's (``hybridflow.models.families``); this package is generic.
 """
 
 from hybridflow.resharding.plan import TransferPlan, make_plan

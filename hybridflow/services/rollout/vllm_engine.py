@@ -18,6 +18,9 @@ workers directly from the torch.distributed weight-sync group (``weight_receiver
 ``vllm_worker``). Either way vLLM's in-place reload applies them, so its CPU kernels' packed
 copies are rebuilt too.
 
+Checkpoints are taken by model family (``hybridflow.models.families``): a family the registry
+lacks is refused when the engine starts, naming it and the supported ones.
+
 This module sees token ids only; it knows no task, reward or transport.
 """
 
