@@ -176,7 +176,7 @@ class DistReceiver:
             local_addr=route_address(spec.store_host, spec.store_port),
         )
         try:
-            check_plan_hash(group, plan.content_hash())
+            check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
         except Exception:
             group.abort()
             raise
@@ -374,7 +374,7 @@ class DistPublisher:
             linger=lambda: futures_wait(joins, timeout=spec.timeout_s),
         )
         self._group = group
-        check_plan_hash(group, plan.content_hash())
+        check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
         # Before waiting for the joins: a replica's join returns once its executor is built,
         # and the planner's setup is collective (shared-memory pairs meet in the store).
         self._executor = make_executor(
@@ -440,6 +440,11 @@ def _one_line(exc: BaseException) -> str:
     if callable(code) and callable(details):
         return f"{getattr(code(), 'name', code())}: {details()}"
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _plan_params(plan: TransferPlan) -> dict[str, tuple[int, ...]]:
+    """The plan's parameter names and shapes (published beside its hash)."""
+    return {p.name: p.shape for p in plan.topology.params}
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
