@@ -28,8 +28,11 @@ FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
 """Extra config fields per model_type (beyond the shared sizes)."""
 
 
-def build_family_checkpoint(out_dir: Path, model_type: str, tied: bool, seed: int = 0) -> Path:
-    """A tiny random ``model_type`` causal LM with the character tokenizer, saved HF-style."""
+def build_family_checkpoint(
+    out_dir: Path, model_type: str, tied: bool, seed: int = 0, **overrides: Any
+) -> Path:
+    """A tiny random ``model_type`` causal LM with the character tokenizer, saved HF-style
+    (``overrides``: more config fields)."""
     import torch
     from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
@@ -49,7 +52,7 @@ def build_family_checkpoint(out_dir: Path, model_type: str, tied: bool, seed: in
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        **FAMILY_CONFIGS[model_type],
+        **{**FAMILY_CONFIGS[model_type], **overrides},
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -72,3 +72,17 @@ def test_a_family_the_registry_lacks_is_refused_by_name(tmp_path: Path) -> None:
         match="'qwen3_moe'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3",
     ):
         VLLMEngine(tmp_path)
+
+
+@slow
+def test_a_parameter_the_family_does_not_describe_is_refused_by_the_vllm_worker(
+    tmp_path: Path,
+) -> None:
+    """A Llama checkpoint with ``attention_bias``: vLLM's workers hold q/k/v and o biases that
+    the llama family does not describe (they would never be written); the engine refuses to
+    start, naming them, rather than serve with them stale after the first sync."""
+    from hybridflow.services.rollout.vllm_engine import VLLMEngine
+
+    path = build_family_checkpoint(tmp_path, "llama", True, attention_bias=True)
+    with pytest.raises(Exception, match=r"qkv_proj\.bias.*does not cover"):
+        VLLMEngine(path).close()
