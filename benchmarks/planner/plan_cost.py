@@ -34,15 +34,16 @@ def main() -> None:
 
     import numpy as np
 
-    from hybridflow.resharding.llama import LlamaDims, llama_topology
+    from hybridflow.models.families import DecoderDims
+    from hybridflow.models.families.decoder import decoder_topology
     from hybridflow.resharding.plan import make_plan
 
-    dims = LlamaDims(
+    dims = DecoderDims(
         hidden=8192, intermediate=28672, num_heads=64, num_kv_heads=8, head_dim=128,
         vocab=128256, num_layers=args.layers, tie_embeddings=False, dtype="bfloat16",
     )  # fmt: skip
     start = time.perf_counter()
-    topology = llama_topology(dims, fused=True)
+    topology = decoder_topology(dims, fused=True)
     replicas = [args.tp] * args.replicas
     plan = make_plan(topology, args.num_src, replicas, int(args.bucket_mib * 2**20))
     plan_s = time.perf_counter() - start

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridflow.resharding.llama import LlamaDims, llama_topology
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.topology import Topology
 
 MODULUS = 1021
@@ -27,7 +28,7 @@ class BenchModel:
 
     name: str
     """Key used on the command line (``--models``)."""
-    dims: LlamaDims
+    dims: DecoderDims
     """Shapes of the Llama (fp32)."""
     note: str
     """How the shapes were chosen (printed into the results)."""
@@ -39,7 +40,7 @@ MODELS: dict[str, BenchModel] = {
     # destination only; the planner does not model destination padding).
     "tiny": BenchModel(
         "tiny",
-        LlamaDims(
+        DecoderDims(
             hidden=64,
             intermediate=256,
             num_heads=2,
@@ -54,7 +55,7 @@ MODELS: dict[str, BenchModel] = {
     ),
     "small": BenchModel(
         "small",
-        LlamaDims(
+        DecoderDims(
             hidden=256,
             intermediate=688,
             num_heads=4,
@@ -69,7 +70,7 @@ MODELS: dict[str, BenchModel] = {
     ),
     "100m": BenchModel(
         "100m",
-        LlamaDims(
+        DecoderDims(
             hidden=640,
             intermediate=1728,
             num_heads=10,
@@ -93,7 +94,7 @@ def get_model(name: str) -> BenchModel:
 
 def topology_of(model: BenchModel) -> Topology:
     """Source (HF names) and vLLM-style fused destination parameters."""
-    return llama_topology(model.dims, fused=True)
+    return decoder_topology(model.dims, fused=True)
 
 
 def num_params(topology: Topology) -> int:

@@ -2,7 +2,7 @@
 Llama built from the learner's full weights and from the destination's fused tensors.
 
 At TP 1 the destination's ``qkv_proj`` is ``cat([q, k, v])`` and ``gate_up_proj`` is
-``cat([gate, up])`` (vLLM's layout, ``llama_topology(fused=True)``); ``unfuse`` splits them back
+``cat([gate, up])`` (vLLM's layout, ``decoder_topology(fused=True)``); ``unfuse`` splits them back
 into the Hugging Face names. This module knows the Llama layout; not ranks or transports.
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Mapping
 
 import torch
 
-from hybridflow.resharding.llama import LlamaDims
+from hybridflow.models.families import DecoderDims
 
 BATCH, SEQ_LEN, SEED = 2, 16, 11
 
 
-def unfuse(tensors: Mapping[str, torch.Tensor], dims: LlamaDims) -> dict[str, torch.Tensor]:
+def unfuse(tensors: Mapping[str, torch.Tensor], dims: DecoderDims) -> dict[str, torch.Tensor]:
     """Hugging Face state dict from a TP-1 destination's (fused) tensors."""
     q, kv = dims.num_heads * dims.head_dim, dims.num_kv_heads * dims.head_dim
     out: dict[str, torch.Tensor] = {}
@@ -35,7 +35,7 @@ def unfuse(tensors: Mapping[str, torch.Tensor], dims: LlamaDims) -> dict[str, to
     return out
 
 
-def batch_logprobs(state: Mapping[str, torch.Tensor], dims: LlamaDims) -> torch.Tensor:
+def batch_logprobs(state: Mapping[str, torch.Tensor], dims: DecoderDims) -> torch.Tensor:
     """Log-probs of a fixed seeded token batch, shape (BATCH, SEQ_LEN - 1), fp32."""
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -1,11 +1,11 @@
 """Resharding: move learner (FSDP2 dim-0) shards into rollout replicas' tensor-parallel layout.
 
-Pure planning (``topology``, ``llama``, ``plan``, ``buckets``) imports numpy only; the torch
+Pure planning (``topology``, ``coverage``, ``plan``, ``buckets``) imports numpy only; the torch
 side (``reference``, ``replay``, ``group``, ``executors``, and for same-host pairs ``shm``,
-``staging``, ``same_host``) is imported from its modules.
+``staging``, ``same_host``) is imported from its modules. What a model's parameters are and how
+vLLM places them is each model family's (``hybridflow.models.families``); this package is generic.
 """
 
-from hybridflow.resharding.llama import LlamaDims, llama_topology
 from hybridflow.resharding.plan import TransferPlan, make_plan
 from hybridflow.resharding.plan_types import Bucket, RankRole, Transfer
 from hybridflow.resharding.topology import (
@@ -21,7 +21,6 @@ __all__ = [
     "Bucket",
     "DestParam",
     "DestPart",
-    "LlamaDims",
     "ParamSpec",
     "Placement",
     "RankRole",
@@ -29,6 +28,5 @@ __all__ = [
     "Transfer",
     "TransferPlan",
     "fsdp_dim0_rows",
-    "llama_topology",
     "make_plan",
 ]

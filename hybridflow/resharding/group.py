@@ -11,14 +11,15 @@ NCCL: every rank calls ``eager_connect_single_device`` at creation, so point-to-
 the group's single full communicator (no lazily created two-rank communicators, whose blocking
 initialisation could interlock). NCCL ops do not time out on their own: the caller's control
 RPC keeps the deadline and calls ``abort()`` then rebuilds the group on failure.
-This module knows rendezvous and backends, not plans or parameters.
+This module knows rendezvous and backends; of plans only their hash and parameter names.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -196,11 +197,21 @@ def arrive(
         time.sleep(_ARRIVAL_POLL_S)
 
 
-def check_plan_hash(group: WeightSyncGroup, plan_hash: str, tag: str = "0") -> None:
+def check_plan_hash(
+    group: WeightSyncGroup,
+    plan_hash: str,
+    tag: str = "0",
+    params: Mapping[str, Sequence[int]] | None = None,
+) -> None:
     """Every rank publishes its plan hash and checks all others'; RuntimeError on mismatch.
 
-    ``tag`` distinguishes successive checks on the same group (e.g. a re-plan).
+    ``tag`` distinguishes successive checks on the same group (e.g. a re-plan). ``params``
+    (the plan's parameter names and shapes) is published beside the hash, so that a mismatch
+    names the parameters the two plans disagree on (whole-tensor plans at TP 1 come from each
+    side's own table: a parameter only one side has shows up here).
     """
+    if params is not None:  # set before the hash: whoever sees the hash can read them
+        group.store.set(f"plan_params/{tag}/{group.rank}", json.dumps(dict(params)))
     group.store.set(f"plan_hash/{tag}/{group.rank}", plan_hash)
     keys = [f"plan_hash/{tag}/{r}" for r in range(group.world_size)]
     group.store.wait(keys)
@@ -209,5 +220,32 @@ def check_plan_hash(group: WeightSyncGroup, plan_hash: str, tag: str = "0") -> N
     if bad:
         raise RuntimeError(
             f"plan hash mismatch: rank {group.rank} has {plan_hash[:12]}, ranks {bad} have "
-            f"{sorted({values[r][:12] for r in bad})}"
+            f"{sorted({values[r][:12] for r in bad})}{_param_difference(group, tag, bad[0], params)}"
         )
+
+
+def _param_difference(
+    group: WeightSyncGroup, tag: str, other: int, params: Mapping[str, Sequence[int]] | None
+) -> str:
+    """``; <what differs>`` between this rank's plan parameters and rank ``other``'s, or ""
+    when either did not publish them or they agree (the plans differ elsewhere)."""
+    key = f"plan_params/{tag}/{other}"
+    if params is None or not group.store.check([key]):
+        return ""
+    theirs = {n: tuple(s) for n, s in json.loads(group.store.get(key)).items()}
+    mine = {n: tuple(s) for n, s in params.items()}
+    parts = []
+    for holder, names in (
+        (group.rank, sorted(set(mine) - set(theirs))),
+        (other, sorted(set(theirs) - set(mine))),
+    ):
+        if names:
+            shown = ", ".join(repr(n) for n in names[:5])
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            parts.append(f"only rank {holder}'s plan has {shown}{more}")
+    parts += [
+        f"{n} is {mine[n]} on rank {group.rank}, {theirs[n]} on rank {other}"
+        for n in sorted(set(mine) & set(theirs))
+        if mine[n] != theirs[n]
+    ][:1]
+    return f"; {'; '.join(parts)}" if parts else ""

@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hybridflow.resharding.coverage import check_learner_covered, check_same_params
 from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
 from hybridflow.resharding.group import WeightSyncGroup, check_plan_hash, init_weight_sync_group
-from hybridflow.resharding.llama import LlamaDims, llama_dims_from_config, vllm_sliced_topology
 from hybridflow.resharding.plan import TransferPlan, make_plan
 from hybridflow.resharding.topology import (
     DestParam,
@@ -78,18 +78,19 @@ def replicated_topology(table: Sequence[tuple[str, tuple[int, ...], str]]) -> To
 def weight_sync_topology(
     table: Sequence[tuple[str, tuple[int, ...], str]],
     replica_tp_sizes: Sequence[int],
-    dims: LlamaDims | None,
+    sliced: Topology | None,
 ) -> Topology:
     """The topology both sides plan with: whole tensors when every replica is TP 1 (any
-    model), else each TP rank's slices of a Llama (``vllm_sliced_topology``)."""
+    model), else each TP rank's slices as the model's family places them (``sliced``: the
+    family's ``sliced_topology``; None when the model has no family in the registry)."""
     if all(int(t) == 1 for t in replica_tp_sizes):
         return replicated_topology(table)
-    if dims is None:
+    if sliced is None:
         raise ValueError(
-            "tensor-parallel rollout replicas need a Llama-architecture model for the "
-            "resharding plan"
+            "tensor-parallel rollout replicas need a model family from the registry "
+            "(hybridflow/models/families/) for the resharding plan"
         )
-    return vllm_sliced_topology(dims)
+    return sliced
 
 
 def make_executor(
@@ -136,12 +137,12 @@ class DistReceiver:
         table: Sequence[tuple[str, tuple[int, ...], str]],
         device: torch.device,
         tp_rank: int = 0,
-        dims: LlamaDims | None = None,
+        sliced: Topology | None = None,
     ) -> None:
         self._table = list(table)
         self._device = device
         self._tp_rank = tp_rank
-        self._dims = dims
+        self._sliced = sliced
         self._group: WeightSyncGroup | None = None
         self._executor: DistExecutor | NaiveExecutor | None = None
         self.plan: TransferPlan | None = None
@@ -149,11 +150,15 @@ class DistReceiver:
 
     def join(self, spec: GroupSpec, replica_index: int) -> str:
         self.close()
+        topology = weight_sync_topology(self._table, spec.replica_tp_sizes, self._sliced)
+        check_same_params(
+            {p.name: p.shape for p in topology.params},
+            {name: tuple(shape) for name, shape, _ in self._table},
+            "this replica",
+            "never be received",
+        )
         plan = make_plan(
-            weight_sync_topology(self._table, spec.replica_tp_sizes, self._dims),
-            spec.num_src_ranks,
-            list(spec.replica_tp_sizes),
-            spec.bucket_bytes,
+            topology, spec.num_src_ranks, list(spec.replica_tp_sizes), spec.bucket_bytes
         )
         self.tp_size = int(spec.replica_tp_sizes[replica_index])
         if not 0 <= self._tp_rank < self.tp_size:
@@ -171,7 +176,7 @@ class DistReceiver:
             local_addr=route_address(spec.store_host, spec.store_port),
         )
         try:
-            check_plan_hash(group, plan.content_hash())
+            check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
         except Exception:
             group.abort()
             raise
@@ -332,7 +337,9 @@ class DistPublisher:
             # Learner ranks agree on rank 0's meeting point and replicas over their own group.
             dist.broadcast_object_list(meeting, src=0, group=self.group)
         port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
-        topology = weight_sync_topology(param_table(self.module), tp_sizes, self._dims())
+        table = param_table(self.module)
+        topology = weight_sync_topology(table, tp_sizes, self._sliced_topology(tp_sizes))
+        check_learner_covered(topology, table)
         plan = make_plan(topology, self.world_size, list(tp_sizes), self.config.bucket_bytes)
         spec = GroupSpec(
             self.config.store_host,
@@ -367,7 +374,7 @@ class DistPublisher:
             linger=lambda: futures_wait(joins, timeout=spec.timeout_s),
         )
         self._group = group
-        check_plan_hash(group, plan.content_hash())
+        check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
         # Before waiting for the joins: a replica's join returns once its executor is built,
         # and the planner's setup is collective (shared-memory pairs meet in the store).
         self._executor = make_executor(
@@ -386,13 +393,17 @@ class DistPublisher:
             plan.content_hash()[:12],
         )
 
-    def _dims(self) -> LlamaDims | None:
-        """The model's Llama dims (for tensor-parallel destinations), None if not a Llama."""
-        config = getattr(self.module, "config", None)
-        if config is None or getattr(config, "model_type", "") != "llama":
+    def _sliced_topology(self, tp_sizes: Sequence[int]) -> Topology | None:
+        """The model family's sliced topology for tensor-parallel replicas (the registry
+        refuses a family it does not know); None when every replica is TP 1."""
+        if all(int(t) == 1 for t in tp_sizes):
             return None
+        from hybridflow.models.families import family_of_config
+
+        config = getattr(self.module, "config", None)
+        family = family_of_config(config)
         dtype = str(next(self.module.parameters()).dtype).removeprefix("torch.")
-        return llama_dims_from_config(config, dtype)
+        return family.sliced_topology(family.dims(config, dtype))
 
     def _abort(self) -> None:
         if self._executor is not None:
@@ -429,6 +440,11 @@ def _one_line(exc: BaseException) -> str:
     if callable(code) and callable(details):
         return f"{getattr(code(), 'name', code())}: {details()}"
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _plan_params(plan: TransferPlan) -> dict[str, tuple[int, ...]]:
+    """The plan's parameter names and shapes (published beside its hash)."""
+    return {p.name: p.shape for p in plan.topology.params}
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

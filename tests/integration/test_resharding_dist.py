@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hybridflow.resharding.llama import LlamaDims, llama_topology
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.topology import DestParam, DestPart, ParamSpec, Placement, Topology
 
@@ -34,8 +35,8 @@ SEED = 7
 
 
 def _topology() -> Topology:
-    base = llama_topology(
-        LlamaDims(
+    base = decoder_topology(
+        DecoderDims(
             hidden=16, intermediate=24, num_heads=4, num_kv_heads=2, head_dim=4, vocab=30,
             num_layers=2, tie_embeddings=False, dtype="float32",
         )

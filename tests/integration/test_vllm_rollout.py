@@ -179,11 +179,20 @@ def test_what_vllm_cannot_do_our_way_is_invalid_argument(
 def test_parity_before_and_after_three_syncs(
     vllm_services: dict[int, VLLMService], tiny_model_path: Path, probe, tp: int, transport: str
 ) -> None:
-    service = vllm_services[tp]
+    check_parity_through_syncs(vllm_services[tp], tiny_model_path, probe, transport)
+
+
+def check_parity_through_syncs(
+    service: VLLMService, model_path: Path, probe: list[list[int]], transport: str
+) -> list[float]:
+    """A learner of ``model_path`` trains three steps and syncs after each over
+    ``transport``; log-prob parity with ``service`` holds before and after every sync, and
+    is lost in between. Returns the parities measured after each sync."""
     cfg = WeightSyncConfig(transport=transport, timeout_s=60)
-    learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=2e-3)
+    learner_server, core = start_learner_server(model_path, weight_sync=cfg, lr=2e-3)
     learner = GrpcLearnerClient(learner_server.address)
     rollout = service.client
+    measured = []
     try:
         # The replica outlives earlier tests' learners and never takes an older version: this
         # learner continues their numbering, and first sends its own (initial) weights.
@@ -191,17 +200,21 @@ def test_parity_before_and_after_three_syncs(
         core.worker.policy_version = base  # type: ignore[attr-defined]
         if base != 0:
             learner.publish_weights([service.address])  # same version: a re-sync
-        assert parity(rollout, learner, probe) <= PARITY_TOL
+        measured.append(parity(rollout, learner, probe))
+        assert measured[-1] <= PARITY_TOL
         for step in range(3):
             assert train_once(rollout, learner, probe, base + step) == base + step + 1
             assert parity(rollout, learner, probe) > 1e-3  # stale until synced
             report = learner.publish_weights([service.address])
             assert report.num_bytes > 0
             assert rollout.status().policy_version == base + step + 1
-            assert parity(rollout, learner, probe) <= PARITY_TOL
-            assert parity(rollout, learner, probe, temperature=0.7) <= PARITY_TOL
+            measured.append(parity(rollout, learner, probe))
+            assert measured[-1] <= PARITY_TOL
+            measured.append(parity(rollout, learner, probe, temperature=0.7))
+            assert measured[-1] <= PARITY_TOL
     finally:
         learner_server.stop(0)
+    return measured
 
 
 def test_a_dead_engine_worker_is_reported_not_waited_on(

@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hybridflow.resharding.llama import LlamaDims, llama_topology
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.shm import SHM_DIR
 from hybridflow.resharding.topology import Topology
@@ -39,11 +40,11 @@ NUM_SYNCS = 3
 
 
 def _topology() -> Topology:
-    dims = LlamaDims(
+    dims = DecoderDims(
         hidden=16, intermediate=24, num_heads=4, num_kv_heads=2, head_dim=4, vocab=30,
         num_layers=2, tie_embeddings=False, dtype="float32",
     )  # fmt: skip
-    return llama_topology(dims, fused=False)
+    return decoder_topology(dims, fused=False)
 
 
 def _full(topology: Topology, version: int) -> dict[str, torch.Tensor]:

@@ -18,6 +18,9 @@ workers directly from the torch.distributed weight-sync group (``weight_receiver
 ``vllm_worker``). Either way vLLM's in-place reload applies them, so its CPU kernels' packed
 copies are rebuilt too.
 
+Checkpoints are taken by model family (``hybridflow.models.families``): a family the registry
+lacks is refused when the engine starts, naming it and the supported ones.
+
 This module sees token ids only; it knows no task, reward or transport.
 """
 
@@ -140,12 +143,13 @@ class VLLMEngine:
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
+        from hybridflow.models.families import family_of_config
+
         hf_config = AutoConfig.from_pretrained(path)
-        if getattr(hf_config, "model_type", "") != "llama":
-            raise ValueError(
-                f"rollout.engine=vllm takes Llama-architecture checkpoints for now (weight "
-                f"updates map Llama's tensors); {path} is {hf_config.model_type!r}"
-            )
+        try:  # weight updates map the family's tensors onto vLLM's
+            family_of_config(hf_config).dims(hf_config, dtype)
+        except ValueError as exc:
+            raise ValueError(f"rollout.engine=vllm cannot take {path}: {exc}") from exc
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
         args = EngineArgs(
             model=str(path),

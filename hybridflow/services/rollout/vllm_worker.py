@@ -3,7 +3,9 @@
 vLLM builds one worker per tensor-parallel rank and mixes this class into it; the engine
 calls these methods on every rank at once with ``collective_rpc``. A worker here
 
-- describes the weights it takes in the learner's (Hugging Face) names (``hf_param_table``);
+- describes the weights it takes in the learner's (Hugging Face) names (``hf_param_table``),
+  from its model family (``hybridflow.models.families``), once that description is checked
+  against the parameters its model really holds (``hf_check_engine_params``, again at join);
 - loads a whole checkpoint handed to it (``hf_load_weights``: the gRPC and in-process paths);
 - joins the torch.distributed weight-sync group as its own destination rank and receives
   only its slices along the resharding plan (``hf_join_weight_sync``, ``hf_receive_weights``),
@@ -28,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hybridflow.resharding.llama import LlamaDims, llama_dims_from_config, llama_topology
+from hybridflow.models.families import DecoderDims, ModelFamily, family_of_config
+from hybridflow.resharding.coverage import check_same_params
 from hybridflow.weights.dist import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
@@ -40,6 +43,7 @@ class WeightSyncWorker:
 
     model_config: Any
     model_runner: Any
+    parallel_config: Any
     rank: int
     device: torch.device
 
@@ -49,15 +53,31 @@ class WeightSyncWorker:
 
     # ------------------------------------------------------------------ description
 
-    def _hf_dims(self) -> LlamaDims:
-        cfg = self.model_config.hf_config
+    def _hf_family(self) -> ModelFamily:
+        return family_of_config(self.model_config.hf_config)
+
+    def _hf_dims(self) -> DecoderDims:
         dtype = str(self.model_config.dtype).removeprefix("torch.")
-        return llama_dims_from_config(cfg, dtype)
+        return self._hf_family().dims(self.model_config.hf_config, dtype)
 
     def hf_param_table(self) -> list[TableRow]:
-        """(name, global shape, dtype) of the learner's parameters, sorted by name."""
-        return sorted(
-            (p.name, p.shape, p.dtype) for p in llama_topology(self._hf_dims(), fused=False).params
+        """(name, global shape, dtype) of the learner's parameters, sorted by name, once the
+        family's description is checked against what this worker's model holds."""
+        self.hf_check_engine_params(self.parallel_config.tensor_parallel_size)
+        params = self._hf_family().topology(self._hf_dims(), fused=False).params
+        return sorted((p.name, p.shape, p.dtype) for p in params)
+
+    def hf_check_engine_params(self, tp_size: int) -> None:
+        """ValueError naming every parameter the model holds that the family's topology does
+        not fill, or that the topology names and the model lacks (or shapes otherwise)."""
+        family = self._hf_family()
+        planned = family.engine_param_shapes(self._hf_dims(), tp_size)
+        held = engine_param_shapes(self.model_runner.get_model())
+        check_same_params(
+            planned,
+            held,
+            f"vLLM's {family.model_type} model (TP rank {self.rank})",
+            "keep its old values",
         )
 
     # ------------------------------------------------------------------ whole checkpoints
@@ -72,10 +92,11 @@ class WeightSyncWorker:
     def hf_join_weight_sync(self, spec: dict[str, Any], replica_index: int) -> str:
         """Join the group as destination rank (replica_index, this TP rank); the plan hash."""
         receiver = getattr(self, "_hf_receiver", None)
+        self.hf_check_engine_params(int(spec["replica_tp_sizes"][replica_index]))
         if receiver is None:
-            dims = self._hf_dims()
+            sliced = self._hf_family().sliced_topology(self._hf_dims())
             receiver = DistReceiver(
-                self.hf_param_table(), self.device, tp_rank=self.rank, dims=dims
+                self.hf_param_table(), self.device, tp_rank=self.rank, sliced=sliced
             )
             self._hf_receiver = receiver
         self._hf_staged: list[tuple[str, torch.Tensor]] | None = None
@@ -107,10 +128,15 @@ class WeightSyncWorker:
     def _with_tied_head(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]]
     ) -> list[tuple[str, torch.Tensor]]:
-        """With tied embeddings vLLM's head keeps its own packed copy on CPU: feed it too."""
+        """With tied embeddings vLLM's head (where the family's model has one) keeps its own
+        packed copy on CPU: feed it the embedding too; where it has none, drop the HF name."""
         out = list(named_tensors)
-        if self._hf_dims().tie_embeddings and all(n != "lm_head.weight" for n, _ in out):
-            out += [("lm_head.weight", t) for n, t in out if n == "model.embed_tokens.weight"]
+        dims = self._hf_dims()
+        head = self._hf_family().engine_tied_head(dims)
+        if head is not None and all(n != head for n, _ in out):
+            out += [(head, t) for n, t in out if n == "model.embed_tokens.weight"]
+        elif head is None and dims.tie_embeddings:
+            out = [(n, t) for n, t in out if n != "lm_head.weight"]
         return out
 
     def _unshard_vocab(
@@ -132,6 +158,26 @@ class WeightSyncWorker:
     def _reload(self, named_tensors: list[tuple[str, torch.Tensor]], sharded: bool) -> None:
         with _presharded_linears(self.model_runner.get_model(), sharded):
             self.reload_weights(weights_iterator=iter(named_tensors))
+
+
+def engine_param_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    """Name -> local shape of every checkpoint-format parameter of a loaded vLLM model.
+
+    On CPU vLLM repacks linear weights after loading and leaves those parameters empty; the
+    shapes its loaders fill are in the metadata it recorded for in-place reloads (which
+    leaves out biases, kept as they are, and names a tied head under its own module too).
+    The live parameters fill in whatever that metadata does not name.
+    """
+    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    for module_name, layer in model.named_modules():
+        info = LAYERWISE_INFO.get(layer)
+        if info is None:
+            continue
+        for name, meta in info.restore_metadata[0].items():
+            shapes[f"{module_name}.{name}" if module_name else name] = tuple(meta.shape)
+    return shapes
 
 
 @contextmanager

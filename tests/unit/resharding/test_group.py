@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
 
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.group import check_plan_hash, init_weight_sync_group
-from hybridflow.resharding.llama import LlamaDims, llama_topology
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.reference import allocate_destination, fsdp_shards
 from hybridflow.resharding.replay import check_destination, check_source_shards
 
-TOPO = llama_topology(LlamaDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
+TOPO = decoder_topology(DecoderDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
 
 
 def test_plan_hash_check_passes_then_names_the_mismatching_rank() -> None:
@@ -24,6 +26,17 @@ def test_plan_hash_check_passes_then_names_the_mismatching_rank() -> None:
     pair.store.set("plan_hash/next/1", "bbbb")
     with pytest.raises(RuntimeError, match=r"ranks \[1\] have \['bbbb'\]"):
         check_plan_hash(pair, "aaaa", tag="next")
+    group.close()
+
+
+def test_a_plan_hash_mismatch_names_the_parameters_the_plans_disagree_on() -> None:
+    group = init_weight_sync_group("127.0.0.1", 0, 1, 0, "gloo", 10.0, local_addr="127.0.0.1")
+    pair = dataclasses.replace(group, world_size=2)
+    pair.store.set("plan_params/p/1", json.dumps({"a.weight": [4, 3]}))
+    pair.store.set("plan_hash/p/1", "bbbb")
+    mine = {"a.weight": (4, 3), "a.bias": (4,)}
+    with pytest.raises(RuntimeError, match=r"only rank 0's plan has 'a\.bias'"):
+        check_plan_hash(pair, "aaaa", tag="p", params=mine)
     group.close()
 
 

@@ -10,8 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.buckets import assign_buckets
-from hybridflow.resharding.llama import LlamaDims, llama_topology
 from hybridflow.resharding.plan import ALIGN_BYTES, TransferPlan, make_plan
 from hybridflow.resharding.reference import fsdp_shards, torch_dtype, tp_shards
 from hybridflow.resharding.replay import replay_in_process
@@ -135,8 +136,8 @@ def test_plan_properties_and_replay(case: tuple[Topology, int, list[int], int]) 
 
 
 def test_split_params_give_each_tp_rank_one_tp_th() -> None:
-    dims = LlamaDims(16, 32, 4, 4, 4, 64, 2, False, "bfloat16")
-    topo = llama_topology(dims)
+    dims = DecoderDims(16, 32, 4, 4, 4, 64, 2, False, "bfloat16")
+    topo = decoder_topology(dims)
     plan = make_plan(topo, 3, [1, 2, 4], 4096)
     norms = sum(p.num_bytes for p in topo.params if p.name.endswith("norm.weight"))
     for r, tp in enumerate([1, 2, 4]):
@@ -148,7 +149,7 @@ def test_split_params_give_each_tp_rank_one_tp_th() -> None:
 
 
 def test_hash_is_deterministic_and_input_sensitive() -> None:
-    topo = llama_topology(LlamaDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
+    topo = decoder_topology(DecoderDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
     base = make_plan(topo, 2, [1, 2], 256).content_hash()
     assert base == make_plan(topo, 2, [1, 2], 256).content_hash()
     others = {
@@ -156,14 +157,14 @@ def test_hash_is_deterministic_and_input_sensitive() -> None:
         make_plan(topo, 2, [2, 1], 256).content_hash(),
         make_plan(topo, 2, [1, 2], 257).content_hash(),
         make_plan(
-            llama_topology(LlamaDims(8, 12, 2, 1, 4, 10, 1, True, "bfloat16")), 2, [1, 2], 256
+            decoder_topology(DecoderDims(8, 12, 2, 1, 4, 10, 1, True, "bfloat16")), 2, [1, 2], 256
         ).content_hash(),
     }
     assert base not in others and len(others) == 4
 
 
 def test_make_plan_rejects_bad_inputs() -> None:
-    topo = llama_topology(LlamaDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
+    topo = decoder_topology(DecoderDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
     with pytest.raises(ValueError, match="num_src_ranks"):
         make_plan(topo, 0, [1], 64)
     with pytest.raises(ValueError, match="bucket_bytes"):
@@ -200,7 +201,7 @@ def test_small_transfers_share_a_bucket_and_a_large_one_starts_its_own() -> None
 
 
 def test_ranks_roles_and_schedule() -> None:
-    topo = llama_topology(LlamaDims(8, 12, 2, 2, 4, 10, 1, False, "float32"))
+    topo = decoder_topology(DecoderDims(8, 12, 2, 2, 4, 10, 1, False, "float32"))
     plan = make_plan(topo, 2, [1, 2], 1 << 20)
     assert plan.world_size == 5
     assert plan.group_rank(1, 1) == 4

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hybridflow.resharding.llama import LlamaDims, llama_topology
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.reference import allocate_destination
 from hybridflow.resharding.shm import Segment, segment_name
@@ -29,11 +30,11 @@ from hybridflow.resharding.staging import (
 
 
 def _plan():  # type: ignore[no-untyped-def]
-    dims = LlamaDims(
+    dims = DecoderDims(
         hidden=16, intermediate=24, num_heads=4, num_kv_heads=2, head_dim=4, vocab=30,
         num_layers=2, tie_embeddings=False, dtype="float32",
     )  # fmt: skip
-    return make_plan(llama_topology(dims, fused=True), 2, [2], 4096)
+    return make_plan(decoder_topology(dims, fused=True), 2, [2], 4096)
 
 
 @pytest.fixture

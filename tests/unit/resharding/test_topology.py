@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
 
-from hybridflow.resharding.llama import LlamaDims, llama_topology
+from hybridflow.models.families import DecoderDims
+from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.reference import tp_shards
 from hybridflow.resharding.topology import (
     DestParam,
@@ -19,7 +20,7 @@ from hybridflow.resharding.topology import (
     validate_replicas,
 )
 
-DIMS = LlamaDims(
+DIMS = DecoderDims(
     hidden=8, intermediate=12, num_heads=4, num_kv_heads=2, head_dim=2, vocab=20, num_layers=1,
     tie_embeddings=False, dtype="float32",
 )  # fmt: skip
@@ -47,7 +48,7 @@ def _full(topology: Topology) -> dict[str, torch.Tensor]:
 
 
 def test_llama_fused_qkv_and_gate_up_follow_vllm() -> None:
-    topo = llama_topology(DIMS, fused=True)
+    topo = decoder_topology(DIMS, fused=True)
     full = _full(topo)
     a, m = "model.layers.0.self_attn.", "model.layers.0.mlp."
     q, k, v = (full[a + f"{n}_proj.weight"] for n in "qkv")
@@ -85,7 +86,7 @@ def test_llama_fused_qkv_and_gate_up_follow_vllm() -> None:
 
 
 def test_llama_names_and_tied_embeddings() -> None:
-    fused = llama_topology(DIMS, fused=True)
+    fused = decoder_topology(DIMS, fused=True)
     assert [d.name for d in fused.dests][:4] == [
         "model.embed_tokens.weight",
         "model.layers.0.self_attn.qkv_proj.weight",
@@ -93,9 +94,9 @@ def test_llama_names_and_tied_embeddings() -> None:
         "model.layers.0.mlp.gate_up_proj.weight",
     ]
     assert len(fused.params) == 1 + 9 + 2
-    unfused = llama_topology(DIMS, fused=False)
+    unfused = decoder_topology(DIMS, fused=False)
     assert {d.name for d in unfused.dests} == {p.name for p in unfused.params}
-    tied = llama_topology(LlamaDims(**{**DIMS.__dict__, "tie_embeddings": True}))
+    tied = decoder_topology(DecoderDims(**{**DIMS.__dict__, "tie_embeddings": True}))
     assert "lm_head.weight" not in {p.name for p in tied.params} | {d.name for d in tied.dests}
     shape, offsets = dest_layout(fused, fused.dests[1], 2)
     assert shape == (4 + 2 + 2, 8) and offsets == [0, 4, 6]
