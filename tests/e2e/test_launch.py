@@ -192,6 +192,28 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
         ),
         # 2 FSDP learner ranks -> 2 TP workers of one vLLM replica, along the planner.
         ("rollout.engine=vllm", "rollout.tensor_parallel_size=2", "learner.nproc_per_node=2"),
+        # A built-in shaped like a real checkpoint: Qwen3, BPE tokenizer, ChatML.
+        ("model=builtin:tiny-qwen3",),
+        (
+            "model=builtin:tiny-qwen3",
+            "coordinator.max_staleness=2",
+            "learner.off_policy=tis",
+            "coordinator.num_steps=200",
+        ),
+        ("model=builtin:tiny-qwen3", "rollout.engine=vllm"),
+        (
+            "model=builtin:tiny-qwen3",
+            "rollout.engine=vllm",
+            "coordinator.max_staleness=2",
+            "learner.off_policy=tis",
+            "coordinator.num_steps=200",
+        ),
+        (
+            "model=builtin:tiny-qwen3",
+            "rollout.engine=vllm",
+            "rollout.tensor_parallel_size=2",
+            "learner.nproc_per_node=2",
+        ),
     ],
     ids=[
         "quickstart",
@@ -200,6 +222,11 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
         "vllm",
         "vllm-async-staleness2-tis",
         "vllm-tp2-from-fsdp2",
+        "qwen3",
+        "qwen3-async-staleness2-tis",
+        "qwen3-vllm",
+        "qwen3-vllm-async-staleness2-tis",
+        "qwen3-vllm-tp2-from-fsdp2",
     ],
 )
 def test_quickstart_learns(tmp_path, overrides):
