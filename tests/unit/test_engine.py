@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import LlamaConfig
 
 from hybridflow.models.tokenizer import build_char_tokenizer
 from hybridflow.services.rollout.engine import HFEngine
@@ -162,7 +162,8 @@ def full_forward_logprobs(
     return out
 
 
-def test_logprobs_match_a_full_forward(tiny_engine: HFEngine) -> None:
+def test_logprobs_before_top_p_match_a_full_forward(tiny_engine: HFEngine) -> None:
+    # (At top_p = 1 every engine's log-probs are checked in test_engine_conformance.py.)
     prompts = encode(tiny_engine, ["3+4=", "12+7=", "5+5=", "hello "])
     params = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=5, n=3, seed=11)
     groups = tiny_engine.generate(prompts, params)
@@ -189,7 +190,7 @@ def test_seeded_generation_is_reproducible(tiny_engine: HFEngine) -> None:
     ]
 
 
-def test_load_weights_changes_outputs_and_rejects_bad_tensors(tiny_model_path: Path) -> None:
+def test_load_weights_rejects_bad_tensors_and_changes_nothing(tiny_model_path: Path) -> None:
     engine = HFEngine(tiny_model_path)
     prompts = encode(engine, ["3+4="])
     params = SamplingParams(temperature=0.0, max_new_tokens=3)
@@ -214,16 +215,9 @@ def test_load_weights_changes_outputs_and_rejects_bad_tensors(tiny_model_path: P
     for name, value in engine.model.state_dict().items():
         assert torch.equal(value, state[name]), name
 
-    scaled = [(name, value * 3.0) for name, value in state.items()]
-    engine.load_weights(scaled, policy_version=7)
-    assert engine.policy_version == 7
-    after = engine.generate(prompts, params)[0][0]
-    assert after.policy_version == 7
-    assert after.logprobs[0] != pytest.approx(before.logprobs[0], abs=1e-3)
-    reference = AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    reference.load_state_dict(dict(scaled))
-    ref_logprobs = full_forward_logprobs(reference, prompts, [after.token_ids], 1.0)[0]
-    assert after.logprobs == pytest.approx(ref_logprobs, abs=1e-5)
+    # (That accepted weights take effect is checked for every engine in
+    # test_engine_conformance.py.)
+    assert engine.generate(prompts, params)[0][0] == before
 
 
 def test_generation_holds_the_weights_lock() -> None:
@@ -240,32 +234,3 @@ def test_generation_holds_the_weights_lock() -> None:
     engine.generate([[5, 6]], SamplingParams(temperature=0.0, max_new_tokens=3))
     assert held == [True, True, True]
     assert not engine._lock.locked()
-
-
-def test_weights_arriving_mid_request_continue_with_per_token_versions(tiny_model_path):
-    from hybridflow.services.rollout.local import LocalRollout
-
-    engine = HFEngine(tiny_model_path, seed=0)
-    rollout = LocalRollout(engine, "tiny", in_flight_weights="continue_new")
-    params = SamplingParams(n=4, max_new_tokens=4, seed=1)
-    before = HFEngine(tiny_model_path, seed=0).generate([[5, 6, 7]], params)
-    zeros = [(n, torch.zeros_like(p)) for n, p in engine.model.named_parameters()]
-    take = engine.between_steps
-    calls = []
-
-    def arrives_after_first_token():
-        calls.append(1)
-        if len(calls) == 1:  # the publish lands while the request is decoding
-            rollout._pending = (zeros, 1)
-        return take()
-
-    engine.between_steps = arrives_after_first_token
-    groups = rollout.generate([[5, 6, 7]], params)
-    assert engine.policy_version == 1
-    for old, new in zip(before[0], groups[0]):
-        assert new.policy_version == 0
-        assert new.token_ids[0] == old.token_ids[0]  # sampled from the prefill, old weights
-        assert new.token_versions is not None
-        assert new.token_versions.tolist() == [0] + [1] * (len(new.token_ids) - 1)
-        # All-zero weights give uniform logits: every later token has log-prob -log(V).
-        assert all(abs(lp + math.log(engine.vocab_size)) < 1e-5 for lp in new.logprobs[1:])

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from hybridflow.arrays import TokenArray, TokenLike, as_tokens
+from hybridflow.arrays import TokenLike, as_tokens
 from hybridflow.errors import FailedPrecondition
+from hybridflow.services.rollout.engine_contract import Engine, StagedWeights
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop
 from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
 
@@ -23,40 +24,6 @@ if TYPE_CHECKING:
     import torch
 
     from hybridflow.weights.spec import GroupSpec
-
-
-StagedWeights = Sequence[tuple[str, "torch.Tensor"]] | None
-"""Named tensors to load, or None: the engine's weight-sync receiver staged them itself."""
-
-
-class Engine(Protocol):
-    """What a generation engine offers (HFEngine, VLLMEngine)."""
-
-    policy_version: int
-    eos_token_id: int
-    vocab_size: int
-    tensor_parallel_size: int
-
-    def generate(
-        self,
-        prompts: Sequence[TokenArray],
-        params: SamplingParams,
-        should_stop: ShouldStop | None = None,
-    ) -> list[list[Completion]]: ...
-
-    def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> None: ...
-
-    def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> object: ...
-
-    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
-        """Join the learner's torch.distributed weight-sync group; the plan hash."""
-        ...
-
-    def receive_weights(self) -> tuple[StagedWeights, int]:
-        """Receive one sync over the group: (weights to stage, bytes received)."""
-        ...
-
-    between_steps: Callable[[], tuple[StagedWeights, int] | None] | None
 
 
 class LocalRollout:

@@ -32,3 +32,17 @@ def test_cpu_binding_gives_each_tp_worker_its_own_cores(monkeypatch) -> None:
     assert _cpu_thread_binding(2, 1) == "0|1"
     assert _cpu_thread_binding(1, 2) == "0,1"
     assert _cpu_thread_binding(1, 1) == "0"
+
+
+def test_the_config_names_exactly_the_registered_engines(tmp_path) -> None:
+    from typing import get_args, get_type_hints
+
+    from hybridflow.services.rollout.engines import ENGINES, build_engine
+
+    assert set(get_args(get_type_hints(RolloutConfig)["engine"])) == set(ENGINES)
+    unchecked = RolloutConfig()
+    object.__setattr__(unchecked, "engine", "sglang")  # past validation, as a bug would be
+    with pytest.raises(
+        ValueError, match=r"unknown rollout.engine 'sglang'; known: \['hf', 'vllm'\]"
+    ):
+        build_engine(unchecked, tmp_path)

@@ -1,0 +1,69 @@
+"""The contract every rollout engine keeps (``hf``, ``vllm``; a new one such as SGLang).
+
+An engine turns token-id prompts into completions and takes new weights. What it must give,
+whichever engine it is, is checked by one conformance suite,
+``tests/integration/test_engine_conformance.py``, run over every engine in the registry
+(``engines.py``):
+
+- for each prompt, ``params.n`` completions: the sampled token ids, the log-prob of each
+  under the sampling distribution (temperature applied, before top-p), a finish reason
+  ("stop" on a stop or EOS token, which is kept; "length" at ``max_new_tokens``) and the
+  policy version the completion started on;
+- log-probs equal to a full forward of the same weights (the learner's recomputation);
+- ``load_weights`` takes a whole HF state dict (or part of one) and its version, and later
+  completions carry that version and those weights' log-probs;
+- with ``between_steps`` set (``in_flight_weights: continue_new``), weights arriving
+  mid-request apply at the next decode step and completions carry per-token versions;
+- ``should_stop`` returning True ends generation with ``Cancelled`` (its steps counted) and
+  leaves the engine serving the next request.
+
+Knows nothing of sockets, protos or any one engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from hybridflow.arrays import TokenArray
+from hybridflow.services.rollout.requests import ShouldStop
+from hybridflow.types import Completion, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from hybridflow.weights.spec import GroupSpec
+
+
+StagedWeights = Sequence[tuple[str, "torch.Tensor"]] | None
+"""Named tensors to load, or None: the engine's weight-sync receiver staged them itself."""
+
+
+class Engine(Protocol):
+    """What a generation engine offers (HFEngine, VLLMEngine)."""
+
+    policy_version: int
+    eos_token_id: int
+    vocab_size: int
+    tensor_parallel_size: int
+
+    def generate(
+        self,
+        prompts: Sequence[TokenArray],
+        params: SamplingParams,
+        should_stop: ShouldStop | None = None,
+    ) -> list[list[Completion]]: ...
+
+    def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> None: ...
+
+    def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> object: ...
+
+    def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
+        """Join the learner's torch.distributed weight-sync group; the plan hash."""
+        ...
+
+    def receive_weights(self) -> tuple[StagedWeights, int]:
+        """Receive one sync over the group: (weights to stage, bytes received)."""
+        ...
+
+    between_steps: Callable[[], tuple[StagedWeights, int] | None] | None

