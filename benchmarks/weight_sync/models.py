@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridflow.models.families import DecoderDims
+from hybridflow.models.families import DecoderDims, DecoderLayout
 from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.topology import Topology
 
@@ -32,6 +32,8 @@ class BenchModel:
     """Shapes of the Llama (fp32)."""
     note: str
     """How the shapes were chosen (printed into the results)."""
+    layout: DecoderLayout = DecoderLayout()
+    """What the family adds to Llama's decoder (Qwen3: q/k norms)."""
 
 
 MODELS: dict[str, BenchModel] = {
@@ -83,6 +85,23 @@ MODELS: dict[str, BenchModel] = {
         ),  # fmt: skip
         "Llama from config dims: 100,449,920 parameters, fp32, untied",
     ),
+    "qwen3-100m": BenchModel(
+        "qwen3-100m",
+        DecoderDims(
+            hidden=768,
+            intermediate=2048,
+            num_heads=12,
+            num_kv_heads=4,
+            head_dim=64,
+            vocab=32000,
+            num_layers=12,
+            tie_embeddings=True,
+            dtype="float32",
+        ),  # fmt: skip
+        "Qwen3-shaped (q/k norms, 12 query heads over 4 KV heads, tied head): "
+        "100,094,208 parameters, fp32",
+        DecoderLayout(qk_norm=True),
+    ),
 }
 
 
@@ -94,7 +113,7 @@ def get_model(name: str) -> BenchModel:
 
 def topology_of(model: BenchModel) -> Topology:
     """Source (HF names) and vLLM-style fused destination parameters."""
-    return decoder_topology(model.dims, fused=True)
+    return decoder_topology(model.dims, model.layout, fused=True)
 
 
 def num_params(topology: Topology) -> int:

@@ -22,7 +22,8 @@ ratios. Prints a table; writes JSON (hardware, versions, git commit) to
     PYTHONPATH=. python benchmarks/weight_sync/run_weight_sync.py --models tiny,100m --syncs 5
 
 Models: ``tiny`` (the built-in model's shapes), ``small`` (7.3M), ``100m`` (100,449,920 fp32
-parameters). Every spawned rank sets ``torch.set_num_threads(1)``; store and gloo ports come
+parameters), ``qwen3-100m`` (Qwen3-shaped: q/k norms, grouped-query attention, tied head;
+100,094,208; no ``--parity-syncs``: the parity model is a Llama). Every spawned rank sets ``torch.set_num_threads(1)``; store and gloo ports come
 from the OS; only this script's own children are ever killed.
 """
 
@@ -44,7 +45,9 @@ from benchmarks.weight_sync.spec import VariantSpec  # noqa: E402 (after the pat
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="tiny,100m", help="comma list: tiny, small, 100m")
+    parser.add_argument(
+        "--models", default="tiny,100m", help="comma list: tiny, small, 100m, qwen3-100m"
+    )
     parser.add_argument("--tp", default="2,1", help="comma list of destination TP sizes")
     parser.add_argument("--num-src", type=int, default=2, help="learner (source) ranks")
     parser.add_argument("--syncs", type=int, default=5, help="timed syncs per variant")
@@ -131,6 +134,8 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from hybridflow.weights.config import WeightSyncConfig
 
     model = get_model(name)
+    if args.parity_syncs and model.layout.qk_norm:
+        raise SystemExit(f"--parity-syncs checks a Llama; {name} has q/k norms (use 0)")
     topology = topology_of(model)
     bucket = int(args.bucket_mib * 2**20) if args.bucket_mib else WeightSyncConfig().bucket_bytes
     chunk = args.chunk_kib * 1024 if args.chunk_kib else ChannelConfig().chunk_bytes
