@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -177,6 +179,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     import torch
 
+    # The gRPC variant's UpdateWeights changes state: its server and client share a token
+    # (spawned ranks inherit it), as the services do.
+    os.environ.setdefault("HYBRIDFLOW_TOKEN", secrets.token_hex(16))
+
     from benchmarks.weight_sync.models import get_model
     from benchmarks.weight_sync.report import TARGETS, environment, table
 
@@ -202,7 +208,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"model {name}", flush=True)
         results["models"][name] = run_model(name, args)
     results["total_wall_s"] = time.perf_counter() - start
-    import os
 
     results["loadavg_end"] = list(os.getloadavg())
     print(table(results))
