@@ -1,7 +1,7 @@
 """Model locations: the built-in checkpoints and the resolution of a model spec to a directory.
 
 ``resolve_model_path("builtin:tiny")`` returns the built-in checkpoint, shipped and cached (also
-``builtin:tiny-random`` and the reward model ``builtin:tiny-rm``);
+``builtin:tiny-random``, ``builtin:tiny-qwen3`` and the reward model ``builtin:tiny-rm``);
 a local Hugging Face checkpoint directory is used as it is; a hub id ``org/name[@revision]``
 (not an existing path) resolves through the Hugging Face cache, downloading where the network
 allows (``hub.py``). Importing this package does not import torch, transformers or

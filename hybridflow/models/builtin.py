@@ -1,5 +1,5 @@
-"""The built-in models (``builtin:tiny``, ``builtin:tiny-random``, ``builtin:tiny-rm``): shipped
-weights, pinned by sha256, and the cache users load them from.
+"""The built-in models (``builtin:tiny``, ``builtin:tiny-random``, ``builtin:tiny-qwen3``,
+``builtin:tiny-rm``): shipped weights, pinned by sha256, and the cache users load them from.
 
 Training a model gives different floats on different CPUs (vector widths, oneDNN and MKL code
 paths), and a few hundred steps amplify the difference: a reward model built on one machine
