@@ -166,7 +166,18 @@ def control_command(args: argparse.Namespace) -> int:
         if status.error:
             print(f"error: {status.error}")
         print(f"run dir: {status.run_dir}")
+    if args.command == "stop":
+        print(stop_hint(status.step, status.total_steps, status.run_dir), file=sys.stderr)
     return 0
+
+
+def stop_hint(step: int, total_steps: int, run_dir: str) -> str:
+    """What ``stop`` tells the user. It exits 0: the stop was asked for and accepted, so it is
+    not a failure; the run is unfinished, which this line says, with how to continue."""
+    return (
+        f"stopping after the current step (step {step} of {total_steps} done); it is "
+        f"checkpointed on the way out. Continue with: deploy/launch.sh --resume {run_dir}"
+    )
 
 
 def default_run_dir(root: str) -> Path:

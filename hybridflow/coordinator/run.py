@@ -17,9 +17,12 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hybridflow.coordinator.config import CoordinatorConfig
+
+if TYPE_CHECKING:
+    from hybridflow.data.datasets import PromptDataset
 
 log = logging.getLogger("coordinator")
 
@@ -96,7 +99,6 @@ def run_job(
     from hybridflow.coordinator.report import write_report_logged
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.coordinator.services import Services
-    from hybridflow.data.datasets import read_prompt_dataset
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
     from hybridflow.rpc.channel import wait_healthy
@@ -106,21 +108,13 @@ def run_job(
     from hybridflow.services.rollout.client import GrpcRolloutClient
     from hybridflow.v1 import coordinator_pb2_grpc
 
-    tokenizer = load_tokenizer(resolve_model_path(job.model))  # no torch in this process
-    dataset = read_prompt_dataset(
-        cfg.data,
-        tokenizer,
-        cfg.data_size if cfg.data.startswith("builtin:") else None,
-        cfg.seed,
-        cfg.max_prompt_tokens,
-        cfg.max_prompt_bytes,
-    )
-    log.info(
-        "dataset %s: %d prompts (%d dropped as too long)",
-        cfg.data,
-        len(dataset.records),
-        dataset.num_dropped_too_long,
-    )
+    model_dir = resolve_model_path(job.model)
+    tokenizer = load_tokenizer(model_dir)  # no torch in this process
+    try:
+        dataset = load_dataset(cfg, model_dir, tokenizer)
+    except ValueError as exc:  # every prompt over the limit, or the model has no room
+        print(f"data error: {exc}", file=sys.stderr)
+        return 2
     if addresses_from_stdin:
         try:
             overrides = [*overrides, *read_address_overrides(sys.stdin)]
@@ -266,3 +260,38 @@ def _record_own_cpu(run_dir: Path) -> None:
     summary = json.loads(path.read_text())
     summary["coordinator_cpu_s"] = usage.ru_utime + usage.ru_stime
     path.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def load_dataset(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> PromptDataset:
+    """The job's prompts, tokenised, those over the prompt limit dropped (and counted); the
+    limit is ``coordinator.max_prompt_tokens`` bounded by the model's positions less the
+    response (``hybridflow.data.prompt_limits``). ValueError when no prompt is left."""
+    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.data.prompt_limits import empty_after_limit, model_positions, prompt_limit
+
+    limit = prompt_limit(
+        cfg.max_prompt_tokens, cfg.sampling.max_new_tokens, model_positions(model_dir)
+    )
+    dataset = read_prompt_dataset(
+        cfg.data,
+        tokenizer,
+        cfg.data_size if cfg.data.startswith("builtin:") else None,
+        cfg.seed,
+        limit.tokens,
+        cfg.max_prompt_bytes,
+    )
+    if not dataset.records and dataset.num_dropped_too_long:
+        raise ValueError(
+            empty_after_limit(
+                cfg.data, dataset.num_dropped_too_long, dataset.shortest_dropped, limit
+            )
+        )
+    log.info(
+        "dataset %s: %d prompts (%d dropped as longer than %d tokens: %s)",
+        cfg.data,
+        len(dataset.records),
+        dataset.num_dropped_too_long,
+        limit.tokens,
+        limit.reason,
+    )
+    return dataset
