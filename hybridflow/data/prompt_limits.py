@@ -45,7 +45,9 @@ class PromptLimit:
 
 def prompt_limit(max_prompt_tokens: int, max_new_tokens: int, positions: int | None) -> PromptLimit:
     """The prompt token limit; ValueError when the model cannot fit even a one-token prompt."""
-    configured = PromptLimit(max_prompt_tokens, f"coordinator.max_prompt_tokens={max_prompt_tokens}")
+    configured = PromptLimit(
+        max_prompt_tokens, f"coordinator.max_prompt_tokens={max_prompt_tokens}"
+    )
     if positions is None:
         return configured
     room = positions - max_new_tokens
