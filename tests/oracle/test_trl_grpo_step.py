@@ -1,0 +1,170 @@
+"""One hybridflow GRPO update equals one TRL ``GRPOTrainer`` update (TRL 1.16, the outside
+oracle): same weights, prompts, completions and rewards; the advantages, the loss, the gradient
+norm and the weights after AdamW agree within 1e-6 in fp32.
+
+TRL's ``loss_type`` against our settings:
+
+| TRL | hybridflow |
+|---|---|
+| ``bnpo``, ``dapo`` (one micro-batch) | ``loss_agg_mode: token-mean`` |
+| ``grpo`` | ``loss_agg_mode: seq-mean-token-mean`` |
+| ``dr_grpo`` | ``loss_agg_mode: seq-mean-token-sum``, times ``max_completion_length`` (below) |
+
+and ``scale_rewards``: ``group`` is our ``grpo`` estimator, ``none`` is ``norm_adv_by_std:
+false``, ``batch`` is the ``grpo_batch_std`` estimator. TRL adds 1e-4 to the std, verl and we
+1e-6 (``learner.norm_adv_eps``); the comparisons set ours to TRL's. The differences by design
+are tests of their own: the epsilon, Dr. GRPO's constant divisor, and which weights AdamW
+decays. How TRL is driven, and why that is faithful: ``tests/oracle/trl_grpo.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers import build_tiny_checkpoint
+from tests.oracle.trl_grpo import Batch, StepResult, our_step, trl_step
+
+pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
+
+EOS = 2  # the character tokenizer's </s>
+TOL = 1e-6
+GRAD_TOL = 1e-7
+ILL_CONDITIONED = 1e-6  # |g| below 100 Adam epsilons: see _assert_same_update
+MAX_COMPLETION = 8
+LR = 1e-3
+CLIP = 0.5  # below the batch's gradient norm: clipping binds
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("oracle_llama"))
+
+
+@pytest.fixture(scope="module")
+def batch() -> Batch:
+    """3 prompts of 5 tokens, 4 completions each, of 2 to 8 tokens, some ended by EOS."""
+    prompts = [[10 + (7 * g + k) % 50 for k in range(5)] for g in range(3)]
+    completions = []
+    for i in range(12):
+        body = [20 + (5 * i + k) % 40 for k in range(1 + (3 * i) % 7)]
+        completions.append(body + [EOS] if i % 3 == 0 else body)
+    rewards = [1.0, 0.0, 0.5, 0.0, 0.2, 0.9, 0.9, 0.1, 0.0, 0.0, 1.0, 0.3]
+    return Batch(prompts, completions, rewards, group_size=4)
+
+
+def _trl(model_dir: Path, batch: Batch, tmp_path: Path, **config: Any) -> StepResult:
+    config.setdefault("max_grad_norm", CLIP)
+    config.setdefault("weight_decay", 0.0)
+    return trl_step(
+        model_dir, batch, tmp_path / "trl", learning_rate=LR,
+        max_completion_length=MAX_COMPLETION, **config,
+    )  # fmt: skip
+
+
+def _ours(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
+    config.setdefault("grad_clip", CLIP)
+    config.setdefault("weight_decay", 0.0)
+    config.setdefault("norm_adv_eps", 1e-4)
+    return our_step(model_dir, batch, lr=LR, **config)
+
+
+def _max_param_diff(a: StepResult, b: StepResult) -> dict[str, float]:
+    assert a.params.keys() == b.params.keys()
+    return {k: float((a.params[k] - b.params[k]).abs().max()) for k in a.params}
+
+
+def _max(values: torch.Tensor) -> float:
+    return float(values.max()) if values.numel() else 0.0
+
+
+def _assert_same_update(trl: StepResult, ours: StepResult) -> None:
+    """Advantages, loss and gradient norm within TOL; the clipped gradients within GRAD_TOL;
+    the weights after AdamW within TOL wherever the step is well conditioned.
+
+    AdamW's first step moves a weight by ``lr * g / (|g| + eps)``: for a gradient element
+    near ``eps`` (1e-8) that ratio turns a float rounding of the gradient (1e-8 here, from
+    different summation orders) into a different step. Those elements are held to the bound
+    every first step obeys, ``lr``; every other weight to TOL."""
+    assert ours.advantages == pytest.approx(trl.advantages, abs=TOL)
+    assert ours.loss == pytest.approx(trl.loss, abs=TOL)
+    assert ours.grad_norm == pytest.approx(trl.grad_norm, rel=TOL, abs=TOL)
+    assert ours.grads.keys() == trl.grads.keys() and ours.grads.keys()
+    for name, grad in trl.grads.items():
+        torch.testing.assert_close(ours.grads[name], grad, rtol=0, atol=GRAD_TOL, msg=name)
+    num_ill = 0
+    for name, want in trl.params.items():
+        ill = trl.grads[name].abs() < ILL_CONDITIONED if name in trl.grads else None
+        diff = (ours.params[name] - want).abs()
+        if ill is not None:
+            num_ill += int(ill.sum())
+            assert _max(diff[ill]) <= LR, name
+            diff = diff[~ill]
+        assert _max(diff) <= TOL, f"{name}: {_max(diff):.3g}"
+    total = sum(p.numel() for p in trl.params.values())
+    assert num_ill < total // 20, f"{num_ill} of {total} weights ill-conditioned: a weak check"
+
+
+@pytest.mark.parametrize(
+    ("loss_type", "scale_rewards", "ours"),
+    [
+        ("bnpo", "group", {"loss_agg_mode": "token-mean"}),
+        ("dapo", "group", {"loss_agg_mode": "token-mean"}),
+        ("grpo", "group", {"loss_agg_mode": "seq-mean-token-mean"}),
+        ("bnpo", "none", {"norm_adv_by_std": False}),
+        ("bnpo", "batch", {"advantage_estimator": "grpo_batch_std"}),
+        ("grpo", "batch", {"advantage_estimator": "grpo_batch_std",
+                           "loss_agg_mode": "seq-mean-token-mean"}),
+    ],
+)  # fmt: skip
+def test_one_grpo_update_equals_trls(
+    model_dir: Path, batch: Batch, tmp_path: Path, loss_type: str, scale_rewards: str, ours: Any
+) -> None:
+    trl = _trl(model_dir, batch, tmp_path, loss_type=loss_type, scale_rewards=scale_rewards)
+    mine = _ours(model_dir, batch, **ours)
+    if scale_rewards != "none":  # unscaled advantages of these rewards give a norm of 0.42
+        assert trl.grad_norm > CLIP, "clipping must bind here, or it goes untested"
+    _assert_same_update(trl, mine)
+
+
+def test_unclipped_update_equals_trls(model_dir: Path, batch: Batch, tmp_path: Path) -> None:
+    trl = _trl(model_dir, batch, tmp_path, loss_type="bnpo", max_grad_norm=1e9)
+    _assert_same_update(trl, _ours(model_dir, batch, grad_clip=1e9))
+
+
+def test_std_epsilon_differs_by_design(model_dir: Path, batch: Batch, tmp_path: Path) -> None:
+    """Our default 1e-6 (verl's) against TRL's 1e-4: advantages differ by A * (1e-4 - 1e-6) /
+    (std + 1e-4), about 1e-4 relative."""
+    trl = _trl(model_dir, batch, tmp_path, loss_type="bnpo")
+    mine = _ours(model_dir, batch, norm_adv_eps=1e-6)
+    rel = [abs(m - t) / abs(t) for m, t in zip(mine.advantages, trl.advantages) if abs(t) > 0.1]
+    assert rel and all(5e-5 < r < 1e-3 for r in rel), rel
+
+
+def test_dr_grpo_divides_by_a_constant_we_do_not(
+    model_dir: Path, batch: Batch, tmp_path: Path
+) -> None:
+    """TRL's dr_grpo divides the token sum by batch * max_completion_length; our
+    seq-mean-token-sum by the batch alone: the loss and the gradient are exactly
+    max_completion_length times TRL's."""
+    trl = _trl(model_dir, batch, tmp_path, loss_type="dr_grpo", scale_rewards="none")
+    mine = _ours(model_dir, batch, loss_agg_mode="seq-mean-token-sum", norm_adv_by_std=False)
+    assert mine.advantages == pytest.approx(trl.advantages, abs=TOL)
+    assert mine.loss == pytest.approx(MAX_COMPLETION * trl.loss, rel=1e-5)
+    assert mine.grad_norm == pytest.approx(MAX_COMPLETION * trl.grad_norm, rel=1e-5)
+
+
+def test_weight_decay_differs_only_on_norms_by_design(
+    model_dir: Path, batch: Batch, tmp_path: Path
+) -> None:
+    """transformers' Trainer exempts biases and norm weights from weight decay; we decay
+    every parameter (torch's AdamW as configured). Everything else stays equal."""
+    trl = _trl(model_dir, batch, tmp_path, loss_type="bnpo", weight_decay=0.1)
+    mine = _ours(model_dir, batch, weight_decay=0.1)
+    diffs = _max_param_diff(trl, mine)
+    norms = {k for k in diffs if "norm" in k}
+    assert norms and all(diffs[k] > 1e-5 for k in norms), diffs
+    assert all(diffs[k] <= TOL for k in diffs if k not in norms), diffs

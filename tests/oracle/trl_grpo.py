@@ -1,0 +1,182 @@
+"""One GRPO update by TRL's ``GRPOTrainer`` and one by hybridflow's learner, on the same
+weights, prompts, completions and rewards.
+
+TRL generates nothing here: its ``rollout_func`` hook (TRL's documented way to plug in an
+outside generator) hands it our completions, and its reward function returns our rewards.
+Everything after generation is TRL's own code, unchanged: the advantages
+(``scale_rewards``), the loss (``loss_type``), ``max_grad_norm`` clipping and the AdamW step of
+``transformers.Trainer``, for one step (``max_steps=1``, constant learning rate, one micro
+batch, ``num_iterations=1``: the importance ratio is exactly 1, as in our first PPO epoch).
+What we read back: the advantages and the loss TRL computed, the gradient norm it logged
+(before clipping, like ours) and the weights after the step.
+
+Prompts of one length: TRL pads prompts on the left and passes no position ids, so a shorter
+prompt would see shifted positions; ours are padded on the right. That is a difference of
+padding, not of the update, and equal lengths keep it out of the comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.worker import LearnerWorker
+from hybridflow.types import TrainSample
+
+
+@dataclass
+class Batch:
+    """One GRPO batch: ``prompts[g]`` has ``group_size`` completions, sample ``i`` is
+    completion ``i`` of prompt ``i // group_size``."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    rewards: list[float]
+    group_size: int
+
+    def samples(self) -> list[TrainSample]:
+        return [
+            TrainSample(
+                prompt_ids=self.prompts[i // self.group_size],
+                response_ids=completion,
+                rollout_logprobs=[0.0] * len(completion),
+                reward=reward,
+                group_id=i // self.group_size,
+                policy_version=0,
+            )
+            for i, (completion, reward) in enumerate(zip(self.completions, self.rewards))
+        ]
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    advantages: list[float]
+    """Per sample, in the batch's order."""
+    grads: dict[str, torch.Tensor]
+    """What the optimizer was given: the gradients after clipping."""
+    params: dict[str, torch.Tensor]
+    """After the AdamW step."""
+
+
+def trl_step(model_dir: Path, batch: Batch, out_dir: Path, **config: Any) -> StepResult:
+    """One ``GRPOTrainer`` step on ``batch``; ``config``: GRPOConfig fields (loss_type,
+    scale_rewards, learning_rate, max_completion_length, ...)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+    size = batch.group_size
+    index = {tuple(c): i for i, c in enumerate(batch.completions)}
+    assert len(index) == len(batch.completions), "completions must be distinct (they key rows)"
+
+    def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        # TRL's sampler repeats each prompt group_size times, in a row: row j of a group is
+        # completion j of that prompt.
+        rows = [int(p) * size + j % size for j, p in enumerate(prompts)]
+        completions = [batch.completions[i] for i in rows]
+        return {
+            "prompt_ids": [batch.prompts[i // size] for i in rows],
+            "completion_ids": completions,
+            "logprobs": [[0.0] * len(c) for c in completions],
+        }
+
+    def reward(completion_ids: list[list[int]], **_: Any) -> list[float]:
+        return [batch.rewards[index[tuple(c)]] for c in completion_ids]
+
+    seen: dict[str, torch.Tensor] = {}
+    args = GRPOConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=len(batch.completions),
+        num_generations=size,
+        beta=0.0,
+        max_steps=1,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": [str(g) for g in range(len(batch.prompts))]}),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        rollout_func=rollout_func,
+    )
+    compute_loss = trainer._compute_loss
+
+    def recording(model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        seen["advantages"] = inputs["advantages"].detach().clone()
+        seen["completion_ids"] = inputs["completion_ids"].detach().clone()
+        seen["completion_mask"] = inputs["completion_mask"].detach().clone()
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording  # type: ignore[method-assign]
+    grads: dict[str, torch.Tensor] = {}
+
+    class GradRecorder(TrainerCallback):  # type: ignore[misc]
+        def on_pre_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            grads.update(_grads(trainer.model))
+
+    trainer.add_callback(GradRecorder())
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    advantages = [0.0] * len(batch.completions)
+    for row, mask, adv in zip(seen["completion_ids"], seen["completion_mask"], seen["advantages"]):
+        ids = tuple(int(t) for t, m in zip(row, mask) if m)
+        advantages[index[ids]] = float(adv)
+    params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
+    return StepResult(loss, grad_norm, advantages, grads, params)
+
+
+def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
+    """One hybridflow learner step on ``batch``; ``config``: LearnerConfig fields."""
+    fields: dict[str, Any] = {"micro_batch_size": len(batch.completions), "seed": 0}
+    fields.update(config)
+    worker = LearnerWorker(LearnerConfig(**fields), model_dir)
+    from hybridflow.services.learner import worker as worker_module
+
+    seen: dict[int, torch.Tensor] = {}
+    original = worker_module.compute_advantages
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        advantages, returns = original(*args, **kwargs)
+        seen.update(advantages)
+        return advantages, returns
+
+    worker_module.compute_advantages = recording  # type: ignore[assignment]
+    grads: dict[str, torch.Tensor] = {}
+    worker.actor_optim.register_step_pre_hook(lambda *_: grads.update(_grads(worker.actor)))
+    try:
+        result = worker.train_step(batch.samples())
+    finally:
+        worker_module.compute_advantages = original  # type: ignore[assignment]
+    params = {k: v.detach().clone() for k, v in worker.full_state_dict_items()}
+    advantages = [float(seen[i][0]) for i in range(len(batch.completions))]
+    metrics = result.metrics
+    loss, grad_norm = metrics["actor/pg_loss"], metrics["actor/grad_norm"]
+    return StepResult(loss, grad_norm, advantages, grads, params)
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None
+    }
