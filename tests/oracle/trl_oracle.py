@@ -1,5 +1,5 @@
-"""One GRPO update by TRL's ``GRPOTrainer`` and one by hybridflow's learner, on the same
-weights, prompts, completions and rewards.
+"""One update by a TRL trainer (``GRPOTrainer``, ``RLOOTrainer``) and one by hybridflow's
+learner, on the same weights, prompts, completions and rewards.
 
 TRL generates nothing here: its ``rollout_func`` hook (TRL's documented way to plug in an
 outside generator) hands it our completions, and its reward function returns our rewards.
@@ -66,24 +66,31 @@ class StepResult:
     """After the AdamW step."""
 
 
-def trl_step(model_dir: Path, batch: Batch, out_dir: Path, **config: Any) -> StepResult:
-    """One ``GRPOTrainer`` step on ``batch``; ``config``: GRPOConfig fields (loss_type,
-    scale_rewards, learning_rate, max_completion_length, ...)."""
+def trl_step(
+    model_dir: Path, batch: Batch, out_dir: Path, trainer: str = "grpo", **config: Any
+) -> StepResult:
+    """One TRL trainer step on ``batch``: ``trainer`` "grpo" (``GRPOTrainer``, fed through
+    its ``rollout_func`` hook) or "rloo" (``RLOOTrainer``, which has no such hook: a subclass
+    replaces its two generation methods, ``_tokenize_prompts`` and ``_generate_single_turn``,
+    and nothing else). ``config``: the trainer config's fields."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     size = batch.group_size
     index = {tuple(c): i for i, c in enumerate(batch.completions)}
     assert len(index) == len(batch.completions), "completions must be distinct (they key rows)"
 
-    def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
+    def rows_of(prompts: list[str]) -> list[int]:
         # TRL's sampler repeats each prompt group_size times, in a row: row j of a group is
         # completion j of that prompt.
-        rows = [int(p) * size + j % size for j, p in enumerate(prompts)]
+        return [int(p) * size + j % size for j, p in enumerate(prompts)]
+
+    def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        rows = rows_of(prompts)
         completions = [batch.completions[i] for i in rows]
         return {
             "prompt_ids": [batch.prompts[i // size] for i in rows],
@@ -91,11 +98,18 @@ def trl_step(model_dir: Path, batch: Batch, out_dir: Path, **config: Any) -> Ste
             "logprobs": [[0.0] * len(c) for c in completions],
         }
 
+    class FixedRLOO(RLOOTrainer):  # type: ignore[misc]
+        def _tokenize_prompts(self, prompts: list[str]) -> tuple[list[list[int]], None, dict]:
+            self._rows = rows_of(prompts)
+            return [batch.prompts[i // size] for i in self._rows], None, {}
+
+        def _generate_single_turn(self, prompt_ids: Any, *_: Any) -> list[list[int]]:
+            return [batch.completions[i] for i in self._rows]
+
     def reward(completion_ids: list[list[int]], **_: Any) -> list[float]:
         return [batch.rewards[index[tuple(c)]] for c in completion_ids]
 
-    seen: dict[str, torch.Tensor] = {}
-    args = GRPOConfig(
+    common = dict(
         output_dir=str(out_dir),
         per_device_train_batch_size=len(batch.completions),
         num_generations=size,
@@ -109,40 +123,43 @@ def trl_step(model_dir: Path, batch: Batch, out_dir: Path, **config: Any) -> Ste
         bf16=False,
         save_strategy="no",
         disable_tqdm=True,
-        **config,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = GRPOTrainer(
+    inputs = dict(
         model=model,
         reward_funcs=reward,
-        args=args,
         train_dataset=Dataset.from_dict({"prompt": [str(g) for g in range(len(batch.prompts))]}),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        rollout_func=rollout_func,
     )
-    compute_loss = trainer._compute_loss
+    if trainer == "grpo":
+        runner: Any = GRPOTrainer(
+            args=GRPOConfig(**common, **config), rollout_func=rollout_func, **inputs
+        )
+    else:
+        runner = FixedRLOO(args=RLOOConfig(**common, **config), **inputs)
+    seen: dict[str, torch.Tensor] = {}
+    compute_loss = runner._compute_loss
 
     def recording(model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        seen["advantages"] = inputs["advantages"].detach().clone()
-        seen["completion_ids"] = inputs["completion_ids"].detach().clone()
-        seen["completion_mask"] = inputs["completion_mask"].detach().clone()
+        for key in ("advantages", "completion_ids", "completion_mask"):
+            seen[key] = inputs[key].detach().clone()
         return compute_loss(model, inputs)
 
-    trainer._compute_loss = recording  # type: ignore[method-assign]
+    runner._compute_loss = recording
     grads: dict[str, torch.Tensor] = {}
 
     class GradRecorder(TrainerCallback):  # type: ignore[misc]
         def on_pre_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-            grads.update(_grads(trainer.model))
+            grads.update(_grads(runner.model))
 
-    trainer.add_callback(GradRecorder())
-    trainer.train()
-    logged = trainer.state.log_history[0]
+    runner.add_callback(GradRecorder())
+    runner.train()
+    logged = runner.state.log_history[0]
     advantages = [0.0] * len(batch.completions)
     for row, mask, adv in zip(seen["completion_ids"], seen["completion_mask"], seen["advantages"]):
         ids = tuple(int(t) for t, m in zip(row, mask) if m)
         advantages[index[ids]] = float(adv)
-    params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    params = {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
     loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
     return StepResult(loss, grad_norm, advantages, grads, params)
 

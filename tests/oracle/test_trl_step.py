@@ -1,5 +1,5 @@
-"""One hybridflow GRPO update equals one TRL ``GRPOTrainer`` update (TRL 1.16, the outside
-oracle): same weights, prompts, completions and rewards; the advantages, the loss, the gradient
+"""One hybridflow GRPO (RLOO) update equals one update of TRL's ``GRPOTrainer``
+(``RLOOTrainer``), TRL 1.16 as the outside oracle: same weights, prompts, completions and rewards; the advantages, the loss, the gradient
 norm and the weights after AdamW agree within 1e-6 in fp32.
 
 TRL's ``loss_type`` against our settings:
@@ -14,7 +14,7 @@ and ``scale_rewards``: ``group`` is our ``grpo`` estimator, ``none`` is ``norm_a
 false``, ``batch`` is the ``grpo_batch_std`` estimator. TRL adds 1e-4 to the std, verl and we
 1e-6 (``learner.norm_adv_eps``); the comparisons set ours to TRL's. The differences by design
 are tests of their own: the epsilon, Dr. GRPO's constant divisor, and which weights AdamW
-decays. How TRL is driven, and why that is faithful: ``tests/oracle/trl_grpo.py``.
+decays. How TRL is driven, and why that is faithful: ``tests/oracle/trl_oracle.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from tests.helpers import build_tiny_checkpoint
-from tests.oracle.trl_grpo import Batch, StepResult, our_step, trl_step
+from tests.oracle.trl_oracle import Batch, StepResult, our_step, trl_step
 
 pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
 
@@ -81,7 +81,7 @@ def _max(values: torch.Tensor) -> float:
     return float(values.max()) if values.numel() else 0.0
 
 
-def _assert_same_update(trl: StepResult, ours: StepResult) -> None:
+def _assert_same_update(trl: StepResult, ours: StepResult, loss: bool = True) -> None:
     """Advantages, loss and gradient norm within TOL; the clipped gradients within GRAD_TOL;
     the weights after AdamW within TOL wherever the step is well conditioned.
 
@@ -90,7 +90,8 @@ def _assert_same_update(trl: StepResult, ours: StepResult) -> None:
     different summation orders) into a different step. Those elements are held to the bound
     every first step obeys, ``lr``; every other weight to TOL."""
     assert ours.advantages == pytest.approx(trl.advantages, abs=TOL)
-    assert ours.loss == pytest.approx(trl.loss, abs=TOL)
+    if loss:
+        assert ours.loss == pytest.approx(trl.loss, abs=TOL)
     assert ours.grad_norm == pytest.approx(trl.grad_norm, rel=TOL, abs=TOL)
     assert ours.grads.keys() == trl.grads.keys() and ours.grads.keys()
     for name, grad in trl.grads.items():
@@ -168,3 +169,20 @@ def test_weight_decay_differs_only_on_norms_by_design(
     norms = {k for k in diffs if "norm" in k}
     assert norms and all(diffs[k] > 1e-5 for k in norms), diffs
     assert all(diffs[k] <= TOL for k in diffs if k not in norms), diffs
+
+
+def test_one_rloo_update_equals_rloo_trainers(
+    model_dir: Path, batch: Batch, tmp_path: Path
+) -> None:
+    """TRL's RLOOTrainer takes one importance ratio per sequence, of the summed log-probs; we
+    take one per token and sum the token losses (seq-mean-token-sum). On policy both ratios
+    are 1 and both gradients are ``-mean_i A_i * grad sum_t log p_it``: the update is the same.
+    The loss values differ by design: TRL's is ``-mean_i A_i``, ours ``-mean_i A_i * len_i``."""
+    trl = _trl(model_dir, batch, tmp_path, trainer="rloo")
+    mine = _ours(model_dir, batch, advantage_estimator="rloo", loss_agg_mode="seq-mean-token-sum")
+    assert trl.grad_norm > CLIP
+    _assert_same_update(trl, mine, loss=False)
+    lengths = [len(c) for c in batch.completions]
+    want = -sum(a * n for a, n in zip(trl.advantages, lengths)) / len(lengths)
+    assert mine.loss == pytest.approx(want, abs=TOL)
+    assert trl.loss == pytest.approx(-sum(trl.advantages) / len(lengths), abs=TOL)
