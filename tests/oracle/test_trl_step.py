@@ -26,11 +26,10 @@ import pytest
 import torch
 
 from tests.helpers import build_tiny_checkpoint
-from tests.oracle.trl_oracle import Batch, StepResult, our_step, trl_step
+from tests.oracle.trl_oracle import Batch, StepResult, example_batch, our_step, trl_step
 
 pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
 
-EOS = 2  # the character tokenizer's </s>
 TOL = 1e-6
 GRAD_TOL = 1e-7
 ILL_CONDITIONED = 1e-6  # |g| below 100 Adam epsilons: see _assert_same_update
@@ -46,14 +45,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def batch() -> Batch:
-    """3 prompts of 5 tokens, 4 completions each, of 2 to 8 tokens, some ended by EOS."""
-    prompts = [[10 + (7 * g + k) % 50 for k in range(5)] for g in range(3)]
-    completions = []
-    for i in range(12):
-        body = [20 + (5 * i + k) % 40 for k in range(1 + (3 * i) % 7)]
-        completions.append(body + [EOS] if i % 3 == 0 else body)
-    rewards = [1.0, 0.0, 0.5, 0.0, 0.2, 0.9, 0.9, 0.1, 0.0, 0.0, 1.0, 0.3]
-    return Batch(prompts, completions, rewards, group_size=4)
+    return example_batch()
 
 
 def _trl(model_dir: Path, batch: Batch, tmp_path: Path, **config: Any) -> StepResult:

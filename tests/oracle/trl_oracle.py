@@ -54,6 +54,18 @@ class Batch:
         ]
 
 
+def example_batch(eos: int = 2) -> Batch:
+    """3 prompts of 5 tokens, 4 completions each, of 2 to 8 tokens, every third ended by
+    ``eos`` (the character tokenizer's ``</s>``); rewards spread so that clipping at 0.5 binds."""
+    prompts = [[10 + (7 * g + k) % 50 for k in range(5)] for g in range(3)]
+    completions = []
+    for i in range(12):
+        body = [20 + (5 * i + k) % 40 for k in range(1 + (3 * i) % 7)]
+        completions.append(body + [eos] if i % 3 == 0 else body)
+    rewards = [1.0, 0.0, 0.5, 0.0, 0.2, 0.9, 0.9, 0.1, 0.0, 0.0, 1.0, 0.3]
+    return Batch(prompts, completions, rewards, group_size=4)
+
+
 @dataclass
 class StepResult:
     loss: float
@@ -194,6 +206,9 @@ def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Gradients by state-dict name (a tied head gets its embedding's)."""
     return {
-        name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None
+        name: p.grad.detach().clone()
+        for name, p in model.state_dict(keep_vars=True).items()
+        if getattr(p, "grad", None) is not None
     }

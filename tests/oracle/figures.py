@@ -1,0 +1,73 @@
+"""The oracle's figures: how far hybridflow's update is from TRL's, per setting.
+
+    python -m tests.oracle.figures
+
+One row per comparison of ``test_trl_step.py``: the largest absolute difference of the
+advantages, the loss, the gradient norm, the clipped gradients and the weights after AdamW
+(all weights, and the well-conditioned ones the test holds to 1e-6).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from tests.helpers import build_tiny_checkpoint
+from tests.oracle.trl_oracle import StepResult, example_batch, our_step, trl_step
+
+CASES = [
+    ("grpo bnpo/group", {"loss_type": "bnpo"}, {}),
+    ("grpo dapo/group", {"loss_type": "dapo"}, {}),
+    ("grpo grpo/group", {"loss_type": "grpo"}, {"loss_agg_mode": "seq-mean-token-mean"}),
+    ("grpo bnpo/none", {"loss_type": "bnpo", "scale_rewards": "none"},
+     {"norm_adv_by_std": False}),
+    ("grpo bnpo/batch", {"loss_type": "bnpo", "scale_rewards": "batch"},
+     {"advantage_estimator": "grpo_batch_std"}),
+    ("rloo", {"trainer": "rloo"},
+     {"advantage_estimator": "rloo", "loss_agg_mode": "seq-mean-token-sum"}),
+]  # fmt: skip
+
+
+def _row(name: str, trl: StepResult, ours: StepResult) -> str:
+    adv = max(abs(a - b) for a, b in zip(trl.advantages, ours.advantages))
+    grad = max(float((trl.grads[k] - ours.grads[k]).abs().max()) for k in trl.grads)
+    weights = well = 0.0
+    for k, want in trl.params.items():
+        diff = (ours.params[k] - want).abs()
+        weights = max(weights, float(diff.max()))
+        if k in trl.grads:
+            diff = diff[trl.grads[k].abs() >= 1e-6]
+        well = max(well, float(diff.max()) if diff.numel() else 0.0)
+    loss = abs(trl.loss - ours.loss)
+    return (
+        f"| {name} | {adv:.1e} | {loss:.1e} | {abs(trl.grad_norm - ours.grad_norm):.1e} "
+        f"| {grad:.1e} | {weights:.1e} | {well:.1e} |"
+    )
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    root = Path(tempfile.mkdtemp())
+    model = build_tiny_checkpoint(root / "model")
+    batch = example_batch()
+    print("| setting | advantages | loss | grad norm | clipped grads | weights | "
+          "weights, well-conditioned |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for name, trl_config, our_config in CASES:
+        trl = trl_step(
+            model, batch, root / "trl", learning_rate=1e-3, max_completion_length=8,
+            max_grad_norm=0.5, weight_decay=0.0, **trl_config,
+        )  # fmt: skip
+        ours = our_step(
+            model, batch, lr=1e-3, grad_clip=0.5, weight_decay=0.0, norm_adv_eps=1e-4,
+            **our_config,
+        )  # fmt: skip
+        print(_row(name, trl, ours), flush=True)
+
+
+if __name__ == "__main__":
+    main()
