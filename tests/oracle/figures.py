@@ -4,7 +4,8 @@
 
 One row per comparison of ``test_trl_step.py``: the largest absolute difference of the
 advantages, the loss, the gradient norm, the clipped gradients and the weights after AdamW
-(all weights, and the well-conditioned ones the test holds to 1e-6).
+(all weights, and those the test holds to about 1e-6: see ``compare.assert_same_update``); DPO after its second
+step.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from pathlib import Path
 
 import torch
 
+from hybridflow.preference.config import PreferenceConfig
 from tests.helpers import build_tiny_checkpoint
+from tests.oracle.compare import TOL, weight_bounds
 from tests.oracle.trl_oracle import StepResult, example_batch, our_step, trl_step
+from tests.oracle.trl_preference import example_pairs, our_dpo_steps, trl_dpo_steps
 
+LR = 1e-3
 CASES = [
     ("grpo bnpo/group", {"loss_type": "bnpo"}, {}),
     ("grpo dapo/group", {"loss_type": "dapo"}, {}),
@@ -31,20 +36,24 @@ CASES = [
 ]  # fmt: skip
 
 
-def _row(name: str, trl: StepResult, ours: StepResult) -> str:
-    adv = max(abs(a - b) for a, b in zip(trl.advantages, ours.advantages))
+def _row(name: str, trl: StepResult, ours: StepResult, adv: bool = True, steps: int = 1) -> str:
+    worst = max(abs(a - b) for a, b in zip(trl.advantages, ours.advantages)) if adv else None
     grad = max(float((trl.grads[k] - ours.grads[k]).abs().max()) for k in trl.grads)
     weights = well = 0.0
+    tight = total = 0
     for k, want in trl.params.items():
         diff = (ours.params[k] - want).abs()
         weights = max(weights, float(diff.max()))
-        if k in trl.grads:
-            diff = diff[trl.grads[k].abs() >= 1e-6]
+        total += diff.numel()
+        if k in trl.smallest:
+            ok = weight_bounds(trl.smallest[k], LR, steps) <= 2 * TOL
+            tight += int(ok.sum())
+            diff = diff[ok]
         well = max(well, float(diff.max()) if diff.numel() else 0.0)
     loss = abs(trl.loss - ours.loss)
     return (
-        f"| {name} | {adv:.1e} | {loss:.1e} | {abs(trl.grad_norm - ours.grad_norm):.1e} "
-        f"| {grad:.1e} | {weights:.1e} | {well:.1e} |"
+        f"| {name} | {'-' if worst is None else f'{worst:.1e}'} | {loss:.1e} | {abs(trl.grad_norm - ours.grad_norm):.1e} "
+        f"| {grad:.1e} | {weights:.1e} | {well:.1e} | {100 * tight / total:.0f}% |"
     )
 
 
@@ -55,8 +64,8 @@ def main() -> None:
     model = build_tiny_checkpoint(root / "model")
     batch = example_batch()
     print("| setting | advantages | loss | grad norm | clipped grads | weights | "
-          "weights, well-conditioned |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "weights held to ~1e-6 | share held to ~1e-6 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for name, trl_config, our_config in CASES:
         trl = trl_step(
             model, batch, root / "trl", learning_rate=1e-3, max_completion_length=8,
@@ -67,6 +76,17 @@ def main() -> None:
             **our_config,
         )  # fmt: skip
         print(_row(name, trl, ours), flush=True)
+    pairs = example_pairs()
+    for loss_type in ("sigmoid", "hinge", "ipo"):
+        trl = trl_dpo_steps(
+            model, pairs, root / "dpo", beta=0.1, loss_type=[loss_type], learning_rate=1e-3,
+            max_grad_norm=0.5, weight_decay=0.0,
+        )  # fmt: skip
+        ours = our_dpo_steps(
+            model, pairs, PreferenceConfig(loss="dpo", beta=0.1, dpo_loss_type=loss_type),
+            lr=1e-3, grad_clip=0.5, weight_decay=0.0,
+        )  # fmt: skip
+        print(_row(f"dpo {loss_type} (step 2)", trl, ours, adv=False, steps=2), flush=True)
 
 
 if __name__ == "__main__":

@@ -23,16 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.helpers import build_tiny_checkpoint
+from tests.oracle.compare import TOL, assert_same_update, max_param_diff
 from tests.oracle.trl_oracle import Batch, StepResult, example_batch, our_step, trl_step
 
 pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
 
-TOL = 1e-6
-GRAD_TOL = 1e-7
-ILL_CONDITIONED = 1e-6  # |g| below 100 Adam epsilons: see _assert_same_update
 MAX_COMPLETION = 8
 LR = 1e-3
 CLIP = 0.5  # below the batch's gradient norm: clipping binds
@@ -64,43 +61,6 @@ def _ours(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
     return our_step(model_dir, batch, lr=LR, **config)
 
 
-def _max_param_diff(a: StepResult, b: StepResult) -> dict[str, float]:
-    assert a.params.keys() == b.params.keys()
-    return {k: float((a.params[k] - b.params[k]).abs().max()) for k in a.params}
-
-
-def _max(values: torch.Tensor) -> float:
-    return float(values.max()) if values.numel() else 0.0
-
-
-def _assert_same_update(trl: StepResult, ours: StepResult, loss: bool = True) -> None:
-    """Advantages, loss and gradient norm within TOL; the clipped gradients within GRAD_TOL;
-    the weights after AdamW within TOL wherever the step is well conditioned.
-
-    AdamW's first step moves a weight by ``lr * g / (|g| + eps)``: for a gradient element
-    near ``eps`` (1e-8) that ratio turns a float rounding of the gradient (1e-8 here, from
-    different summation orders) into a different step. Those elements are held to the bound
-    every first step obeys, ``lr``; every other weight to TOL."""
-    assert ours.advantages == pytest.approx(trl.advantages, abs=TOL)
-    if loss:
-        assert ours.loss == pytest.approx(trl.loss, abs=TOL)
-    assert ours.grad_norm == pytest.approx(trl.grad_norm, rel=TOL, abs=TOL)
-    assert ours.grads.keys() == trl.grads.keys() and ours.grads.keys()
-    for name, grad in trl.grads.items():
-        torch.testing.assert_close(ours.grads[name], grad, rtol=0, atol=GRAD_TOL, msg=name)
-    num_ill = 0
-    for name, want in trl.params.items():
-        ill = trl.grads[name].abs() < ILL_CONDITIONED if name in trl.grads else None
-        diff = (ours.params[name] - want).abs()
-        if ill is not None:
-            num_ill += int(ill.sum())
-            assert _max(diff[ill]) <= LR, name
-            diff = diff[~ill]
-        assert _max(diff) <= TOL, f"{name}: {_max(diff):.3g}"
-    total = sum(p.numel() for p in trl.params.values())
-    assert num_ill < total // 20, f"{num_ill} of {total} weights ill-conditioned: a weak check"
-
-
 @pytest.mark.parametrize(
     ("loss_type", "scale_rewards", "ours"),
     [
@@ -120,12 +80,12 @@ def test_one_grpo_update_equals_trls(
     mine = _ours(model_dir, batch, **ours)
     if scale_rewards != "none":  # unscaled advantages of these rewards give a norm of 0.42
         assert trl.grad_norm > CLIP, "clipping must bind here, or it goes untested"
-    _assert_same_update(trl, mine)
+    assert_same_update(trl, mine, LR)
 
 
 def test_unclipped_update_equals_trls(model_dir: Path, batch: Batch, tmp_path: Path) -> None:
     trl = _trl(model_dir, batch, tmp_path, loss_type="bnpo", max_grad_norm=1e9)
-    _assert_same_update(trl, _ours(model_dir, batch, grad_clip=1e9))
+    assert_same_update(trl, _ours(model_dir, batch, grad_clip=1e9), LR)
 
 
 def test_std_epsilon_differs_by_design(model_dir: Path, batch: Batch, tmp_path: Path) -> None:
@@ -157,7 +117,7 @@ def test_weight_decay_differs_only_on_norms_by_design(
     every parameter (torch's AdamW as configured). Everything else stays equal."""
     trl = _trl(model_dir, batch, tmp_path, loss_type="bnpo", weight_decay=0.1)
     mine = _ours(model_dir, batch, weight_decay=0.1)
-    diffs = _max_param_diff(trl, mine)
+    diffs = max_param_diff(trl, mine)
     norms = {k for k in diffs if "norm" in k}
     assert norms and all(diffs[k] > 1e-5 for k in norms), diffs
     assert all(diffs[k] <= TOL for k in diffs if k not in norms), diffs
@@ -173,7 +133,7 @@ def test_one_rloo_update_equals_rloo_trainers(
     trl = _trl(model_dir, batch, tmp_path, trainer="rloo")
     mine = _ours(model_dir, batch, advantage_estimator="rloo", loss_agg_mode="seq-mean-token-sum")
     assert trl.grad_norm > CLIP
-    _assert_same_update(trl, mine, loss=False)
+    assert_same_update(trl, mine, LR, loss=False)
     lengths = [len(c) for c in batch.completions]
     want = -sum(a * n for a, n in zip(trl.advantages, lengths)) / len(lengths)
     assert mine.loss == pytest.approx(want, abs=TOL)

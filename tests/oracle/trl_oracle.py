@@ -73,7 +73,9 @@ class StepResult:
     advantages: list[float]
     """Per sample, in the batch's order."""
     grads: dict[str, torch.Tensor]
-    """What the optimizer was given: the gradients after clipping."""
+    """What the optimizer was given at the last step: the gradients after clipping."""
+    smallest: dict[str, torch.Tensor]
+    """Per element, the smallest |gradient| over the steps (where AdamW is ill-conditioned)."""
     params: dict[str, torch.Tensor]
     """After the AdamW step."""
 
@@ -158,11 +160,11 @@ def trl_step(
         return compute_loss(model, inputs)
 
     runner._compute_loss = recording
-    grads: dict[str, torch.Tensor] = {}
+    grads = GradLog()
 
     class GradRecorder(TrainerCallback):  # type: ignore[misc]
         def on_pre_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-            grads.update(_grads(runner.model))
+            grads.record(runner.model)
 
     runner.add_callback(GradRecorder())
     runner.train()
@@ -173,7 +175,7 @@ def trl_step(
         advantages[index[ids]] = float(adv)
     params = {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
     loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
-    return StepResult(loss, grad_norm, advantages, grads, params)
+    return StepResult(loss, grad_norm, advantages, grads.last, grads.smallest, params)
 
 
 def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
@@ -192,8 +194,8 @@ def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
         return advantages, returns
 
     worker_module.compute_advantages = recording  # type: ignore[assignment]
-    grads: dict[str, torch.Tensor] = {}
-    worker.actor_optim.register_step_pre_hook(lambda *_: grads.update(_grads(worker.actor)))
+    grads = GradLog()
+    worker.actor_optim.register_step_pre_hook(lambda *_: grads.record(worker.actor))
     try:
         result = worker.train_step(batch.samples())
     finally:
@@ -202,13 +204,22 @@ def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
     advantages = [float(seen[i][0]) for i in range(len(batch.completions))]
     metrics = result.metrics
     loss, grad_norm = metrics["actor/pg_loss"], metrics["actor/grad_norm"]
-    return StepResult(loss, grad_norm, advantages, grads, params)
+    return StepResult(loss, grad_norm, advantages, grads.last, grads.smallest, params)
 
 
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Gradients by state-dict name (a tied head gets its embedding's)."""
-    return {
-        name: p.grad.detach().clone()
-        for name, p in model.state_dict(keep_vars=True).items()
-        if getattr(p, "grad", None) is not None
-    }
+class GradLog:
+    """The gradients the optimizer is given, by state-dict name (a tied head gets its
+    embedding's): the last step's, and the smallest magnitude per element over all steps."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, torch.Tensor] = {}
+        self.smallest: dict[str, torch.Tensor] = {}
+
+    def record(self, model: torch.nn.Module) -> None:
+        for name, p in model.state_dict(keep_vars=True).items():
+            if getattr(p, "grad", None) is None:
+                continue
+            grad = p.grad.detach().clone()
+            self.last[name] = grad
+            seen = self.smallest.get(name)
+            self.smallest[name] = grad.abs() if seen is None else torch.minimum(seen, grad.abs())
