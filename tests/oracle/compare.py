@@ -40,7 +40,7 @@ def assert_same_update(
     to GRAD_TOL), so a weight is held to ``TOL + steps * lr * GRAD_TOL / (|g| + eps)`` with
     ``|g|`` its smallest gradient over the steps, capped at ``steps * lr`` (no AdamW step is
     longer than ``lr``). Most weights have gradients far above ``lr * GRAD_TOL / TOL`` and are
-    held to about TOL; the check insists that at least a third are (the rest are mostly
+    held to about TOL; the check insists that at least a fifth are (the rest are mostly
     embedding rows of tokens absent from the batch, whose gradient is 0)."""
     assert ours.advantages == pytest.approx(trl.advantages, abs=TOL)
     if loss:
@@ -63,4 +63,4 @@ def assert_same_update(
         )
         tight += int((bound <= 2 * TOL).sum())
         total += diff.numel()
-    assert tight >= total // 3, f"only {tight} of {total} weights held to ~TOL: a weak check"
+    assert tight >= total // 5, f"only {tight} of {total} weights held to ~TOL: a weak check"

@@ -20,7 +20,13 @@ from hybridflow.preference.config import PreferenceConfig
 from tests.helpers import build_tiny_checkpoint
 from tests.oracle.compare import TOL, weight_bounds
 from tests.oracle.trl_oracle import StepResult, example_batch, our_step, trl_step
-from tests.oracle.trl_preference import example_pairs, our_dpo_steps, trl_dpo_steps
+from tests.oracle.trl_preference import (
+    example_labelled,
+    example_pairs,
+    our_preference_steps,
+    trl_dpo_steps,
+    trl_kto_steps,
+)
 
 LR = 1e-3
 CASES = [
@@ -82,11 +88,25 @@ def main() -> None:
             model, pairs, root / "dpo", beta=0.1, loss_type=[loss_type], learning_rate=1e-3,
             max_grad_norm=0.5, weight_decay=0.0,
         )  # fmt: skip
-        ours = our_dpo_steps(
+        ours = our_preference_steps(
             model, pairs, PreferenceConfig(loss="dpo", beta=0.1, dpo_loss_type=loss_type),
             lr=1e-3, grad_clip=0.5, weight_decay=0.0,
         )  # fmt: skip
         print(_row(f"dpo {loss_type} (step 2)", trl, ours, adv=False, steps=2), flush=True)
+    rows = example_labelled()
+    for desirable, undesirable in ((1.0, 1.0), (1.0, 1.33)):
+        trl = trl_kto_steps(
+            model, rows, root / "kto", beta=0.1, desirable_weight=desirable,
+            undesirable_weight=undesirable, learning_rate=1e-3, max_grad_norm=0.5,
+            weight_decay=0.0,
+        )  # fmt: skip
+        ours = our_preference_steps(
+            model, rows, PreferenceConfig(loss="kto", beta=0.1, desirable_weight=desirable,
+                                          undesirable_weight=undesirable),
+            lr=1e-3, grad_clip=0.5, weight_decay=0.0,
+        )  # fmt: skip
+        name = f"kto weights {desirable:g}/{undesirable:g} (step 2)"
+        print(_row(name, trl, ours, adv=False, steps=2), flush=True)
 
 
 if __name__ == "__main__":
