@@ -114,6 +114,16 @@ class CheckpointStore:
         if deep:
             manifest.verify(directory / LEARNER_DIR)
 
+    def check(self, step: int) -> str | None:
+        """One line saying why checkpoint ``step`` is refused (every file checked, the
+        learner's shards included), or None when it verifies."""
+        try:
+            self.verify(step, deep=True)
+            self.read_state(step)
+        except CheckpointCorrupt as exc:
+            return str(exc)
+        return None
+
     def read_state(self, step: int) -> CoordinatorState:
         """The coordinator's state of checkpoint ``step`` (``CheckpointCorrupt`` if unreadable)."""
         path = self.directory(step) / STATE_FILE

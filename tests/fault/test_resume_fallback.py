@@ -123,3 +123,23 @@ def test_resume_with_every_checkpoint_refused_fails_naming_each(tmp_path):
     message = str(err.value)
     assert "step 6: " in message and "step 4: " in message and "learner/version" in message
     assert CheckpointStore(root).candidates() == [6, 4]  # nothing set aside, nothing loaded
+
+
+def test_verify_command_prints_a_line_per_checkpoint_and_fails_on_a_bad_newest(tmp_path, capsys):
+    from hybridflow.coordinator.cli import main
+
+    _run(tmp_path, 6, resume=False)
+    root = tmp_path / "checkpoints"
+    assert main(["verify", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "step_00000006  ok  (step 6, policy v6)",
+        "step_00000004  ok  (step 4, policy v4)",
+    ]
+    _flip(root / "step_00000004" / "learner" / "version")
+    assert main(["verify", str(tmp_path)]) == 0  # an older bad one is reported, not fatal
+    assert "step_00000004  REFUSED  " in capsys.readouterr().out
+    _flip(root / STEP6 / "learner" / "version")
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("step_00000006  REFUSED  ") and "learner/version" in out[0]
+    assert main(["verify", str(tmp_path / "nothing")]) == 2
