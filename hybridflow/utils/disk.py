@@ -31,9 +31,23 @@ def free_bytes(path: str | Path) -> int | None:
     return None
 
 
-def disk_full_message(path: str | Path, exc: OSError | None = None) -> str:
+def looks_full(path: str | Path, min_free_bytes: int = 1 << 20) -> bool:
+    """True when the file system holding ``path`` has less than ``min_free_bytes`` left:
+    for writers whose error on a full disk is not an OSError (``torch.save`` raises a
+    RuntimeError "unexpected pos")."""
+    free = free_bytes(path)
+    return free is not None and free < min_free_bytes
+
+
+def describe_write_error(path: str | Path, exc: OSError) -> str:
+    """The disk-full message for ENOSPC / EDQUOT, else the error itself."""
+    return disk_full_message(exc.filename or path, exc) if is_disk_full(exc) else str(exc)
+
+
+def disk_full_message(path: str | Path, exc: BaseException | None = None) -> str:
     """``"no space left writing PATH: N MiB free on its file system (<cause>)"``."""
     free = free_bytes(path)
     free_text = "free space unknown" if free is None else f"{free / 2**20:.1f} MiB free"
-    cause = f" ({exc.strerror or exc})" if exc is not None else ""
+    why = getattr(exc, "strerror", None) or (str(exc).strip().splitlines() or [""])[-1]
+    cause = f" ({why})" if exc is not None else ""
     return f"no space left writing {path}: {free_text} on its file system{cause}"

@@ -189,3 +189,63 @@ def test_a_checkpoint_exception_from_dcp_is_a_named_error(saved, monkeypatch):
     monkeypatch.setattr(dcp, "load", broken)
     with pytest.raises(ResourceExhausted, match="no space left writing"):
         load_train_state(_worker(model), good)
+
+
+def test_torch_save_on_a_full_disk_is_resource_exhausted(saved, tmp_path, monkeypatch):
+    """torch.save reports a full disk as RuntimeError "unexpected pos", not an OSError."""
+    from hybridflow.services.learner import train_state
+
+    def cut_short(obj, path):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    model, _ = saved
+    monkeypatch.setattr(train_state, "_atomic_torch_save", cut_short)
+    monkeypatch.setattr(train_state, "looks_full", lambda path: True)
+    with pytest.raises(ResourceExhausted, match=r"no space left writing .*MiB free"):
+        save_train_state(_worker(model), tmp_path / "state")
+    monkeypatch.setattr(train_state, "looks_full", lambda path: False)
+    with pytest.raises(
+        RuntimeError, match=r"state2: saving failed: RuntimeError: .*unexpected pos"
+    ):
+        save_train_state(_worker(model), tmp_path / "state2")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 4 MiB tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_save_onto_a_really_full_disk_answers_resource_exhausted(tiny_model_path, small_tmpfs):
+    from hybridflow.utils.disk import free_bytes
+    from hybridflow.v1 import learner_pb2
+
+    root = small_tmpfs / "checkpoints"
+    root.mkdir()
+    filler = small_tmpfs / "filler"
+    filler.write_bytes(b"\0" * (free_bytes(small_tmpfs) - 64 * 1024))  # 64 KiB left
+    server, _ = start_learner_server(tiny_model_path, checkpoint_dir=str(root))
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            _stub(server.address).SaveTrainState(
+                learner_pb2.TrainStateRequest(name="s1"), timeout=60
+            )
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert str(root / "s1") in err.value.details() and "MiB free" in err.value.details()
+    finally:
+        server.stop(0)

@@ -46,10 +46,15 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from hybridflow.errors import CheckpointCorrupt, CheckpointRejected, ResourceExhausted
+from hybridflow.errors import (
+    AlreadyExists,
+    CheckpointCorrupt,
+    CheckpointRejected,
+    ResourceExhausted,
+)
 from hybridflow.services.learner.distributed import all_gather_objects
 from hybridflow.utils import manifest
-from hybridflow.utils.disk import disk_full_message, is_disk_full
+from hybridflow.utils.disk import disk_full_message, is_disk_full, looks_full
 
 if TYPE_CHECKING:
     from hybridflow.services.learner.worker import LearnerWorker
@@ -220,25 +225,25 @@ def _misfit(state: dict[str, Any], metadata: Metadata, algorithm: str) -> str | 
 
 @contextmanager
 def _named_failures(path: Path, doing: str) -> Iterator[None]:
-    """A full disk, or any failure of DCP / torch.load (``CheckpointException`` is a
-    ``BaseException``), as one domain error naming ``path``."""
+    """A full disk, or any failure of DCP / torch (``CheckpointException`` is a
+    ``BaseException``), as one domain error naming ``path``: ``ResourceExhausted`` when the
+    disk is full (torch.save says so as a RuntimeError, DCP as a wrapped OSError), else
+    ``CheckpointCorrupt`` when loading and a RuntimeError naming the path when saving."""
     try:
         yield
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise ResourceExhausted(disk_full_message(exc.filename or path, exc)) from exc
-        raise
-    except CheckpointException as exc:
-        causes = [failure for failure, _ in exc.failures.values()]
-        full = next((c for c in causes if isinstance(c, OSError) and is_disk_full(c)), None)
-        if full is not None:
-            raise ResourceExhausted(disk_full_message(path, full)) from None
-        cause = _one_line(causes[0]) if causes else "unknown cause"
-        raise CheckpointCorrupt(f"{path}: {doing} failed: {cause}") from None
-    except (RuntimeError, EOFError, ValueError, KeyError) as exc:  # torch.load of other bytes
-        if doing != "loading":
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 — each re-raised, named
+        causes: list[BaseException] = [exc]
+        if isinstance(exc, CheckpointException):
+            causes = [failure for failure, _ in exc.failures.values()] or [exc]
+        full = next((c for c in causes if is_disk_full(c)), None)
+        if full is not None or (doing == "saving" and looks_full(path)):
+            raise ResourceExhausted(disk_full_message(path, full or causes[0])) from exc
+        if isinstance(exc, CheckpointRejected | AlreadyExists):
             raise
-        raise CheckpointCorrupt(f"{path}: {doing} failed: {_one_line(exc)}") from exc
+        message = f"{path}: {doing} failed: {_one_line(causes[0])}"
+        if doing == "loading":
+            raise CheckpointCorrupt(message) from exc
+        raise RuntimeError(message) from exc
 
 
 def _one_line(exc: BaseException) -> str:
