@@ -16,7 +16,8 @@ Invariants (tested in tests/unit/coordinator/):
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
   state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
-  ``resume=True`` continues from the newest complete one with every prompt of an epoch
+  ``resume=True`` continues from the newest one that verifies and fits (a refused one is
+  logged, set aside, and the next older tried: docs/checkpoints.md) with every prompt of an epoch
   trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl``
   is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
   version).

@@ -112,14 +112,24 @@ def test_interpreter_exits_propagate(error):
     assert context.calls == 0
 
 
-def test_a_real_server_answers_a_base_exception_at_once():
+def test_a_real_server_answers_a_base_exception_at_once_and_keeps_an_abort():
     class Servicer:
         @handle_errors
         def Call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
             raise CheckpointLikeError("shard missing")
 
+        @handle_errors
+        def Refuse(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "not yours")
+            return b""
+
+    servicer = Servicer()
     handler = grpc.method_handlers_generic_handler(
-        "t.T", {"Call": grpc.unary_unary_rpc_method_handler(Servicer().Call)}
+        "t.T",
+        {
+            "Call": grpc.unary_unary_rpc_method_handler(servicer.Call),
+            "Refuse": grpc.unary_unary_rpc_method_handler(servicer.Refuse),
+        },
     )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), handlers=[handler])
     port = server.add_insecure_port("127.0.0.1:0")
@@ -129,7 +139,11 @@ def test_a_real_server_answers_a_base_exception_at_once():
             call = channel.unary_unary("/t.T/Call")
             with pytest.raises(grpc.RpcError) as err:
                 call(b"", timeout=10)
+            with pytest.raises(grpc.RpcError) as refused:
+                channel.unary_unary("/t.T/Refuse")(b"", timeout=10)
         assert err.value.code() == grpc.StatusCode.INTERNAL
         assert "CheckpointLikeError: shard missing" in err.value.details()
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert refused.value.details() == "not yours"
     finally:
         server.stop(0)
