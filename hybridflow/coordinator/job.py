@@ -16,7 +16,8 @@ Invariants (tested in tests/unit/coordinator/):
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
   state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
-  ``resume=True`` continues from the newest complete one with every prompt of an epoch
+  ``resume=True`` continues from the newest one that verifies and fits (a refused one is
+  logged, set aside, and the next older tried: docs/checkpoints.md) with every prompt of an epoch
   trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl``
   is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
   version).
@@ -58,7 +59,12 @@ from hybridflow.coordinator.run_records import (
 from hybridflow.coordinator.schedule_state import capture_schedule, restore_schedule
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
-from hybridflow.errors import ResourceExhausted, ServiceError
+from hybridflow.errors import (
+    CheckpointRejected,
+    FailedPrecondition,
+    ResourceExhausted,
+    ServiceError,
+)
 from hybridflow.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -250,31 +256,43 @@ class TrainingJob:
 
     # ------------------------------------------------------------------ checkpoints
     def _restore(self) -> None:
-        """Continues from the newest complete checkpoint (if any): learner state, cursor,
-        pending prompts first in line, counters; logs rewound to its step."""
+        """Continues from the newest checkpoint that verifies and fits (if any): learner
+        state, cursor, pending prompts first in line, counters; logs rewound to its step.
+        A refused checkpoint (damaged, or not fitting this learner) is logged with its reason
+        and set aside, and the next older one is tried; if every one is refused, nothing is
+        loaded and the resume fails naming each."""
         assert self.checkpoints is not None
         self.checkpoints.discard_partial()
-        state = self.checkpoints.latest()
-        if state is None:
+        refused: list[str] = []
+        for step in self.checkpoints.candidates():  # newest first
+            try:
+                state, version = self._load_checkpoint(step)
+            except FailedPrecondition as exc:  # CheckpointRejected / Corrupt, ours or the learner's
+                log.warning("resume: refusing checkpoint step %d: %s", step, exc)
+                refused.append(f"step {step}: {exc}")
+                continue
+            break
+        else:
+            if refused:
+                raise CheckpointRejected(
+                    f"resume: no checkpoint under {self.checkpoints.root} verifies and fits "
+                    f"this job ({'; '.join(refused)})"
+                )
             log.info(
                 "resume: no complete checkpoint under %s; starting at step 1", self.checkpoints.root
             )
             rewind_jsonl(self.run_dir / "metrics.jsonl", 0)
             rewind_jsonl(self.run_dir / "trained.jsonl", 0)
             return
-        if state.num_rows != self.num_rows:
-            raise ValueError(
-                f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
-                f"now has {self.num_rows}"
-            )
-        with self._learner_lock:
-            version = self.services.learner.load_train_state(
-                self.checkpoints.learner_name(state.step)
-            )
-        if version != state.policy_version:
-            raise RuntimeError(
-                f"resume: learner restored version {version}, checkpoint says "
-                f"{state.policy_version}"
+        if refused:
+            for newer in self.checkpoints.candidates():
+                if newer > state.step:
+                    self.checkpoints.set_aside(newer)
+            log.warning(
+                "resume: fell back to checkpoint step %d, the newest that verifies and fits "
+                "(%d newer refused, set aside as step_*.refused)",
+                state.step,
+                len(refused),
             )
         num_pending = restore_schedule(state, self.buffer, self.cursor, self.config.max_staleness)
         self._requeued_before = state.num_requeued
@@ -287,6 +305,26 @@ class TrainingJob:
             version,
             num_pending,
         )
+
+    def _load_checkpoint(self, step: int) -> tuple[CoordinatorState, int]:
+        """Verifies checkpoint ``step``, then has the learner load its half (which checks its
+        shards and its fit first); returns the state and the restored policy version."""
+        assert self.checkpoints is not None
+        self.checkpoints.verify(step)
+        state = self.checkpoints.read_state(step)
+        if state.num_rows != self.num_rows:
+            raise ValueError(
+                f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
+                f"now has {self.num_rows}"
+            )
+        with self._learner_lock:
+            version = self.services.learner.load_train_state(self.checkpoints.learner_name(step))
+        if version != state.policy_version:
+            raise RuntimeError(
+                f"resume: learner restored version {version}, checkpoint says "
+                f"{state.policy_version}"
+            )
+        return state, version
 
     def _checkpoint(self, step: int) -> str:
         """Learner train state, then the schedule's state (which completes the checkpoint)."""

@@ -272,7 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         outcome = supervisor[0].run()
         phase[0] = "stopping"
         usage = group.resource_usage()
-        (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
+        try:
+            (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
+        except OSError as exc:  # a full disk must not hide the outcome and the resume hint
+            from hybridflow.utils.disk import describe_write_error
+
+            log.error("service_usage.json not written: %s", describe_write_error(run_dir, exc))
         log.info("coordinator exited with %d; stopping services", coordinator.returncode)
     except KeyboardInterrupt:
         log.warning("interrupted before the services were ready; stopping them")

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hybridflow.utils.disk import disk_full_message, is_disk_full
+
 log = logging.getLogger("launch")
 
 RESTARTABLE_PREFIXES = ("rollout", "reward")
@@ -57,17 +59,27 @@ class SupervisedGroup(Protocol):
 
 
 class EventLog:
-    """Appends one JSON object per supervisor event to a file (``supervisor.jsonl``)."""
+    """Appends one JSON object per supervisor event to a file (``supervisor.jsonl``).
+
+    A write that fails (a full disk) is logged once, naming the file and the free space, and
+    the supervisor goes on deciding: it must still stop the job cleanly."""
 
     def __init__(self, path: Path, wall_clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self._wall_clock = wall_clock
+        self._failed = False
 
     def write(self, service: str, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": self._wall_clock(), "service": service, "event": event, **fields}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            if not self._failed:
+                self._failed = True
+                why = disk_full_message(self.path, exc) if is_disk_full(exc) else str(exc)
+                log.error("cannot write the supervisor's event log: %s", why)
         return record
 
 

@@ -209,3 +209,23 @@ def test_restart_that_never_turns_healthy_is_killed_and_counted(group, tmp_path)
     spawned = times(events, "rollout0", "restarting")
     assert len(failed) == 2
     assert spawned[1] - failed[0] >= 2.0 - 1e-9  # the second restart waits the doubled backoff
+
+
+def test_event_log_on_a_full_disk_logs_once_naming_the_file_and_goes_on(
+    tmp_path, monkeypatch, caplog
+):
+    import errno
+    import logging
+    from pathlib import Path
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    events = EventLog(tmp_path / "supervisor.jsonl")
+    monkeypatch.setattr(Path, "open", full)
+    with caplog.at_level(logging.ERROR, logger="launch"):
+        assert events.write("job", "failed", cause="x")["event"] == "failed"
+        events.write("job", "failed", cause="y")
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1
+    assert str(tmp_path / "supervisor.jsonl") in errors[0] and "MiB free" in errors[0]
