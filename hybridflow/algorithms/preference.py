@@ -1,4 +1,4 @@
-"""Preference and supervised losses as pure tensor functions: DPO, KTO, SFT.
+"""Preference and supervised losses as pure tensor functions: DPO, KTO, ORPO, SFT.
 
 Inputs are *sequence* log-probs (the sum of a completion's token log-probs, TRL's default)
 under the policy and the frozen reference; outputs are per-example losses (callers choose the
@@ -18,6 +18,12 @@ implicit rewards ``beta * (log pi - log pi_ref)`` that TRL reports as ``rewards/
   ``z0 = max(0, KL)`` (a detached batch estimate of KL(pi || pi_ref) from mismatched
   prompt/completion pairs) and ``r = pi - ref``: desirable ``w_d (1 - sigma(beta (r - z0)))``,
   undesirable ``w_u (1 - sigma(beta (z0 - r)))``.
+- ORPO (Hong et al. 2024, eqs. 6-7; TRL ``ORPOTrainer.odds_ratio_loss``), no reference:
+  with ``l_c, l_r`` the *token-mean* log-probs of chosen and rejected and
+  ``log odds(y) = l - log(1 - exp(l))``, the per-pair odds-ratio term is
+  ``-log sigma(log odds(y_c) - log odds(y_r))``; the loss is the NLL of the chosen tokens
+  plus ``lambda`` times its mean (``orpo_loss`` returns the term; the caller adds the NLL,
+  whose token normaliser it owns).
 - SFT: negative log-likelihood of the response tokens, summed (callers divide by the global
   token count for a token mean).
 
@@ -26,6 +32,7 @@ Nothing here knows about models, padding beyond a mask, ranks or data formats.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +48,15 @@ class DPOLossOutput:
     losses: torch.Tensor
     chosen_rewards: torch.Tensor
     rejected_rewards: torch.Tensor
+
+
+@dataclass
+class ORPOLossOutput:
+    """Per-pair odds-ratio term ``-log sigma(log odds ratio)`` (not yet times lambda) and the
+    detached log odds ratio, each ``[pairs]``."""
+
+    losses: torch.Tensor
+    log_odds_ratio: torch.Tensor
 
 
 @dataclass
@@ -95,6 +111,22 @@ def dpo_loss(
         chosen_rewards=beta * (policy_chosen - ref_chosen).detach(),
         rejected_rewards=beta * (policy_rejected - ref_rejected).detach(),
     )
+
+
+def log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 - exp(x))`` for ``x < 0``, stable on both sides of ``-log 2`` (Maechler 2012:
+    ``log1p(-exp(x))`` far from 0, ``log(-expm1(x))`` near it)."""
+    return torch.where(x < -math.log(2.0), torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+
+
+def orpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor) -> ORPOLossOutput:
+    """ORPO's odds-ratio term per pair; inputs are ``[pairs]`` token-mean log-probs (< 0).
+
+    ``log odds(y) = l - log(1 - exp(l))``, so ``log OR = (l_c - l_r) - (log1mexp(l_c) -
+    log1mexp(l_r))``; the term is ``-log sigma(log OR)``. Computed in fp32 (TRL casts too)."""
+    chosen, rejected = policy_chosen.float(), policy_rejected.float()
+    log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))
+    return ORPOLossOutput(losses=-F.logsigmoid(log_odds), log_odds_ratio=log_odds.detach())
 
 
 def kto_reference_point(

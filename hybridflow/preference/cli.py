@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             beta=pref.beta,
             label_smoothing=pref.label_smoothing,
             dpo_loss_type=pref.dpo_loss_type,
+            orpo_lambda=pref.orpo_lambda,
+            orpo_nll_prompt=pref.orpo_nll_prompt,
             desirable_weight=pref.desirable_weight,
             undesirable_weight=pref.undesirable_weight,
             eval_data=pref.eval_data or None,
@@ -108,5 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _brief(metrics: dict[str, float]) -> str:
-    keys = ("eval/rewards/accuracies", "eval/rewards/margins", "eval/nll")
+    keys = (
+        "eval/rewards/accuracies",
+        "eval/mean_logps/accuracies",
+        "eval/rewards/margins",
+        "eval/nll",
+    )
     return ", ".join(f"{k.removeprefix('eval/')}={metrics[k]:.4f}" for k in keys if k in metrics)

@@ -1,4 +1,5 @@
-"""Preference-learning settings: the loss (DPO, KTO, SFT), its coefficients, and the offline job.
+"""Preference-learning settings: the loss (DPO, KTO, ORPO, SFT), its coefficients, and the offline
+job.
 
 The job's ``preference:`` section. With ``data`` set, ``deploy/launch.sh`` runs an offline,
 learner-only job (no rollout, reward service or coordinator). Imports without torch or grpc;
@@ -12,7 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-PREFERENCE_LOSSES: tuple[str, ...] = ("dpo", "kto", "sft")
+PREFERENCE_LOSSES: tuple[str, ...] = ("dpo", "kto", "orpo", "sft")
+PAIR_LOSSES: tuple[str, ...] = ("dpo", "orpo")
+"""Losses trained on preference pairs (``prompt``, ``chosen``, ``rejected``)."""
 DPOLossType = Literal["sigmoid", "hinge", "ipo"]
 """DPO's loss on the margin (``hybridflow.algorithms.preference.dpo_loss``)."""
 DPO_LOSS_TYPES: tuple[str, ...] = get_args(DPOLossType)
@@ -22,8 +25,9 @@ DPO_LOSS_TYPES: tuple[str, ...] = get_args(DPOLossType)
 class PreferenceConfig:
     """The preference (or SFT) loss of a learner-side offline step."""
 
-    loss: Literal["dpo", "kto", "sft"] = "dpo"
-    """dpo (pairs), kto (labelled completions) or sft (token-mean NLL of responses)."""
+    loss: Literal["dpo", "kto", "orpo", "sft"] = "dpo"
+    """dpo (pairs), kto (labelled completions), orpo (pairs, no reference) or sft (token-mean
+    NLL of responses)."""
     beta: float = 0.1
     """Strength of the implicit KL to the reference (DPO and KTO; TRL's default 0.1)."""
     label_smoothing: float = 0.0
@@ -31,13 +35,19 @@ class PreferenceConfig:
     dpo_loss_type: DPOLossType = "sigmoid"
     """DPO's loss on the margin h: sigmoid (the paper's), hinge (SLiC) or ipo (squared
     distance to 1/(2 beta), on token-mean log-probs); TRL's loss_type."""
+    orpo_lambda: float = 0.1
+    """ORPO: weight of the odds-ratio term against the NLL term (the paper's lambda, TRL's
+    ORPOConfig.beta; default 0.1 as TRL's), >= 0."""
+    orpo_nll_prompt: bool = False
+    """ORPO: true adds the prompt tokens after the first to the NLL term, as TRL's ORPOTrainer
+    does; false (default): the chosen response tokens only, like loss sft (docs/trl-parity.md)."""
     desirable_weight: float = 1.0
     """KTO: weight of the desirable examples' losses."""
     undesirable_weight: float = 1.0
     """KTO: weight of the undesirable examples' losses."""
     data: str = ""
     """Train data: builtin:arith_dpo / _kto / _sft or a .jsonl / .parquet file in TRL's format
-    for ``loss``; set, it makes deploy/launch.sh run this offline job instead of RL."""
+    for ``loss`` (orpo reads dpo's pairs); set, it makes deploy/launch.sh run this offline job instead of RL."""
     eval_data: str = ""
     """Held-out DPO pairs (empty: a built-in train set's own test pairs; a file: no eval)."""
     steps: int = 100
@@ -71,7 +81,7 @@ class PreferenceConfig:
                 "preference.label_smoothing applies to dpo_loss_type sigmoid only, "
                 f"not {self.dpo_loss_type}"
             )
-        for name in ("desirable_weight", "undesirable_weight"):
+        for name in ("orpo_lambda", "desirable_weight", "undesirable_weight"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"preference.{name} must be a finite number >= 0, got {value}")
@@ -83,5 +93,11 @@ class PreferenceConfig:
 
     @property
     def needs_reference(self) -> bool:
-        """DPO and KTO compare with the frozen reference; SFT does not."""
-        return self.loss != "sft"
+        """DPO and KTO compare with the frozen reference; ORPO and SFT do not."""
+        return self.loss in ("dpo", "kto")
+
+    @property
+    def record_kind(self) -> str:
+        """The data format the loss reads (``hybridflow.data.preference`` kind): dpo for the
+        pair losses, else the loss's own."""
+        return "dpo" if self.loss in PAIR_LOSSES else self.loss

@@ -1,10 +1,10 @@
-"""``PreferenceTrainer`` / ``train_offline``: offline DPO, KTO or SFT on a ``LearnerWorker``.
+"""``PreferenceTrainer`` / ``train_offline``: offline DPO, KTO, ORPO or SFT on a ``LearnerWorker``.
 
 The trainer reads a dataset once (``hybridflow.data.preference``), visits it in seeded epoch
 order (``hybridflow.data.datasets.epoch_order``), and runs one ``preference_step`` per batch on
 the learner worker (the RL learner's actor, optimizer and frozen reference; single process, or
 every rank of a torchrun group calling the same methods). It evaluates on held-out *pairs*
-whatever the loss, so DPO, KTO and SFT are compared on the same numbers: preference accuracy
+whatever the loss, so DPO, KTO, ORPO and SFT are compared on the same numbers: preference accuracy
 and reward margin (implicit reward ``beta * log(pi / pi_ref)``) and the chosen responses' NLL.
 A built-in train set defaults to its ``builtin:arith_dpo:test`` pairs; a file has no default.
 
@@ -57,6 +57,8 @@ class PreferenceTrainer:
         beta: float = 0.1,
         label_smoothing: float = 0.0,
         dpo_loss_type: str = "sigmoid",
+        orpo_lambda: float = 0.1,
+        orpo_nll_prompt: bool = False,
         desirable_weight: float = 1.0,
         undesirable_weight: float = 1.0,
         eval_data: str | Sequence[Any] | None = None,
@@ -69,7 +71,8 @@ class PreferenceTrainer:
         (``builtin:arith_dpo``, a .jsonl/.parquet path) or already-read records; eval data is
         DPO pairs. ``learner`` (default: ``LearnerConfig`` with lr 1e-4 and ``seed``) is
         updated with ``learner_overrides`` (``lr``, ``device``, ``micro_batch_size``, ...);
-        the frozen reference is always loaded (the eval's implicit rewards need it)."""
+        the frozen reference is always loaded (the eval's implicit rewards need it; ORPO and SFT
+        do not train against it)."""
         from hybridflow.services.learner.worker import LearnerWorker
 
         self.config = PreferenceConfig(
@@ -77,6 +80,8 @@ class PreferenceTrainer:
             beta=beta,
             label_smoothing=label_smoothing,
             dpo_loss_type=dpo_loss_type,  # type: ignore[arg-type]
+            orpo_lambda=orpo_lambda,
+            orpo_nll_prompt=orpo_nll_prompt,
             desirable_weight=desirable_weight,
             undesirable_weight=undesirable_weight,
         )
@@ -90,7 +95,7 @@ class PreferenceTrainer:
         self.worker = LearnerWorker(learner_cfg, model)
         tokenizer = self.worker.tokenizer
         self.records = (
-            read_preference_dataset(data, tokenizer, loss, num_rows, seed)
+            read_preference_dataset(data, tokenizer, self.config.record_kind, num_rows, seed)
             if isinstance(data, str)
             else list(data)
         )

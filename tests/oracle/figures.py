@@ -4,8 +4,8 @@
 
 One row per comparison of ``test_trl_step.py``: the largest absolute difference of the
 advantages, the loss, the gradient norm, the clipped gradients and the weights after AdamW
-(all weights, and those the test holds to about 1e-6: see ``compare.assert_same_update``); DPO after its second
-step.
+(all weights, and those the test holds to about 1e-6: see ``compare.assert_same_update``); DPO,
+KTO and ORPO after their second step.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.oracle.trl_preference import (
     our_preference_steps,
     trl_dpo_steps,
     trl_kto_steps,
+    trl_orpo_steps,
 )
 
 LR = 1e-3
@@ -107,6 +108,15 @@ def main() -> None:
         )  # fmt: skip
         name = f"kto weights {desirable:g}/{undesirable:g} (step 2)"
         print(_row(name, trl, ours, adv=False, steps=2), flush=True)
+    trl = trl_orpo_steps(
+        model, pairs, root / "orpo", beta=0.5, learning_rate=1e-3, max_grad_norm=0.5,
+        weight_decay=0.0,
+    )  # fmt: skip
+    ours = our_preference_steps(
+        model, pairs, PreferenceConfig(loss="orpo", orpo_lambda=0.5, orpo_nll_prompt=True),
+        lr=1e-3, grad_clip=0.5, weight_decay=0.0, use_reference=False,
+    )  # fmt: skip
+    print(_row("orpo lambda 0.5, NLL with prompt (step 2)", trl, ours, adv=False, steps=2))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Preference steps by TRL's ``DPOTrainer`` / ``KTOTrainer`` and by hybridflow's learner, on
-the same weights and the same tokenised examples.
+"""Preference steps by TRL's ``DPOTrainer`` / ``KTOTrainer`` / ``ORPOTrainer`` and by
+hybridflow's learner, on the same weights and the same tokenised examples.
 
 TRL tokenises text; our pairs are token ids already. A ``DPOTrainer`` subclass replaces
 ``_prepare_dataset`` (TRL's tokenisation, and the EOS it appends to text) with the identity,
@@ -144,6 +144,62 @@ def trl_dpo_steps(
         model=model,
         args=args,
         train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+    )
+    return _run(trainer, TrainerCallback)
+
+
+def trl_orpo_steps(
+    model_dir: Path, pairs: list[PreferencePair], out_dir: Path, **config: Any
+) -> StepResult:
+    """``STEPS`` ``ORPOTrainer`` steps on ``pairs`` (one batch); ``config``: ORPOConfig fields.
+
+    ORPO (in ``trl.experimental``) tokenises in ``tokenize_row``, mapped over the dataset in
+    its ``__init__``; the subclass makes that the identity and the dataset carries the
+    columns it would have built: ``{prompt, chosen, rejected}_input_ids`` and attention masks
+    (chosen / rejected rows are the prompt followed by the completion) and
+    ``{chosen, rejected}_labels`` (the row with the prompt masked by -100). The collator,
+    the concatenated forward, the NLL (over prompt and chosen tokens), ``odds_ratio_loss``,
+    clipping and AdamW are TRL's."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    class TokenisedORPO(ORPOTrainer):  # type: ignore[misc]
+        def tokenize_row(self, feature: Any, model: Any = None) -> Any:
+            return feature
+
+    columns: dict[str, list[list[int]]] = {}
+    prompts = [list(map(int, p.prompt_ids)) for p in pairs]
+    columns["prompt_input_ids"] = prompts
+    columns["prompt_attention_mask"] = [[1] * len(p) for p in prompts]
+    for name in ("chosen", "rejected"):
+        rows = [p + list(map(int, getattr(r, f"{name}_ids"))) for p, r in zip(prompts, pairs)]
+        columns[f"{name}_input_ids"] = rows
+        columns[f"{name}_attention_mask"] = [[1] * len(r) for r in rows]
+        columns[f"{name}_labels"] = [[-100] * len(p) + r[len(p) :] for p, r in zip(prompts, rows)]
+    args = ORPOConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=len(pairs),
+        max_steps=STEPS,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    trainer = TokenisedORPO(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict(columns),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
     return _run(trainer, TrainerCallback)

@@ -16,17 +16,21 @@ def test_defaults_validate_and_make_no_job() -> None:
     cfg.validate()
     assert cfg.data == "" and cfg.needs_reference
     assert not PreferenceConfig(loss="sft").needs_reference
+    assert not PreferenceConfig(loss="orpo").needs_reference
+    assert PreferenceConfig(loss="orpo").record_kind == "dpo"
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("loss", "orpo"),
+        ("loss", "simpo"),
         ("beta", 0.0),
         ("beta", float("nan")),
         ("label_smoothing", 0.5),
         ("dpo_loss_type", "orpo"),
         ("desirable_weight", -1.0),
+        ("orpo_lambda", -0.1),
+        ("orpo_lambda", float("inf")),
         ("steps", -1),
         ("batch_size", 0),
         ("eval_every", -1),

@@ -1,17 +1,20 @@
-"""Learner-side preference steps: DPO, KTO or SFT on the worker's actor, and held-out eval.
+"""Learner-side preference steps: DPO, KTO, ORPO or SFT on the worker's actor, and held-out eval.
 
 One ``preference_step`` is one optimizer step of the worker's actor on a batch of records
-(``PreferencePair`` for DPO, ``LabelledCompletion`` for KTO and SFT), the same on every rank of
+(``PreferencePair`` for DPO and ORPO, ``LabelledCompletion`` for KTO and SFT), the same on every rank of
 the SPMD group, laid out like the RL train step (``batching``): every rank receives the whole
 batch and takes a contiguous slice; micro-batches accumulate gradients; each loss is divided by
-the *global* example (DPO, KTO) or response-token (SFT) count and scaled by the world size
+the *global* example (DPO, KTO, ORPO's odds-ratio term) or token (SFT, ORPO's NLL term) count and scaled by the world size
 before ``backward``, since FSDP2 averages gradients over ranks. The reference log-probs come
 from the worker's frozen reference (``learner.use_reference``, or ``algorithm: dpo``), the one
-the RL KL term uses. ``online_preference`` calls this step for the dpo / rft presets.
+the RL KL term uses; ORPO and SFT use none. ``online_preference`` calls this step for the dpo / rft presets.
 
 A DPO pair is two rows of one micro-batch (chosen rows, then rejected rows). KTO's reference
 point z0 needs a pass over mismatched pairs first (prompt ``i`` with completion ``i - 1``,
-TRL's construction), without gradients, summed over ranks.
+TRL's construction), without gradients, summed over ranks. ORPO's NLL term covers, with
+``orpo_nll_prompt`` (TRL's choice), the prompt tokens after the first as well: its chosen rows
+are laid out as prompt ``p[:1]`` and response ``p[1:] + chosen`` (the same input ids, so the
+same forward), and the odds-ratio term masks the ``len(p) - 1`` prompt slots out.
 
 Knows nothing about gRPC, data files or tokenisers.
 """
@@ -27,12 +30,13 @@ import torch
 from hybridflow.algorithms.preference import (
     dpo_loss,
     kto_loss,
+    orpo_loss,
     sequence_logprobs,
     sft_nll_sum,
 )
 from hybridflow.arrays import TokenArray
 from hybridflow.data.preference import LabelledCompletion, PreferencePair
-from hybridflow.preference.config import PreferenceConfig
+from hybridflow.preference.config import PAIR_LOSSES, PreferenceConfig
 from hybridflow.services.learner.batching import (
     MicroBatch,
     PaddedBatch,
@@ -55,7 +59,7 @@ LOGPROB_TEMPERATURE = 1.0
 
 def validate_records(records: Sequence[Any], loss: str, vocab_size: int) -> None:
     """Right record type for ``loss``, in-vocab non-empty sequences; ValueError naming the row."""
-    want = PreferencePair if loss == "dpo" else LabelledCompletion
+    want = PreferencePair if loss in PAIR_LOSSES else LabelledCompletion
     for i, r in enumerate(records):
         if not isinstance(r, want):
             raise ValueError(f"records[{i}]: {loss} needs {want.__name__}, got {type(r).__name__}")
@@ -79,12 +83,19 @@ def preference_step(
     metrics = StepMetrics(worker.device)
     num = float(len(records))
     num_tokens = float(sum(len(_completion(r)) for r in records))
+    if cfg.loss == "orpo" and cfg.orpo_nll_prompt:
+        num_tokens += float(sum(len(r.prompt_ids) - 1 for r in records))
     z0 = _kto_reference_point(worker, records, micro_batches) if cfg.loss == "kto" else None
     worker.actor_optim.zero_grad(set_to_none=True)
     for micro in micro_batches:
+        weights = torch.tensor(micro.weights, dtype=torch.float32, device=worker.device)
+        if cfg.loss == "orpo":
+            loss = _orpo_micro(worker, cfg, records, micro, weights, num, num_tokens, metrics)
+            metrics.add("train/loss", loss)
+            (loss * dist.world_size).backward()
+            continue
         batch = _batch(worker, records, micro)
         logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
-        weights = torch.tensor(micro.weights, dtype=torch.float32, device=worker.device)
         if cfg.loss == "sft":
             loss = sft_nll_sum(logp, batch.response_mask) / num_tokens
             metrics.add("train/nll", loss)
@@ -124,7 +135,10 @@ def preference_eval(
 ) -> dict[str, float]:
     """Held-out pair metrics (all ranks call): TRL's ``rewards/*`` with the implicit reward
     ``beta * (log pi - log pi_ref)``, the DPO loss, and the chosen responses' token-mean NLL.
-    Without a reference model only ``eval/nll`` and ``eval/logps/*`` are reported."""
+    ``eval/mean_logps/accuracies`` needs no reference: the share of pairs whose chosen
+    token-mean log-prob exceeds the rejected's (ORPO's own accuracy, TRL ORPOTrainer's
+    ``rewards/accuracies``). Without a reference model only ``eval/nll``, ``eval/logps/*``
+    and that accuracy are reported."""
     validate_records(pairs, "dpo", worker.vocab_size)
     dist = worker.dist
     plan = StepPlan.build(len(pairs), 1, dist.world_size, dist.rank)
@@ -142,6 +156,9 @@ def preference_eval(
         weights = torch.tensor(micro.weights, dtype=torch.float32, device=worker.device)
         metrics.add("eval/logps/chosen", (seq[:rows] * weights).sum() / num)
         metrics.add("eval/logps/rejected", (seq[rows:] * weights).sum() / num)
+        mean = sequence_logprobs(logp, batch.response_mask, mean=True)
+        wins = (mean[:rows] > mean[rows:]).float()
+        metrics.add("eval/mean_logps/accuracies", (wins * weights).sum() / num)
         if worker.reference is not None:
             ref = sequence_logprobs(_ref_logp(worker, batch), batch.response_mask)
             out = dpo_loss(seq[:rows], seq[rows:], ref[:rows], ref[rows:], beta)
@@ -232,6 +249,46 @@ def _kto_micro(
         metrics.add(f"train/rewards/{name}_sum", out.rewards[mask].sum())
         metrics.add(f"train/count/{name}", mask.sum().float())
     return (out.losses * weights).sum() / num
+
+
+def _orpo_micro(
+    worker: LearnerWorker,
+    cfg: PreferenceConfig,
+    records: Sequence[Any],
+    micro: MicroBatch,
+    weights: torch.Tensor,
+    num: float,
+    num_tokens: float,
+    metrics: StepMetrics,
+) -> torch.Tensor:
+    """NLL of the chosen tokens over the global token count plus ``lambda`` times the mean
+    odds-ratio term; TRL's metric names (``log_odds_ratio`` is the mean log sigma(log OR),
+    ``log_odds_chosen`` the mean log OR; rewards are ``lambda`` times token-mean log-probs)."""
+    pairs = [records[i] for i in micro.indices]
+    rows = len(pairs)
+    skip = [len(p.prompt_ids) - 1 if cfg.orpo_nll_prompt else 0 for p in pairs]
+    prompts = [p.prompt_ids[: len(p.prompt_ids) - k] for p, k in zip(pairs, skip)]
+    prompts += [p.prompt_ids for p in pairs]
+    chosen = [list(p.prompt_ids[len(p.prompt_ids) - k :]) + list(p.chosen_ids) for p, k in
+              zip(pairs, skip)]  # fmt: skip
+    completions = chosen + [p.rejected_ids for p in pairs]
+    batch = build_padded_batch(
+        prompts, completions, worker.pad_id, worker.device, list(micro.weights) * 2
+    )
+    logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
+    nll = sft_nll_sum(logp[:rows], batch.response_mask[:rows]) / num_tokens
+    slots = torch.arange(batch.response_mask.shape[1], device=worker.device)
+    offset = torch.tensor(skip + [0] * rows, device=worker.device)
+    or_mask = batch.response_mask * (slots[None, :] >= offset[:, None])
+    mean = sequence_logprobs(logp, or_mask, mean=True)
+    out = orpo_loss(mean[:rows], mean[rows:])
+    odds_term = (out.losses * weights).sum() / num
+    metrics.add("train/nll", nll)
+    metrics.add("train/log_odds_ratio", -odds_term)
+    metrics.add("train/log_odds_chosen", (out.log_odds_ratio * weights).sum() / num)
+    rewards = cfg.orpo_lambda * mean.detach()
+    _reward_metrics(metrics, "train/", rewards[:rows], rewards[rows:], weights, num)
+    return nll + cfg.orpo_lambda * odds_term
 
 
 @torch.no_grad()

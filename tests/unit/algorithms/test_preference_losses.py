@@ -1,8 +1,9 @@
-"""DPO, KTO and SFT losses against their published formulas on examples worked by hand.
+"""DPO, KTO, ORPO and SFT losses against their published formulas on examples worked by hand.
 
 DPO: Rafailov et al. 2023, eq. 7 (TRL ``loss_type="sigmoid"``, label smoothing as in
 conservative DPO); its hinge (SLiC-HF, Zhao et al. 2023) and IPO (Azar et al. 2023, eq. 17)
-variants. KTO: Ethayarajh et al. 2024, eq. 8 (TRL's ``kto_loss``: z0 = max(0, KL)).
+variants. KTO: Ethayarajh et al. 2024, eq. 8 (TRL's ``kto_loss``: z0 = max(0, KL)). ORPO:
+Hong et al. 2024, eqs. 6-7 on token-mean log-probs (TRL's ``odds_ratio_loss``).
 The expected numbers are written out below with the arithmetic that produced them.
 """
 
@@ -15,6 +16,8 @@ from hybridflow.algorithms.preference import (
     dpo_loss,
     kto_loss,
     kto_reference_point,
+    log1mexp,
+    orpo_loss,
     sequence_logprobs,
     sft_nll_sum,
 )
@@ -114,6 +117,33 @@ def test_kto_reference_point_is_clamped_at_zero_and_detached() -> None:
     # With z0 = 0 and beta = 0.5, a desirable r = 2: 1 - sigma(1) = 1 - 0.7310586 = 0.2689414.
     out = kto_loss(_t(0.0), _t(-2.0), torch.tensor([True]), z0, beta=0.5)
     assert out.losses.item() == pytest.approx(0.2689414, abs=TOL)
+
+
+def test_orpo_worked_example() -> None:
+    # Token-mean probabilities P(y|x): pair 0 chosen 0.5, rejected 0.2; pair 1 swapped.
+    # odds(0.5) = 0.5/0.5 = 1, odds(0.2) = 0.2/0.8 = 0.25, so log OR = log(1/0.25) = log 4
+    # for pair 0 and -log 4 for pair 1. -log sigma(log 4) = -log(4/5) = log 1.25 = 0.2231436;
+    # -log sigma(-log 4) = -log(1/5) = log 5 = 1.6094379.
+    half, fifth = torch.log(_t(0.5)).item(), torch.log(_t(0.2)).item()
+    out = orpo_loss(_t(half, fifth), _t(fifth, half))
+    assert out.log_odds_ratio.tolist() == pytest.approx([1.3862944, -1.3862944], abs=TOL)
+    assert out.losses.tolist() == pytest.approx([0.2231436, 1.6094379], abs=TOL)
+
+
+def test_orpo_gradient_raises_chosen_and_lowers_rejected() -> None:
+    chosen = _t(-1.0, -0.3).requires_grad_()
+    rejected = _t(-0.8, -2.0).requires_grad_()
+    orpo_loss(chosen, rejected).losses.sum().backward()
+    assert chosen.grad is not None and rejected.grad is not None
+    assert bool((chosen.grad < 0).all()) and bool((rejected.grad > 0).all())
+
+
+def test_log1mexp_is_accurate_on_both_branches() -> None:
+    # log(1 - e^x): x = -1e-6 gives log(1e-6 - 5e-13) = -13.8155111 (expm1 branch; the naive
+    # log1p(-exp(x)) loses digits there); x = -20 gives log1p(-2.06e-9) = -2.0611536e-9.
+    x = _t(-1e-6, -0.5, -20.0)
+    expected = [-13.8155111, float(torch.log1p(-torch.exp(_t(-0.5)))), -2.0611536e-9]
+    assert log1mexp(x).tolist() == pytest.approx(expected, rel=1e-7)
 
 
 def test_sft_nll_and_sequence_logprobs_skip_padding() -> None:

@@ -1,4 +1,4 @@
-"""Learner-side DPO, KTO and SFT steps on a random tiny Llama: first-step values, descent,
+"""Learner-side DPO, KTO, ORPO and SFT steps on a random tiny Llama: first-step values, descent,
 micro-batch invariance, refusals and held-out eval."""
 
 from __future__ import annotations
@@ -77,14 +77,19 @@ def test_dpo_variants_start_at_their_reference_value_and_widen_the_margin(
     assert history[-1]["train/rewards/margins"] > 0
 
 
-@pytest.mark.parametrize("loss", ["dpo", "kto", "sft"])
-def test_micro_batches_give_the_one_batch_step(tiny_checkpoint: Path, loss: str) -> None:
-    cfg = PreferenceConfig(loss=loss)  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("loss", "nll_prompt"),
+    [("dpo", False), ("kto", False), ("sft", False), ("orpo", False), ("orpo", True)],
+)
+def test_micro_batches_give_the_one_batch_step(
+    tiny_checkpoint: Path, loss: str, nll_prompt: bool
+) -> None:
+    cfg = PreferenceConfig(loss=loss, orpo_nll_prompt=nll_prompt)  # type: ignore[arg-type]
     results = []
     for micro in (8, 3):  # 3 leaves a partial micro-batch
         torch.manual_seed(0)
         worker = _worker(tiny_checkpoint, micro_batch_size=micro)
-        batch = _records(worker, loss)
+        batch = _records(worker, cfg.record_kind)
         preference_step(worker, batch, cfg)
         metrics = preference_step(worker, batch, cfg)
         results.append(
@@ -96,6 +101,26 @@ def test_micro_batches_give_the_one_batch_step(tiny_checkpoint: Path, loss: str)
     # Two AdamW steps at lr 1e-2: summation-order noise on near-zero gradients stays < 1e-4.
     for name, tensor in w_one.items():
         torch.testing.assert_close(w_micro[name], tensor, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("nll_prompt", [False, True])
+def test_orpo_needs_no_reference_and_widens_the_log_odds(
+    tiny_checkpoint: Path, nll_prompt: bool
+) -> None:
+    worker = _worker(tiny_checkpoint, use_reference=False)
+    batch = _records(worker, "dpo")
+    cfg = PreferenceConfig(loss="orpo", orpo_lambda=1.0, orpo_nll_prompt=nll_prompt)
+    history = [preference_step(worker, batch, cfg) for _ in range(NUM_STEPS)]
+    losses = [h["train/loss"] for h in history]
+    assert losses[-1] < losses[0]
+    first = history[0]  # loss = nll - lambda * mean log sigma(log OR)
+    assert first["train/loss"] == pytest.approx(
+        first["train/nll"] - first["train/log_odds_ratio"], rel=1e-5
+    )
+    assert history[-1]["train/log_odds_chosen"] > first["train/log_odds_chosen"]
+    eval_only = preference_eval(worker, batch, beta=0.1)  # no reference: no implicit rewards
+    assert "eval/rewards/accuracies" not in eval_only
+    assert 0.0 <= eval_only["eval/mean_logps/accuracies"] <= 1.0
 
 
 def test_refusals_name_the_problem(tiny_checkpoint: Path) -> None:
