@@ -1,4 +1,5 @@
-"""Pearson chi-square tests for the sampler checks: one sample against a distribution, and two
+"""The sampling contract's distribution, computed independently of the sampler (float64 numpy),
+and Pearson chi-square tests for the sampler checks: one sample against a distribution, and two
 samples against each other, with p-values from the chi-square survival function
 (``torch.special.gammaincc``; scipy is not a dependency).
 
@@ -13,10 +14,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 MIN_EXPECTED = 5.0
 """Pool cells expected to hold fewer draws than this."""
+P_ACCEPT = 1e-3
+"""A seeded sample from the intended distribution must give a p-value above this."""
+P_REJECT = 1e-6
+"""A near-miss distribution must give a p-value below this (the test's power)."""
+
+
+def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / T)."""
+    z = logits / temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def nucleus_size(probs: np.ndarray, top_p: float) -> int:
+    """How many of the most likely tokens the nucleus keeps (mass before each < top_p)."""
+    mass_before = np.cumsum(np.sort(probs)[::-1]) - np.sort(probs)[::-1]
+    if top_p < 1.0:
+        assert np.abs(mass_before - top_p).min() > 1e-3, "a boundary float rounding could move"
+    return max(1, int((mass_before < top_p).sum())) if top_p < 1.0 else probs.size
+
+
+def intended(
+    logits: np.ndarray, temperature: float, top_p: float, keep: int | None = None
+) -> torch.Tensor:
+    """The contract's distribution over ``logits [vocab]``: softmax(logits / T), cut to the
+    nucleus (``nucleus_size``; ``keep`` overrides its size, for near misses), renormalised."""
+    probs = tempered(logits, temperature)
+    size = nucleus_size(probs, top_p) if keep is None else keep
+    order = np.argsort(-probs, kind="stable")
+    out = np.zeros_like(probs)
+    out[order[:size]] = probs[order[:size]]
+    return torch.from_numpy(out / out.sum())
 
 
 @dataclass(frozen=True)

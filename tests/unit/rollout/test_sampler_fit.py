@@ -22,39 +22,21 @@ import pytest
 import torch
 
 from hybridflow.services.rollout.sampler import sample_tokens
-from tests.goodness_of_fit import counts_of, goodness_of_fit
+from tests.goodness_of_fit import (
+    P_ACCEPT,
+    P_REJECT,
+    counts_of,
+    goodness_of_fit,
+    intended,
+    nucleus_size,
+    tempered,
+)
 
 NUM_DRAWS = 20_000
-P_ACCEPT = 1e-3
-P_REJECT = 1e-6
 PROBS = [0.08, 0.30, 0.02, 0.16, 0.06, 0.22, 0.04, 0.12]  # shuffled to exercise the sort
 LOGITS = np.log(np.asarray(PROBS))
 SETTINGS = [(1.0, 1.0), (0.7, 1.0), (1.6, 1.0), (1.0, 0.75), (1.3, 0.8), (0.5, 0.9)]
 """(temperature, top_p); setting i draws with seed i (one shared seed would correlate them)."""
-
-
-def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
-    z = logits / temperature
-    e = np.exp(z - z.max())
-    return e / e.sum()
-
-
-def nucleus_size(probs: np.ndarray, top_p: float) -> int:
-    """How many of the most likely tokens the nucleus keeps (mass before each < top_p)."""
-    mass_before = np.cumsum(np.sort(probs)[::-1]) - np.sort(probs)[::-1]
-    if top_p < 1.0:
-        assert np.abs(mass_before - top_p).min() > 1e-3, "a boundary float rounding could move"
-    return max(1, int((mass_before < top_p).sum())) if top_p < 1.0 else probs.size
-
-
-def intended(logits: np.ndarray, temperature: float, top_p: float, keep: int | None = None):
-    """The contract's distribution; ``keep`` overrides the nucleus size (near misses)."""
-    probs = tempered(logits, temperature)
-    size = nucleus_size(probs, top_p) if keep is None else keep
-    order = np.argsort(-probs, kind="stable")
-    out = np.zeros_like(probs)
-    out[order[:size]] = probs[order[:size]]
-    return torch.from_numpy(out / out.sum())
 
 
 def draw(temperature: float, top_p: float, seed: int) -> torch.Tensor:
