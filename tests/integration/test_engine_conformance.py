@@ -1,7 +1,9 @@
 """The engine contract (``hybridflow/services/rollout/engine_contract.py``), one suite run over
 every engine in the registry on the built-in tiny model: well-formed completions, log-probs
 equal to a full forward, weight loads that take effect with their version, weights arriving
-mid-request with per-token versions, and cancellation.
+mid-request with per-token versions, first tokens drawn from the model's distribution
+(a chi-square goodness-of-fit test) with EOS ending a completion and kept in it, and
+cancellation.
 
 An engine is built once per module through ``build_engine`` (the vllm engine starts its
 worker process once). The order of events is fixed by the engine's ``between_steps`` and
@@ -26,10 +28,13 @@ from hybridflow.services.rollout.engines import ENGINES, build_engine
 from hybridflow.services.rollout.local import LocalRollout
 from hybridflow.services.rollout.requests import Cancelled
 from hybridflow.types import Completion, SamplingParams
+from tests.goodness_of_fit import P_ACCEPT, counts_of, goodness_of_fit, intended
 
 ENGINE_NAMES = ["hf", "vllm"]
 LEAKY = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")
 PROMPTS = ["3+4=", "12+7=", "5+5=", "hello "]
+FIT_PROMPTS = ["12+7=", "3+4=7"]  # first tokens spread over digits; EOS next (0.89 at T=2)
+FIT_DRAWS = 1500
 
 
 def test_the_suite_covers_every_registered_engine() -> None:
@@ -113,6 +118,35 @@ def test_logprobs_equal_a_full_forward(engine, prompts, reference, temperature) 
         )
     )
     assert worst < 1e-4
+
+
+@pytest.mark.parametrize("temperature", [2.0, pytest.param(1.0, marks=pytest.mark.slow)])
+def test_first_tokens_fit_the_model_distribution_and_stop_at_eos(
+    engine, reference, tiny_model_path, temperature
+) -> None:
+    """Seeded draws of the first token fit softmax(logits / T) of the reference forward
+    (chi-square p > 1e-3). After "3+4=7" EOS is likely: a completion that draws it is
+    exactly [EOS], finish_reason "stop", with EOS's tempered log-prob (the contract keeps
+    EOS). Measured figures: docs/trl-parity.md ("The sampler")."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    fit_prompts = [tok.encode(p, add_special_tokens=False) for p in FIT_PROMPTS]
+    eos = engine.eos_token_id
+    params = SamplingParams(temperature=temperature, max_new_tokens=2, n=FIT_DRAWS, seed=21)
+    groups = engine.generate(fit_prompts, params)
+    for prompt, group in zip(fit_prompts, groups, strict=True):
+        with torch.no_grad():
+            logits = reference(input_ids=torch.tensor([prompt])).logits[0, -1].double()
+        exact = intended(logits.numpy(), temperature, 1.0)
+        first = counts_of([int(c.token_ids[0]) for c in group], engine.vocab_size)
+        fit = goodness_of_fit(first, exact)
+        assert fit.p_value > P_ACCEPT, (tok.decode(prompt), fit)
+        eos_logprob = math.log(float(exact[eos]))
+        for c in group:
+            check_well_formed(c, 2, {eos}, engine.vocab_size)
+            if int(c.token_ids[0]) == eos:
+                assert c.token_ids.tolist() == [eos] and c.finish_reason == "stop"
+                assert abs(c.logprobs[0] - eos_logprob) < 1e-4
+    assert first[eos] > FIT_DRAWS / 2  # the EOS prompt did stop most completions at once
 
 
 def test_loaded_weights_take_effect_with_their_version(engine, prompts, reference) -> None:
