@@ -1,8 +1,9 @@
-"""FSDP2 over 2 gloo ranks equals one process for the preference steps (DPO, KTO, SFT) and
+"""FSDP2 over 2 gloo ranks equals one process for the preference steps (DPO, KTO, SFT, ORPO) and
 the held-out eval: metrics, and the weights after the steps.
 
 Seven records over two ranks give uneven slices (4 and 3) and, with micro-batches of 2, a
-filler row on rank 1; KTO's reference point sums mismatched pairs over both ranks.
+filler row on rank 1; KTO's reference point sums mismatched pairs over both ranks; ORPO (its
+NLL over prompt and chosen tokens) divides by the global token count.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.integration.test_fsdp_parity import (
     _spawn,
 )
 
-STEPS = (("dpo", 2), ("kto", 2), ("sft", 1))
+STEPS = (("dpo", 2), ("kto", 2), ("sft", 1), ("orpo", 2))
 
 
 def _run(ckpt: str) -> dict[str, Any]:
@@ -34,8 +35,9 @@ def _run(ckpt: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for loss, num_steps in STEPS:
         worker = LearnerWorker(LearnerConfig(lr=1e-2, micro_batch_size=2, use_reference=True), ckpt)
-        records = read_preference_dataset(f"builtin:arith_{loss}", worker.tokenizer, loss, num=7)
-        cfg = PreferenceConfig(loss=loss)  # type: ignore[arg-type]
+        cfg = PreferenceConfig(loss=loss, orpo_nll_prompt=True)  # type: ignore[arg-type]
+        kind = cfg.record_kind
+        records = read_preference_dataset(f"builtin:arith_{kind}", worker.tokenizer, kind, num=7)
         metrics = [preference_step(worker, records, cfg) for _ in range(num_steps)]
         pairs = read_preference_dataset("builtin:arith_dpo:test", worker.tokenizer, "dpo", num=5)
         metrics.append(preference_eval(worker, pairs, cfg.beta))
