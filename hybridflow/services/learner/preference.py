@@ -266,12 +266,12 @@ def _orpo_micro(
     ``log_odds_chosen`` the mean log OR; rewards are ``lambda`` times token-mean log-probs)."""
     pairs = [records[i] for i in micro.indices]
     rows = len(pairs)
-    skip = [len(p.prompt_ids) - 1 if cfg.orpo_nll_prompt else 0 for p in pairs]
-    prompts = [p.prompt_ids[: len(p.prompt_ids) - k] for p, k in zip(pairs, skip)]
-    prompts += [p.prompt_ids for p in pairs]
-    chosen = [list(p.prompt_ids[len(p.prompt_ids) - k :]) + list(p.chosen_ids) for p, k in
-              zip(pairs, skip)]  # fmt: skip
-    completions = chosen + [p.rejected_ids for p in pairs]
+    # With orpo_nll_prompt a chosen row's "response" starts after its first prompt token.
+    cut = [1 if cfg.orpo_nll_prompt else len(p.prompt_ids) for p in pairs]
+    skip = [len(p.prompt_ids) - c for p, c in zip(pairs, cut)]  # prompt slots in the response
+    prompts = [p.prompt_ids[:c] for p, c in zip(pairs, cut)] + [p.prompt_ids for p in pairs]
+    completions = [[*p.prompt_ids[c:], *p.chosen_ids] for p, c in zip(pairs, cut)]
+    completions += [p.rejected_ids for p in pairs]
     batch = build_padded_batch(
         prompts, completions, worker.pad_id, worker.device, list(micro.weights) * 2
     )
