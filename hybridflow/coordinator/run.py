@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -94,6 +95,7 @@ def run_job(
     )
     run_dir.mkdir(parents=True, exist_ok=True)
 
+    from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.report import write_report_logged
@@ -189,9 +191,13 @@ def run_job(
             resume,
             checkpoint_root,
             greedy_baseline=greedy_baseline,
+            resolved_config=asdict(job),
         )
         training.launch_time = origin
         summary = training.run()
+    except ResumeRefused as exc:  # a config change the checkpoint cannot honour
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)
