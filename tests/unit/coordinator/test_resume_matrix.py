@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from hybridflow.coordinator.checkpoint_config import ResumeRefused
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.resume_policy import Policy, compare, flatten, rule_for
 from hybridflow.coordinator.services import Services
+from tests.fault.harness import audit
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
 
@@ -169,26 +169,6 @@ def crashed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def audit(run_dir: Path, per_step: dict[int, int]) -> None:
-    """Exactly once: every step trained its batch, no prompt twice in an epoch, every
-    hand-out trained (or filtered) once or pending in the final checkpoint."""
-    lines = [json.loads(x) for x in (run_dir / "trained.jsonl").read_text().splitlines()]
-    trained = Counter(r["step"] for r in lines if not r.get("filtered"))
-    assert trained == Counter(per_step), trained
-    per_epoch = Counter((r["epoch"], r["index"]) for r in lines)
-    assert max(per_epoch.values()) == 1, "a prompt trained twice in one epoch"
-    seqs = Counter(r["seq"] for r in lines)
-    assert max(seqs.values()) == 1
-    last = max(per_step)
-    final = json.loads(
-        (run_dir / "checkpoints" / f"step_{last:08d}" / "coordinator.json").read_text()
-    )
-    pending = {seq for _, _, seq in final["pending"]}
-    assert not pending & set(seqs)
-    handed_out = set(seqs) | pending
-    assert handed_out == set(range(max(handed_out) + 1)), "a hand-out was lost"
-
-
 @pytest.mark.parametrize("case", sorted(CHANGES))
 def test_resume_with_one_change(case: str, crashed_run: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -216,7 +196,7 @@ def test_resume_with_one_change(case: str, crashed_run: Path, tmp_path: Path) ->
     per_step = {s: 4 for s in range(1, 5)} | {
         s: cfg.prompts_per_step for s in range(5, cfg.num_steps + 1)
     }
-    audit(run_dir, per_step)
+    audit(run_dir, cfg.num_steps, per_step)
     resumed = learner.batches
     assert len(resumed) == cfg.num_steps - 4
     assert all(len(b) == cfg.prompts_per_step * cfg.group_size for b in resumed)
