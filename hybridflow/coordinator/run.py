@@ -93,7 +93,17 @@ def run_job(
         if run_dir_arg
         else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    from hybridflow.deploy.run_dir_mode import prepare_run_dir
+    from hybridflow.deploy.run_lock import RunDirBusy, acquire_unless_parent_holds
+
+    prepare_run_dir(run_dir, job.deploy.group_readable)  # 0700 / 0600 unless group-readable
+    try:
+        # Started by hand: one job per run dir, as under the launcher (which then holds it).
+        # Held until this process exits; the kernel drops it, whatever the exit.
+        _run_lock = acquire_unless_parent_holds(run_dir)
+    except RunDirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.coordinator.control import JobControl
