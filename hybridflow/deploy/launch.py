@@ -82,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | None]:
-    """(config path, overrides, run dir or None for a new timestamped one) for this launch."""
+    """(config path, overrides, run dir or None for a new timestamped one) for this launch;
+    RunDirBusy when ``--resume`` names a run that is still running."""
+    from hybridflow.deploy.run_lock import raise_if_busy
+
     if not args.resume:
         return (
             args.config or DEFAULT_CONFIG,
@@ -102,6 +105,7 @@ def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | Non
         run_dir = Path(args.resume)
     if not run_dir.is_dir():
         raise LaunchError(f"--resume: {run_dir} is not a directory")
+    raise_if_busy(run_dir)  # a live run is reported as live, whatever it has written yet
     if not (run_dir / "config.yaml").is_file():
         raise LaunchError(
             f"--resume: {run_dir}/config.yaml not found (its coordinator never started); "
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config_path, overrides, run_dir_arg = resolve_launch(args)
         job = load_job_config(config_path, overrides)
-    except LaunchError as exc:
+    except (LaunchError, RunDirBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ConfigError:

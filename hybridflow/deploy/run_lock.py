@@ -78,6 +78,22 @@ def lock_run_dir(run_dir: Path) -> RunLock:
     return RunLock(path, fd, holder)
 
 
+def raise_if_busy(run_dir: Path) -> None:
+    """RunDirBusy naming the holder when a live job holds ``run_dir``'s lock; takes nothing
+    and writes nothing (a ``--resume`` checks this before it reads the run's files, so a
+    live run is reported as live, not as half-written)."""
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunDirBusy(run_dir, read_holder(run_dir)) from None
+    finally:
+        os.close(fd)
+
+
 def read_holder(run_dir: Path) -> Holder | None:
     """What the lock file says about its last holder (None: empty or unreadable)."""
     try:

@@ -113,11 +113,13 @@ def test_lock_file_is_not_inherited_by_children(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("keep_umask")
-@pytest.mark.parametrize("how", ["run-dir", "resume"])
+@pytest.mark.parametrize("how", ["run-dir", "resume", "resume-while-starting"])
 def test_launcher_refuses_a_live_run_dir_at_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     run_dir = previous_run(tmp_path / "run", [])
+    if how == "resume-while-starting":  # its coordinator has not written config.yaml yet
+        (run_dir / "config.yaml").unlink()
     launches_before = (run_dir / "launch.json").read_text()
     child = _hold_in_child(run_dir)
     try:
