@@ -71,7 +71,8 @@ def decide(step_dir: Path, new_config: Mapping[str, Any]) -> ResumeDecision | No
     if refusal is not None:
         raise ResumeRefused(f"{refusal} [checkpoint {step_dir}]")
     for change in decision.accepted:
-        log.info("resume: %s (%s)", change.describe(), change.rule.why)
+        if not change.rule.routine:
+            log.info("resume: %s (%s)", change.describe(), change.rule.why)
     return decision
 
 

@@ -41,6 +41,8 @@ class Rule:
     policy: Policy
     why: str
     """One clause: why the key is what it is (the refusal message and docs/resume.md)."""
+    routine: bool = False
+    """Changed by every launch (addresses, the checkpoint path): accepted without a log line."""
 
 
 def _apply(why: str) -> Rule:
@@ -52,7 +54,7 @@ def _refuse(why: str) -> Rule:
 
 
 _PROCESS = _apply("a process setting, read when the service starts")
-_ADDRESS = _apply("an address the launcher assigns at each launch")
+_ADDRESS = Rule(Policy.APPLY, "an address the launcher assigns at each launch", routine=True)
 _SCHEDULE = _apply("read by the schedule at each step; nothing pending survives a resume")
 _LOSS = _apply("read by the learner at each step")
 _OPTIM = _apply("re-applied to the optimizer after its state is restored")
@@ -158,7 +160,9 @@ RULES: dict[str, Rule] = {
     "learner.rdzv_endpoint": _ADDRESS,
     "learner.local_addr": _ADDRESS,
     "learner.server.*": _PROCESS,
-    "learner.checkpoint_dir": _apply("a path; the launcher sets it under the run directory"),
+    "learner.checkpoint_dir": Rule(
+        Policy.APPLY, "a path; the launcher sets it under the run directory", routine=True
+    ),
     # ---------------------------------------------------------------- stateless sections
     "rollout.*": _apply(
         "rollout replicas hold no train state; they get the restored weights before they generate"

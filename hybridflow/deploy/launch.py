@@ -41,9 +41,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hybridflow.deploy.run_lock import RunDirBusy, RunLock, raise_if_busy
+
 if TYPE_CHECKING:
     from hybridflow.config.job import JobConfig
-    from hybridflow.deploy.run_lock import RunLock
 
 DEFAULT_CONFIG = "deploy/configs/quickstart.yaml"
 TOKEN_ENV = "HYBRIDFLOW_TOKEN"
@@ -84,8 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | None]:
     """(config path, overrides, run dir or None for a new timestamped one) for this launch;
     RunDirBusy when ``--resume`` names a run that is still running."""
-    from hybridflow.deploy.run_lock import raise_if_busy
-
     if not args.resume:
         return (
             args.config or DEFAULT_CONFIG,
@@ -200,13 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     launch_time = time.time()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
+    named = args.run_dir or (args.resume if args.resume != "auto" else None)
+    try:
+        if named:  # a live run is refused before the config is even imported: well under 1 s
+            raise_if_busy(Path(named))
+    except RunDirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError
     from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.deploy.preflight import check_job, config_problems, report
     from hybridflow.deploy.run_dir_mode import run_umask
-    from hybridflow.deploy.run_lock import RunDirBusy
 
     try:
         config_path, overrides, run_dir_arg = resolve_launch(args)
