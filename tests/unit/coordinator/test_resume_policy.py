@@ -2,6 +2,7 @@
 comparison of a checkpoint's config with a resuming job's names what it refuses."""
 
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,10 @@ def test_admission_count_rebased_to_the_new_batch() -> None:
     assert rebased_num_started(350, 22, 16, 8) == 174  # dynamic sampling's difference kept
     assert rebased_num_started(64, 4, 16, 32) == 128
     assert rebased_num_started(0, 0, 16, 8) == 0
+
+
+def test_docs_table_is_current() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "resume.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    want = [f"| `{k}` | {r.policy.value} | {r.why} |" for k, r in RULES.items()]
+    assert rows == want, "regenerate the table in docs/resume.md from resume_policy.RULES"
