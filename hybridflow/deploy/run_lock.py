@@ -84,8 +84,8 @@ def raise_if_busy(run_dir: Path) -> None:
     live run is reported as live, not as half-written)."""
     try:
         fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
+    except (FileNotFoundError, NotADirectoryError):
+        return  # no run there (yet): nothing holds it
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
