@@ -141,14 +141,23 @@ def test_launcher_refuses_a_resume_the_checkpoint_cannot_honour(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from hybridflow.config.job import load_job_config
-    from hybridflow.coordinator.checkpoint_config import write_checkpoint_config
+    from hybridflow.coordinator.job import TrainingJob
+    from hybridflow.coordinator.services import Services
+    from tests.unit.coordinator.fakes import FakeLearner, FakeReward, FakeRollout, records
 
     run_dir = previous_run(tmp_path / "run", [])
-    step = run_dir / "checkpoints" / "step_00000002"
-    (step / "learner").mkdir(parents=True)
-    (step / "learner" / "COMPLETE").write_text("ok\n")
-    (step / "coordinator.json").write_text("{}\n")
-    write_checkpoint_config(step, asdict(load_job_config(CONFIG)))
+    job = load_job_config(CONFIG, ["coordinator.num_steps=2", "coordinator.progress=false"])
+    root = run_dir / "checkpoints"
+    rollouts = [FakeRollout()]
+    svc = Services(rollouts, FakeReward(), FakeLearner(rollouts, root), ["r0"], lambda ids: "")
+    TrainingJob(
+        job.coordinator,
+        svc,
+        records(64),
+        run_dir,
+        checkpoint_root=root,
+        resolved_config=asdict(job),
+    ).run()  # a checkpoint of step 2 with its manifest, as the fake learner writes one
     launches_before = (run_dir / "launch.json").read_text()
     argv = ["--resume", str(run_dir), "--set", "coordinator.seed=7"]
     assert main(argv) == 2
