@@ -86,11 +86,14 @@ def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | Non
     """(config path, overrides, run dir or None for a new timestamped one) for this launch;
     RunDirBusy when ``--resume`` names a run that is still running."""
     if not args.resume:
-        return (
-            args.config or DEFAULT_CONFIG,
-            list(args.set),
-            (Path(args.run_dir) if args.run_dir else None),
-        )
+        run_dir = Path(args.run_dir) if args.run_dir else None
+        if run_dir is not None and (run_dir / "config.yaml").is_file():
+            raise_if_busy(run_dir)  # a live run is reported as live first
+            raise LaunchError(
+                f"--run-dir {run_dir} already holds a run (its config.yaml): continue it with "
+                f"deploy/launch.sh --resume {run_dir}, or give a new --run-dir"
+            )
+        return args.config or DEFAULT_CONFIG, list(args.set), run_dir
     if args.run_dir:
         raise LaunchError("give --resume RUN_DIR or --run-dir, not both")
     if args.resume == "auto":
