@@ -111,6 +111,7 @@ def run_job(
     from hybridflow.coordinator.report import write_report_logged
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.coordinator.services import Services
+    from hybridflow.errors import CheckpointRejected
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
     from hybridflow.rpc.channel import wait_healthy
@@ -207,6 +208,11 @@ def run_job(
         summary = training.run()
     except ResumeRefused as exc:  # a config change the checkpoint cannot honour
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointRejected as exc:  # not one checkpoint verifies and fits
+        print(f"error: {exc}", file=sys.stderr)
+        print(f"every checkpoint is listed with its reason by: hybridflow-coordinator verify "
+              f"{run_dir}", file=sys.stderr)  # fmt: skip
         return 2
     except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
