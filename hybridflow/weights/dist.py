@@ -41,7 +41,7 @@ from hybridflow.resharding.topology import (
     ParamSpec,
     Placement,
     Topology,
-    part_region,
+    part_slices,
 )
 from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient
@@ -49,6 +49,10 @@ from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.spec import GroupSpec
 
 log = logging.getLogger(__name__)
+
+VLLM_CUTS_ITSELF = (Placement.VOCAB, Placement.EXPERT_COLUMN, Placement.EXPERT_ROW)
+"""Placements whose vLLM loaders take the whole tensor and cut each rank's part themselves
+(vocabulary-parallel tables, FusedMoE's experts): a rank's slice goes in at full size."""
 
 
 TpSizeFn = Callable[[str], int]
@@ -188,18 +192,22 @@ class DistReceiver:
             raise
         return plan.content_hash()
 
-    def vocab_rows(self, name: str) -> tuple[int, tuple[int, int]] | None:
-        """(full rows, this rank's [start, stop)) of a vocabulary-split tensor, else None."""
+    def in_full_size(self, name: str, local: torch.Tensor) -> torch.Tensor | None:
+        """This rank's slice of a tensor whose vLLM loader cuts the rank's part out of the
+        whole itself (vocabulary-parallel tables, FusedMoE experts), placed where that loader
+        reads it in an uninitialised full-size tensor (the rest is never touched); None for
+        any other tensor."""
         if self.plan is None:
             return None
         topology = self.plan.topology
-        for dest in topology.dests:
-            if dest.name == name and dest.parts[0].placement is Placement.VOCAB:
-                spec = topology.param(dest.parts[0].source)
-                region = part_region(dest.parts[0], spec, self.tp_size, self._tp_rank)
-                assert region is not None
-                return spec.shape[0], region
-        return None
+        dest = next((d for d in topology.dests if d.name == name), None)
+        if dest is None or dest.parts[0].placement not in VLLM_CUTS_ITSELF:
+            return None
+        full = torch.empty(topology.param(dest.parts[0].source).shape, dtype=local.dtype)
+        for i in range(len(dest.parts)):
+            src, dst = part_slices(topology, dest, i, self.tp_size, self._tp_rank)
+            full[src].copy_(local[dst])
+        return full
 
     def receive(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
         if self._executor is None or self._group is None:
