@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import astuple
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hybridflow.models.families import DecoderDims, ModelFamily, family_of_config
 from hybridflow.resharding.coverage import check_same_params
+from hybridflow.resharding.layout import layout_of
 from hybridflow.weights.dist import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
@@ -79,6 +81,15 @@ class WeightSyncWorker:
             f"vLLM's {family.model_type} model (TP rank {self.rank})",
             "keep its old values",
         )
+
+    def hf_weight_layout(self) -> tuple[str, list[tuple[Any, ...]]]:
+        """(family, one row per learner parameter) of how this worker places the weights:
+        the family of the config this worker's model was built from, at this TP size, once
+        checked against the parameters the model holds (the learner compares it at join)."""
+        self.hf_check_engine_params(self.parallel_config.tensor_parallel_size)
+        family = self._hf_family()
+        layout = layout_of(family.model_type, family.sliced_topology(self._hf_dims()))
+        return layout.family, [astuple(p) for p in layout.params]
 
     # ------------------------------------------------------------------ whole checkpoints
 
