@@ -219,3 +219,14 @@ def test_a_moe_family_that_leaves_out_an_expert_tensor_is_an_error_naming_it() -
     table.append(("model.layers.1.mlp.experts.extra_proj", (4, 8, 8), "float32"))
     with pytest.raises(ValueError, match=r"'model\.layers\.1\.mlp\.experts\.extra_proj'"):
         check_learner_covered(topology, table)
+
+
+def test_a_vllm_worker_holding_experts_the_family_omits_is_an_error_naming_them() -> None:
+    """What ``hf_check_engine_params`` does in every worker: a family that describes no
+    experts (dense dims) against a worker that holds FusedMoE's w13/w2 and the router."""
+    held = FAMILIES["qwen3_moe"].engine_param_shapes(MOE_DIMS, 2)
+    dense = replace(MOE_DIMS, num_experts=0, moe_intermediate=0, moe_layers=())
+    with pytest.raises(ValueError, match=r"routed_experts\.w13_weight.*keep its old values"):
+        check_same_params(
+            FAMILIES["qwen3"].engine_param_shapes(dense, 2), held, "vLLM", "keep its old values"
+        )

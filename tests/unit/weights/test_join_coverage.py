@@ -140,3 +140,46 @@ def test_a_replica_reporting_another_layout_is_refused_at_join_naming_it(
     finally:
         publisher.close()
     assert joined == []
+
+
+class _Qwen3MoeWithoutDown(type(FAMILIES["qwen3_moe"])):  # type: ignore[misc]
+    """A family module that forgets the experts' down projection."""
+
+    def topology(self, dims, fused=True, vocab_placement=None):  # type: ignore[no-untyped-def]
+        from hybridflow.resharding.topology import Placement, Topology
+
+        full = super().topology(dims, fused, vocab_placement or Placement.VOCAB)
+        keep = [p for p in full.params if not p.name.endswith("experts.down_proj")]
+        names = {p.name for p in keep}
+        dests = [d for d in full.dests if all(q.source in names for q in d.parts)]
+        return Topology(tuple(keep), tuple(dests))
+
+
+def test_a_moe_family_that_leaves_out_an_expert_tensor_fails_at_join_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        build_family_checkpoint(tmp_path, "qwen3_moe", False)
+    )
+    forgetful = _Qwen3MoeWithoutDown("qwen3_moe", FAMILIES["qwen3_moe"].layout)
+    monkeypatch.setitem(FAMILIES, "qwen3_moe", forgetful)
+    joined: list[str] = []
+    publisher = DistPublisher(
+        WeightSyncConfig(transport="dist", timeout_s=5), 0, 1, model, torch.device("cpu")
+    )
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"'model\.layers\.0\.mlp\.experts\.down_proj'.*never be sent"
+        ):
+            publisher.publish_with(
+                ["replica"],
+                1,
+                join=lambda target, spec, index: joined.append(target) or "",
+                receive=lambda target, version: 0,
+                describe=lambda target: describe_as(forgetful, model, 2),
+            )
+    finally:
+        publisher.close()
+    assert joined == []
