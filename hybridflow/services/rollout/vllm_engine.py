@@ -188,6 +188,7 @@ class VLLMEngine:
         self._table: list[tuple[str, tuple[int, ...], str]] = [
             (n, tuple(s), d) for n, s, d in self._rpc("hf_param_table")[0]
         ]
+        self._layout = self._workers_layout()
         self._shapes = {n: s for n, s, _ in self._table}
         self._required = set(self._shapes)
         if self.tie_word_embeddings and "model.embed_tokens.weight" in self._shapes:
@@ -412,12 +413,15 @@ class VLLMEngine:
         self.policy_version = int(policy_version)
 
     def weight_layout(self) -> ReplicaLayout:
-        """The family's layout at this TP size, as every TP worker computes it from the
-        model it loaded (once checked against the parameters that model holds)."""
+        """The family's layout at this TP size, as every TP worker computed it from the
+        model it loaded (once checked against the parameters that model holds). Read once,
+        when the engine started: Describe answers without waiting for a request in flight."""
+        return self._layout
+
+    def _workers_layout(self) -> ReplicaLayout:
         from hybridflow.resharding.layout import ParamLayout, ReplicaLayout  # noqa: F811
 
-        with self._lock:
-            reported = self._rpc("hf_weight_layout")
+        reported = self._rpc("hf_weight_layout")
         layouts = {
             ReplicaLayout(family, tuple(ParamLayout(n, tuple(s), *rest) for n, s, *rest in rows))
             for family, rows in reported
