@@ -1,7 +1,8 @@
 """Tiny random checkpoints of each model family, built locally with transformers' own config
 and model classes (nothing is downloaded): 2 layers, hidden 128, 4 heads of 32 with 2 KV
 heads (grouped-query), the built-in character tokenizer, the vocabulary padded to 128 so the
-vocabulary-parallel split is even at TP 2.
+vocabulary-parallel split is even at TP 2. Qwen3-MoE: 4 experts of intermediate size 64, top 2,
+every layer routed (``mlp_only_layers`` / ``decoder_sparse_step`` make some dense).
 
 Every parameter gets noise on top of transformers' init (biases and norms included), so a
 parameter mapped wrongly changes log-probs visibly.
@@ -24,6 +25,13 @@ FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen3": {"use_sliding_window": False},
     "gemma2": {},
     "gemma3_text": {},
+    "qwen3_moe": {
+        "use_sliding_window": False,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "norm_topk_prob": True,
+    },
 }
 """Extra config fields per model_type (beyond the shared sizes)."""
 
@@ -39,7 +47,7 @@ def build_family_checkpoint(
     from hybridflow.models.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    config = CONFIG_MAPPING[model_type](
+    sizes: dict[str, Any] = dict(
         vocab_size=VOCAB_SIZE,
         hidden_size=128,
         intermediate_size=256,
@@ -52,8 +60,8 @@ def build_family_checkpoint(
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        **{**FAMILY_CONFIGS[model_type], **overrides},
     )
+    config = CONFIG_MAPPING[model_type](**{**sizes, **FAMILY_CONFIGS[model_type], **overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():

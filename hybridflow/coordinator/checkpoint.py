@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -174,16 +175,19 @@ class CheckpointStore:
         os.replace(self.directory(step), target)
         return target
 
-    def commit(self, state: CoordinatorState) -> Path:
+    def commit(self, state: CoordinatorState, also: Sequence[str] = ()) -> Path:
         """Writes the coordinator's half after the learner's, then the manifest (which makes
-        it complete). A full disk is ``ResourceExhausted`` naming the path and free space."""
+        it complete). ``also``: files already written in the step directory that the
+        manifest covers too (the resolved config). A full disk is ``ResourceExhausted``
+        naming the path and free space."""
         directory = self.directory(state.step)
         if not (directory / _LEARNER_MANIFEST).exists():
             raise RuntimeError(f"{directory}: the learner's train state (its manifest) is missing")
         try:
             _atomic_write(directory / STATE_FILE, json.dumps(asdict(state)) + "\n")
             manifest.write_manifest(
-                directory, manifest.hash_files(directory, [STATE_FILE, _LEARNER_MANIFEST])
+                directory,
+                manifest.hash_files(directory, [STATE_FILE, _LEARNER_MANIFEST, *also]),
             )
         except OSError as exc:
             if is_disk_full(exc):

@@ -18,7 +18,10 @@ Invariants (tested in tests/unit/coordinator/):
   state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
   ``resume=True`` continues from the newest one that verifies and fits (a refused one is
   logged, set aside, and the next older tried: docs/checkpoints.md) with every prompt of an epoch
-  trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl``
+  trained exactly once across the crash (what was pending is regenerated). Each checkpoint
+  holds the resolved config it was taken with; a resume that changes a key it cannot honour
+  is refused naming the key, before the learner loads anything (``resume_policy.py``,
+  docs/resume.md), and a new ``prompts_per_step`` rebases the admission count. ``trained.jsonl``
   is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
   version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
@@ -32,12 +35,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
+from hybridflow.coordinator.checkpoint_config import (
+    CONFIG_FILE,
+    decide,
+    write_checkpoint_config,
+)
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
@@ -47,6 +56,7 @@ from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_samplin
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
+from hybridflow.coordinator.resume_policy import rebased_num_started
 from hybridflow.coordinator.run_records import (
     MFU_UNKNOWN,
     RunState,
@@ -82,6 +92,7 @@ class TrainingJob:
         checkpoint_root: Path | None = None,
         continue_from: CoordinatorState | None = None,
         greedy_baseline: bool = False,
+        resolved_config: Mapping[str, Any] | None = None,
     ) -> None:
         """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
         (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all.
@@ -89,13 +100,19 @@ class TrainingJob:
         ``state``), so steps, versions and counters continue; the replicas already have the
         learner's weights. ``RLTrainer`` runs one job per step this way.
         ``greedy_baseline``: the learner's estimator needs each prompt's greedy baseline
-        score (ReMax), so every request also generates and scores one greedy response."""
+        score (ReMax), so every request also generates and scores one greedy response.
+        ``resolved_config``: the job's whole resolved config as a dict (run.py: the
+        ``JobConfig``), saved with each checkpoint and compared with it on resume
+        (``resume_policy``); None: the coordinator section alone."""
         if config.sync_every - 1 > config.max_staleness:
             raise ValueError(
                 f"coordinator.sync_every={config.sync_every} lets samples lag "
                 f"{config.sync_every - 1} versions, over max_staleness={config.max_staleness}"
             )
         self.config = config
+        self.resolved_config = (
+            resolved_config if resolved_config is not None else {"coordinator": asdict(config)}
+        )
         self.services = services
         self.num_rows = len(records)
         self.cursor = PromptCursor(records, config.seed)
@@ -312,6 +329,13 @@ class TrainingJob:
         assert self.checkpoints is not None
         self.checkpoints.verify(step)
         state = self.checkpoints.read_state(step)
+        # The config check: a refusal (ValueError) ends the resume, it is no fallback case.
+        decision = decide(self.checkpoints.directory(step), self.resolved_config)
+        batch = decision.changed("coordinator.prompts_per_step") if decision else None
+        if batch is not None:
+            state.num_started = rebased_num_started(
+                state.num_started, state.step, int(batch.old), int(batch.new)
+            )
         if state.num_rows != self.num_rows:
             raise ValueError(
                 f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
@@ -335,8 +359,9 @@ class TrainingJob:
         self.checkpoints.begin(step)
         with self._learner_lock:
             self.services.learner.save_train_state(self.checkpoints.learner_name(step))
+        write_checkpoint_config(self.checkpoints.directory(step), self.resolved_config)
         capture_schedule(self.state, self.buffer, self.cursor, self._num_requeued())
-        path = self.checkpoints.commit(self.state)
+        path = self.checkpoints.commit(self.state, also=[CONFIG_FILE])
         self.events.record("checkpoint", time.time(), time.time(), step=step)
         return str(path)
 
@@ -398,7 +423,7 @@ class TrainingJob:
             result = self.services.learner.train_step(train_batch)
         t2, w2 = time.perf_counter(), time.time()
         self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
-        if step == 1:
+        if step == run.first_step:  # re-measured on resume: ppo_epochs may have changed
             st.versions_per_step = max(1, result.policy_version - st.policy_version)
             self.buffer.admission.max_staleness_steps = cfg.max_staleness // st.versions_per_step
         version = result.policy_version

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -92,13 +93,25 @@ def run_job(
         if run_dir_arg
         else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    from hybridflow.deploy.run_dir_mode import prepare_run_dir
+    from hybridflow.deploy.run_lock import RunDirBusy, acquire_unless_parent_holds
 
+    prepare_run_dir(run_dir, job.deploy.group_readable)  # 0700 / 0600 unless group-readable
+    try:
+        # Started by hand: one job per run dir, as under the launcher (which then holds it).
+        # Held until this process exits; the kernel drops it, whatever the exit.
+        _run_lock = acquire_unless_parent_holds(run_dir)
+    except RunDirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.report import write_report_logged
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.coordinator.services import Services
+    from hybridflow.errors import CheckpointRejected
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
     from hybridflow.rpc.channel import wait_healthy
@@ -189,9 +202,18 @@ def run_job(
             resume,
             checkpoint_root,
             greedy_baseline=greedy_baseline,
+            resolved_config=asdict(job),
         )
         training.launch_time = origin
         summary = training.run()
+    except ResumeRefused as exc:  # a config change the checkpoint cannot honour
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointRejected as exc:  # not one checkpoint verifies and fits
+        print(f"error: {exc}", file=sys.stderr)
+        print(f"every checkpoint is listed with its reason by: hybridflow-coordinator verify "
+              f"{run_dir}", file=sys.stderr)  # fmt: skip
+        return 2
     except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)

@@ -32,6 +32,11 @@ from typing import Any, Protocol
 
 from hybridflow.utils.disk import disk_full_message, is_disk_full
 
+EXIT_REFUSED = 2
+"""The coordinator's exit status when it refuses the job before training: a bad config or
+dataset, a resume that changes what the checkpoint cannot honour, no checkpoint that
+verifies. No resume hint follows it."""
+
 log = logging.getLogger("launch")
 
 RESTARTABLE_PREFIXES = ("rollout", "reward")
@@ -190,6 +195,8 @@ class Supervisor:
             return Outcome(0, None, stopped_by_request=True)
         if code == 0:
             return Outcome(0)
+        if code == EXIT_REFUSED:  # its own line said why; a resume would be refused the same
+            return Outcome(EXIT_REFUSED)
         # A coordinator that fails often does so because a service died first (and the
         # coordinator, seeing its RPC fail, exited before this loop saw the service): name it.
         for proc in self.group.live_processes():

@@ -28,6 +28,7 @@ from hybridflow.resharding.plan_types import Bucket, RankRole, Transfer
 from hybridflow.resharding.topology import (
     Topology,
     dest_layout,
+    part_col_dim,
     part_num_shards,
     part_region,
     validate_replicas,
@@ -127,20 +128,25 @@ class TransferPlan:
         spec = self.topology.params[c["source"]]
         dest = self.topology.dests[c["dest"]]
         base = min(c["src_rank"] * int(self._chunks[c["source"]]), spec.shape[0])
-        rows = (c["row_lo"], c["row_hi"])
-        cols = [(c["col_lo"], c["col_hi"])] if len(spec.shape) > 1 else []
-        rest = [(0, d) for d in spec.shape[2:]]
-        n_rows, n_cols = rows[1] - rows[0], c["col_hi"] - c["col_lo"]
-        dst_cols = [(c["dst_col"], c["dst_col"] + n_cols)] if cols else []
+        cdim = part_col_dim(dest.parts[c["part"]], spec)
+        n_rows, n_cols = c["row_hi"] - c["row_lo"], c["col_hi"] - c["col_lo"]
+        whole = [(0, d) for d in spec.shape]
+        glob, src_local, dst_local = list(whole), list(whole), list(whole)
+        glob[0] = (c["row_lo"], c["row_hi"])
+        src_local[0] = (c["row_lo"] - base, c["row_hi"] - base)
+        dst_local[0] = (c["dst_row"], c["dst_row"] + n_rows)
+        if len(spec.shape) > 1:
+            glob[cdim] = src_local[cdim] = (c["col_lo"], c["col_hi"])
+            dst_local[cdim] = (c["dst_col"], c["dst_col"] + n_cols)
         return Transfer(
             src_rank=c["src_rank"],
             replica=c["replica"],
             dst_rank=c["dst_rank"],
             source=spec.name,
             dest=dest.name,
-            global_slice=(rows, *cols, *rest),
-            src_local_slice=((rows[0] - base, rows[1] - base), *cols, *rest),
-            dst_local_slice=((c["dst_row"], c["dst_row"] + n_rows), *dst_cols, *rest),
+            global_slice=tuple(glob),
+            src_local_slice=tuple(src_local),
+            dst_local_slice=tuple(dst_local),
             bucket=c["bucket"],
             offset_bytes=c["offset"],
             num_bytes=c["nbytes"],
@@ -240,8 +246,10 @@ def _template(topology: Topology, num_src: int, tp: int) -> dict[str, np.ndarray
             si = topology.source_index(part.source)
             spec = topology.params[si]
             d0 = spec.shape[0]
-            ncols = spec.shape[1] if len(spec.shape) > 1 else 1
-            inner = spec.itemsize * int(np.prod(spec.shape[2:], dtype=np.int64))
+            cdim = part_col_dim(part, spec)  # the dim the col columns address
+            ncols = spec.shape[cdim] if len(spec.shape) > 1 else 1
+            others = [d for i, d in enumerate(spec.shape) if i not in (0, cdim)]
+            inner = spec.itemsize * int(np.prod(others, dtype=np.int64))
             chunk = -(-d0 // num_src)
             s_lo, s_hi = np.minimum(src * chunk, d0), np.minimum((src + 1) * chunk, d0)
             part_num_shards(part, spec, tp)
@@ -253,15 +261,16 @@ def _template(topology: Topology, num_src: int, tp: int) -> dict[str, np.ndarray
             hi = np.broadcast_to(s_hi[None, :], shape)
             c_lo = np.zeros(shape, dtype=np.int64)
             c_hi = np.full(shape, ncols, dtype=np.int64)
-            dst_row = offsets[pi] + lo
+            dst_row, dst_col = offsets[pi] + lo, 0
             if dim is not None:
                 a = np.array([r[0] for r in regions if r], dtype=np.int64)[:, None]
                 b = np.array([r[1] for r in regions if r], dtype=np.int64)[:, None]
                 if dim == 0:
                     lo, hi = np.maximum(a, lo), np.minimum(b, hi)
                     dst_row = offsets[pi] + lo - a
-                else:
+                else:  # parts concatenate along their split dim: the offset is a column one
                     c_lo, c_hi = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+                    dst_row, dst_col = lo, offsets[pi]
             mask = lo < hi
             n = int(mask.sum())
             for key, val in (
@@ -275,6 +284,6 @@ def _template(topology: Topology, num_src: int, tp: int) -> dict[str, np.ndarray
                 ("row_bytes", (c_hi - c_lo) * inner),
             ):
                 out[key].append(np.asarray(val)[mask].astype(np.int64))
-            for key, scalar in (("dest", di), ("part", pi), ("source", si), ("dst_col", 0)):
+            for key, scalar in (("dest", di), ("part", pi), ("source", si), ("dst_col", dst_col)):
                 out[key].append(np.full(n, scalar, dtype=np.int64))
     return {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in out.items()}

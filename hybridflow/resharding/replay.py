@@ -15,7 +15,7 @@ import torch
 
 from hybridflow.resharding.plan import TransferPlan
 from hybridflow.resharding.reference import allocate_destination, torch_dtype
-from hybridflow.resharding.topology import fsdp_dim0_rows
+from hybridflow.resharding.topology import fsdp_dim0_rows, part_col_dim
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class CopyOp:
     name: str
     """Local tensor: source parameter (sender) or destination parameter (receiver)."""
     index: tuple[slice, ...]
-    """Slices of the local tensor (dims 0 and 1; further dims are whole)."""
+    """Slices of the local tensor (dim 0 and the plan's column dim; other dims are whole)."""
     offset: int
     """Byte offset in the bucket buffer."""
     num_bytes: int
@@ -59,9 +59,12 @@ def rank_buckets(plan: TransferPlan, group_rank: int) -> list[RankBucket]:
         ops = []
         for i in range(bucket.first, bucket.stop):
             spec = topo.params[int(c["source"][i])]
+            cdim = part_col_dim(topo.dests[int(c["dest"][i])].parts[int(c["part"][i])], spec)
             rows = int(c["row_hi"][i]) - int(c["row_lo"][i])
             cols = int(c["col_hi"][i]) - int(c["col_lo"][i])
-            shape = (rows, cols, *spec.shape[2:]) if len(spec.shape) > 1 else (rows,)
+            shape = [rows, *spec.shape[1:]]
+            if len(spec.shape) > 1:
+                shape[cdim] = cols
             if role.is_source:
                 name = spec.name
                 chunk = -(-spec.shape[0] // plan.num_src_ranks)
@@ -70,14 +73,16 @@ def rank_buckets(plan: TransferPlan, group_rank: int) -> list[RankBucket]:
             else:
                 name = topo.dests[int(c["dest"][i])].name
                 r0, c0 = int(c["dst_row"][i]), int(c["dst_col"][i])
-            index = (slice(r0, r0 + rows), slice(c0, c0 + cols))[: min(2, len(spec.shape))]
+            index: tuple[slice, ...] = (slice(r0, r0 + rows),)
+            if len(spec.shape) > 1:
+                index += (slice(None),) * (cdim - 1) + (slice(c0, c0 + cols),)
             ops.append(
                 CopyOp(
                     name,
                     index,
                     int(c["offset"][i]),
                     int(c["nbytes"][i]),
-                    shape,
+                    tuple(shape),
                     torch_dtype(spec.dtype),
                 )
             )

@@ -8,8 +8,13 @@ ranks may hold fewer rows or none.
 
 Destination side: a destination parameter lives on every rank of a replica's tensor-parallel
 mesh of size ``T``. It is built from one or more source parameters (*parts*); each part is split
-over the mesh by its placement and the local pieces are concatenated along dim 0 (vLLM's fused
-``qkv_proj`` = ``cat([q_t, k_t, v_t])``, ``gate_up_proj`` = ``cat([gate_t, up_t])``).
+over the mesh by its placement and the local pieces are concatenated along the parts' split dim
+(dim 0 when whole: vLLM's fused ``qkv_proj`` = ``cat([q_t, k_t, v_t])``, ``gate_up_proj`` =
+``cat([gate_t, up_t])``). Expert tensors ``(experts, out, in)`` split their dim 1 or 2 (vLLM's
+FusedMoE at TP: every rank holds every expert, a slice of each); a part may be one *block* of
+its source along the split dim, so the gate and up halves of a fused ``(experts, 2*I, hidden)``
+tensor are two parts of one destination (``w13 = cat([gate_t, up_t], dim=1)``). Expert
+parallelism (experts split over ranks) is a column split of dim 0.
 Splits are even: the split dim must be divisible by the number of shards (vocab-parallel included:
 vLLM's padding of the vocabulary to a multiple of 64 is not modelled; a padded destination
 simply receives into its first rows).
@@ -49,11 +54,23 @@ class Placement(str, enum.Enum):
     ROW = "row"  # dim 1 split evenly (RowParallelLinear)
     VOCAB = "vocab"  # dim 0 split evenly (VocabParallelEmbedding / ParallelLMHead, unpadded)
     REPLICATED = "replicated"  # every TP rank holds the whole tensor
+    EXPERT_COLUMN = "expert_column"  # dim 1 of (experts, out, in) split (FusedMoE w13)
+    EXPERT_ROW = "expert_row"  # dim 2 of (experts, out, in) split (FusedMoE w2)
 
     @property
     def split_dim(self) -> int | None:
         """The dimension split over the mesh, or None when replicated."""
-        return {"column": 0, "row": 1, "vocab": 0, "replicated": None}[self.value]
+        return _SPLIT_DIMS[self.value]
+
+
+_SPLIT_DIMS: dict[str, int | None] = {
+    "column": 0,
+    "row": 1,
+    "vocab": 0,
+    "replicated": None,
+    "expert_column": 1,
+    "expert_row": 2,
+}
 
 
 @dataclass(frozen=True)
@@ -102,16 +119,28 @@ class DestPart:
     """At most this many distinct shards (e.g. ``num_kv_heads``): with ``T > max_shards`` each
     shard is replicated on ``T // max_shards`` consecutive TP ranks, as vLLM does for KV heads.
     None: always ``T`` shards."""
+    block: int = 0
+    """Which of ``num_blocks`` equal blocks of the source along the split dim this part is
+    (0: gate, 1: up of a fused gate_up tensor); each block is split over the mesh on its own."""
+    num_blocks: int = 1
+    """Equal blocks the source's split dim consists of (1: the whole dim)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", Placement(self.placement))
         if self.max_shards is not None and self.max_shards < 1:
             raise ValueError(f"DestPart.max_shards: {self.source} has {self.max_shards}; need >= 1")
+        if self.num_blocks < 1 or not 0 <= self.block < self.num_blocks:
+            raise ValueError(
+                f"DestPart.block: {self.source} has block {self.block} of {self.num_blocks}"
+            )
+        if self.num_blocks > 1 and self.placement.split_dim is None:
+            raise ValueError(f"DestPart.num_blocks: {self.source} is replicated, not split")
 
 
 @dataclass(frozen=True)
 class DestParam:
-    """A parameter of the rollout engine: its parts' local pieces concatenated along dim 0."""
+    """A parameter of the rollout engine: its parts' local pieces concatenated along their
+    split dim (``concat_dim``)."""
 
     name: str
     """The engine's parameter name, e.g. ``model.layers.0.self_attn.qkv_proj.weight``."""
@@ -122,6 +151,18 @@ class DestParam:
         object.__setattr__(self, "parts", tuple(self.parts))
         if not self.parts:
             raise ValueError(f"DestParam.parts: {self.name} has no parts")
+        if len({_concat_dim(p) for p in self.parts}) > 1:
+            raise ValueError(f"DestParam.parts: {self.name} mixes parts split on different dims")
+
+    @property
+    def concat_dim(self) -> int:
+        """The dim its parts' local pieces are concatenated along."""
+        return _concat_dim(self.parts[0])
+
+
+def _concat_dim(part: DestPart) -> int:
+    dim = part.placement.split_dim
+    return 0 if dim is None else dim
 
 
 @dataclass(frozen=True)
@@ -181,13 +222,15 @@ class Topology:
         return json.dumps(
             {
                 "params": [[p.name, list(p.shape), p.dtype] for p in self.params],
-                "dests": [
-                    [d.name, [[q.source, q.placement.value, q.max_shards] for q in d.parts]]
-                    for d in self.dests
-                ],
+                "dests": [[d.name, [_canonical_part(q) for q in d.parts]] for d in self.dests],
             },
             separators=(",", ":"),
         )
+
+
+def _canonical_part(part: DestPart) -> list[object]:
+    row: list[object] = [part.source, part.placement.value, part.max_shards]
+    return row + [part.block, part.num_blocks] if part.num_blocks > 1 else row
 
 
 def fsdp_dim0_rows(num_rows: int, num_ranks: int) -> list[Range]:
@@ -215,10 +258,11 @@ def part_num_shards(part: DestPart, spec: ParamSpec, tp_size: int) -> int:
         raise ValueError(
             f"replicas: tp size {tp_size} does not divide max_shards {part.max_shards} of {spec.name}"
         )
-    if spec.shape[dim] % num:
+    if spec.shape[dim] % (num * part.num_blocks):
         raise ValueError(
             f"replicas: tp size {tp_size} needs dim {dim} of {spec.name} ({spec.shape[dim]}) "
             f"divisible into {num} shards"
+            + (f" of each of {part.num_blocks} blocks" if part.num_blocks > 1 else "")
         )
     return num
 
@@ -229,34 +273,46 @@ def part_region(part: DestPart, spec: ParamSpec, tp_size: int, tp_rank: int) -> 
     if dim is None:
         return None
     num = part_num_shards(part, spec, tp_size)
-    size = spec.shape[dim] // num
-    idx = tp_rank // (tp_size // num)
-    return idx * size, (idx + 1) * size
+    block = spec.shape[dim] // part.num_blocks
+    size = block // num
+    start = part.block * block + (tp_rank // (tp_size // num)) * size
+    return start, start + size
 
 
 def part_local_shape(part: DestPart, spec: ParamSpec, tp_size: int) -> tuple[int, ...]:
     dim = part.placement.split_dim
     shape = list(spec.shape)
     if dim is not None:
-        shape[dim] //= part_num_shards(part, spec, tp_size)
+        shape[dim] //= part_num_shards(part, spec, tp_size) * part.num_blocks
     return tuple(shape)
+
+
+def part_col_dim(part: DestPart, spec: ParamSpec) -> int:
+    """The dim beyond 0 a plan's column ranges address for ``part``: its split dim when that
+    is not 0, else dim 1 (whole). Dims other than 0 and this one always travel whole."""
+    dim = part.placement.split_dim
+    return dim if dim is not None and dim > 0 else min(1, len(spec.shape) - 1)
 
 
 def dest_layout(
     topology: Topology, dest: DestParam, tp_size: int
 ) -> tuple[tuple[int, ...], list[int]]:
-    """Local shape of ``dest`` on a TP mesh of ``tp_size`` and each part's dim-0 offset in it."""
+    """Local shape of ``dest`` on a TP mesh of ``tp_size`` and each part's offset in it along
+    ``dest.concat_dim``."""
     shapes = [part_local_shape(p, topology.param(p.source), tp_size) for p in dest.parts]
+    cat = dest.concat_dim
     for s in shapes[1:]:
-        if s[1:] != shapes[0][1:]:
+        if s[:cat] + s[cat + 1 :] != shapes[0][:cat] + shapes[0][cat + 1 :]:
             raise ValueError(
                 f"replicas: parts of {dest.name} have local shapes {shapes} at tp size "
-                f"{tp_size}; they must agree beyond dim 0 to concatenate"
+                f"{tp_size}; they must agree beyond dim {cat} to concatenate"
             )
     offsets = [0]
     for s in shapes:
-        offsets.append(offsets[-1] + s[0])
-    return (offsets[-1], *shapes[0][1:]), offsets[:-1]
+        offsets.append(offsets[-1] + s[cat])
+    shape = list(shapes[0])
+    shape[cat] = offsets[-1]
+    return tuple(shape), offsets[:-1]
 
 
 def part_slices(
@@ -271,8 +327,9 @@ def part_slices(
     region = part_region(part, spec, tp_size, tp_rank)
     if region is not None:
         src[part.placement.split_dim or 0] = slice(*region)
-    dst = [slice(offsets[part_index], offsets[part_index] + local[0])]
-    dst += [slice(0, d) for d in shape[1:]]
+    dst = [slice(0, d) for d in shape]
+    cat = dest.concat_dim
+    dst[cat] = slice(offsets[part_index], offsets[part_index] + local[cat])
     return tuple(src), tuple(dst)
 
 

@@ -2,18 +2,42 @@ from hybridflow.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WeightSyncInfo(_message.Message):
-    __slots__ = ("tensor_parallel_size", "policy_version")
+    __slots__ = ("tensor_parallel_size", "policy_version", "family", "layout_digest", "layout")
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
     tensor_parallel_size: int
     policy_version: int
-    def __init__(self, tensor_parallel_size: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...
+    family: str
+    layout_digest: str
+    layout: _containers.RepeatedCompositeFieldContainer[ParamLayout]
+    def __init__(self, tensor_parallel_size: _Optional[int] = ..., policy_version: _Optional[int] = ..., family: _Optional[str] = ..., layout_digest: _Optional[str] = ..., layout: _Optional[_Iterable[_Union[ParamLayout, _Mapping]]] = ...) -> None: ...
+
+class ParamLayout(_message.Message):
+    __slots__ = ("name", "shape", "placement", "split_dim", "num_blocks", "max_shards", "dest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_DIM_FIELD_NUMBER: _ClassVar[int]
+    NUM_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    DEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    placement: str
+    split_dim: int
+    num_blocks: int
+    max_shards: int
+    dest: str
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., placement: _Optional[str] = ..., split_dim: _Optional[int] = ..., num_blocks: _Optional[int] = ..., max_shards: _Optional[int] = ..., dest: _Optional[str] = ...) -> None: ...
 
 class JoinWeightSyncRequest(_message.Message):
     __slots__ = ("store_host", "store_port", "group_name", "backend", "num_src_ranks", "replica_tp_sizes", "replica_index", "bucket_bytes", "executor", "timeout_s")

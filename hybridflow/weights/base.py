@@ -23,7 +23,7 @@ from hybridflow.types import WeightUpdateReport
 if TYPE_CHECKING:
     import torch
 
-    from hybridflow.weights.spec import GroupSpec
+    from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 NamedTensors = Iterable[tuple[str, "torch.Tensor"]]
 FullWeights = Callable[[], Sequence[tuple[str, "torch.Tensor"]]]
@@ -60,6 +60,8 @@ class ReplicaWeightClient(WeightSender, Protocol):
     """Everything a learner needs of one remote replica (``GrpcWeightSyncClient``)."""
 
     def tensor_parallel_size(self) -> int: ...
+
+    def describe(self) -> ReplicaDescription: ...
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
 

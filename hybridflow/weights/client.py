@@ -13,9 +13,9 @@ from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
-from hybridflow.weights.convert import group_spec_to_proto
+from hybridflow.weights.convert import group_spec_to_proto, replica_description_from_proto
 from hybridflow.weights.grpc_stream import iter_weight_chunks
-from hybridflow.weights.spec import GroupSpec
+from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +47,11 @@ class GrpcWeightSyncClient:
         """Destination ranks this replica brings to a weight-sync group."""
         reply = self._stub.Describe(common_pb2.Empty(), timeout=self._config.timeout_s)
         return int(reply.tensor_parallel_size) or 1
+
+    def describe(self) -> ReplicaDescription:
+        """Its TP size and weight layout (family and placements, from the model it loaded)."""
+        reply = self._stub.Describe(common_pb2.Empty(), timeout=self._config.timeout_s)
+        return replica_description_from_proto(reply)
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Blocks until the weight-sync group has formed; returns the replica's plan hash."""

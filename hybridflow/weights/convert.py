@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from hybridflow.resharding.layout import ParamLayout, ReplicaLayout
 from hybridflow.v1 import weight_sync_pb2
-from hybridflow.weights.spec import GroupSpec
+from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 
 def group_spec_to_proto(
@@ -59,3 +60,51 @@ def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSp
         executor=msg.executor,
         timeout_s=msg.timeout_s,
     )
+
+
+def replica_description_to_proto(
+    description: ReplicaDescription, policy_version: int
+) -> weight_sync_pb2.WeightSyncInfo:
+    layout = description.layout
+    return weight_sync_pb2.WeightSyncInfo(
+        tensor_parallel_size=description.tp_size,
+        policy_version=policy_version,
+        family=layout.family,
+        layout_digest=layout.digest(),
+        layout=[
+            weight_sync_pb2.ParamLayout(
+                name=p.name,
+                shape=list(p.shape),
+                placement=p.placement,
+                split_dim=p.split_dim,
+                num_blocks=p.num_blocks,
+                max_shards=p.max_shards,
+                dest=p.dest,
+            )
+            for p in layout.params
+        ],
+    )
+
+
+def replica_description_from_proto(msg: weight_sync_pb2.WeightSyncInfo) -> ReplicaDescription:
+    layout = ReplicaLayout(
+        family=msg.family,
+        params=tuple(
+            ParamLayout(
+                name=p.name,
+                shape=tuple(int(d) for d in p.shape),
+                placement=p.placement,
+                split_dim=p.split_dim,
+                num_blocks=p.num_blocks,
+                max_shards=p.max_shards,
+                dest=p.dest,
+            )
+            for p in msg.layout
+        ),
+    )
+    if msg.layout_digest and msg.layout_digest != layout.digest():
+        raise ValueError(
+            f"layout_digest {msg.layout_digest[:12]} does not match the layout sent "
+            f"({layout.digest()[:12]})"
+        )
+    return ReplicaDescription(int(msg.tensor_parallel_size) or 1, layout)

@@ -11,7 +11,9 @@ A sync that fails or times out aborts the group on every learner rank (they agre
 all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
 This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
 (``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
-``join`` / ``receive`` / ``tp_size`` callables.
+``join`` / ``receive`` / ``describe`` callables. Before a group forms, every replica's
+reported layout is compared with the one the learner's family registry entry gives
+(``resharding.layout``): a replica that places a parameter otherwise is refused, named.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from torch import nn
 from hybridflow.resharding.coverage import check_learner_covered, check_same_params
 from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
 from hybridflow.resharding.group import WeightSyncGroup, check_plan_hash, init_weight_sync_group
+from hybridflow.resharding.layout import ReplicaLayout, check_same_layout, layout_of
 from hybridflow.resharding.plan import TransferPlan, make_plan
 from hybridflow.resharding.topology import (
     DestParam,
@@ -41,18 +44,23 @@ from hybridflow.resharding.topology import (
     ParamSpec,
     Placement,
     Topology,
-    part_region,
+    part_slices,
 )
 from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.spec import GroupSpec
+from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 log = logging.getLogger(__name__)
 
+VLLM_CUTS_ITSELF = (Placement.VOCAB, Placement.EXPERT_COLUMN, Placement.EXPERT_ROW)
+"""Placements whose vLLM loaders take the whole tensor and cut each rank's part themselves
+(vocabulary-parallel tables, FusedMoE's experts): a rank's slice goes in at full size."""
 
-TpSizeFn = Callable[[str], int]
-"""tp_size(target) -> tensor-parallel ranks of that replica (each joins as a destination)."""
+
+DescribeFn = Callable[[str], ReplicaDescription]
+"""describe(target) -> that replica's TP size (each TP rank joins as a destination) and its
+weight layout (family and placements, computed from the model it loaded)."""
 JoinFn = Callable[[str, GroupSpec, int], str]
 """join(target, spec, replica_index) -> the replica's plan hash (blocks until formed)."""
 ReceiveFn = Callable[[str, int], int]
@@ -188,18 +196,22 @@ class DistReceiver:
             raise
         return plan.content_hash()
 
-    def vocab_rows(self, name: str) -> tuple[int, tuple[int, int]] | None:
-        """(full rows, this rank's [start, stop)) of a vocabulary-split tensor, else None."""
+    def in_full_size(self, name: str, local: torch.Tensor) -> torch.Tensor | None:
+        """This rank's slice of a tensor whose vLLM loader cuts the rank's part out of the
+        whole itself (vocabulary-parallel tables, FusedMoE experts), placed where that loader
+        reads it in an uninitialised full-size tensor (the rest is never touched); None for
+        any other tensor."""
         if self.plan is None:
             return None
         topology = self.plan.topology
-        for dest in topology.dests:
-            if dest.name == name and dest.parts[0].placement is Placement.VOCAB:
-                spec = topology.param(dest.parts[0].source)
-                region = part_region(dest.parts[0], spec, self.tp_size, self._tp_rank)
-                assert region is not None
-                return spec.shape[0], region
-        return None
+        dest = next((d for d in topology.dests if d.name == name), None)
+        if dest is None or dest.parts[0].placement not in VLLM_CUTS_ITSELF:
+            return None
+        full = torch.empty(topology.param(dest.parts[0].source).shape, dtype=local.dtype)
+        for i in range(len(dest.parts)):
+            src, dst = part_slices(topology, dest, i, self.tp_size, self._tp_rank)
+            full[src].copy_(local[dst])
+        return full
 
     def receive(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
         if self._executor is None or self._group is None:
@@ -257,7 +269,7 @@ class DistPublisher:
             version,
             lambda t, spec, i: self._client(t).join_weight_sync(spec, i),
             lambda t, v: self._client(t).receive_weights(v, timeout_s),
-            lambda t: self._client(t).tensor_parallel_size(),
+            lambda t: self._client(t).describe(),
         )
 
     def _client(self, target: str) -> ReplicaWeightClient:
@@ -273,15 +285,15 @@ class DistPublisher:
         version: int,
         join: JoinFn | None,
         receive: ReceiveFn | None,
-        tp_size: TpSizeFn | None = None,
+        describe: DescribeFn | None = None,
     ) -> WeightUpdateReport:
         """Sends the current weights to every target; one rebuild-and-retry on failure.
-        ``join``, ``receive`` and ``tp_size`` reach the replicas (rank 0 only; ``tp_size``
-        None: every replica is TP 1)."""
+        ``join``, ``receive`` and ``describe`` reach the replicas (rank 0 only; ``describe``
+        None: every replica is TP 1 and takes whole tensors, unchecked)."""
         start = time.perf_counter()
         for attempt in (1, 2):
             try:
-                num_bytes = self._publish_once(tuple(targets), version, join, receive, tp_size)
+                num_bytes = self._publish_once(tuple(targets), version, join, receive, describe)
                 return WeightUpdateReport(version, num_bytes, time.perf_counter() - start)
             except Exception as exc:
                 if attempt == 2:
@@ -295,12 +307,12 @@ class DistPublisher:
         version: int,
         join: JoinFn | None,
         receive: ReceiveFn | None,
-        tp_size: TpSizeFn | None,
+        describe: DescribeFn | None,
     ) -> int:
         ok, num_bytes, error = True, 0, ""
         try:
             if self._group is None or targets != self._targets:
-                self._build(targets, join, tp_size)
+                self._build(targets, join, describe)
             assert self._executor is not None
             futures: list[Future[int]] = []
             if self.rank == 0:
@@ -321,21 +333,25 @@ class DistPublisher:
         return num_bytes
 
     def _build(
-        self, targets: tuple[str, ...], join: JoinFn | None, tp_size: TpSizeFn | None
+        self, targets: tuple[str, ...], join: JoinFn | None, describe: DescribeFn | None
     ) -> None:
         self._abort()
         self._generation += 1
-        store_socket = listen_socket(self.config.store_host) if self.rank == 0 else None
+        tp_sizes_0, refusal = self._describe(targets, describe) if self.rank == 0 else ([], "")
+        store_socket = None
+        if self.rank == 0 and not refusal:
+            store_socket = listen_socket(self.config.store_host)
         meeting: list[Any] = [
             store_socket.getsockname()[1] if store_socket is not None else 0,
             f"ws{self._generation}-{uuid.uuid4().hex[:8]}",
-            [int(tp_size(t)) if tp_size is not None else 1 for t in targets]
-            if self.rank == 0
-            else [],
+            tp_sizes_0,
+            refusal,
         ]
         if dist.is_initialized() and self.world_size > 1:
             # Learner ranks agree on rank 0's meeting point and replicas over their own group.
             dist.broadcast_object_list(meeting, src=0, group=self.group)
+        if meeting[3]:  # every learner rank refuses, before any replica is asked to join
+            raise ValueError(str(meeting[3]))
         port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
         table = param_table(self.module)
         topology = weight_sync_topology(table, tp_sizes, self._sliced_topology(tp_sizes))
@@ -392,6 +408,41 @@ class DistPublisher:
             len(targets),
             plan.content_hash()[:12],
         )
+
+    def _describe(
+        self, targets: Sequence[str], describe: DescribeFn | None
+    ) -> tuple[list[int], str]:
+        """(every target's TP size, why a target is refused or ""): each replica's reported
+        layout must be the one this learner's model gives for the family it names."""
+        if describe is None:
+            return [1] * len(targets), ""
+        tp_sizes = []
+        for target in targets:
+            try:
+                reported = describe(target)
+                check_same_layout(self._expected_layout(reported.layout.family), reported.layout,
+                                  target)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 — every rank raises it after the broadcast
+                return [], str(exc) if isinstance(exc, ValueError) else _one_line(exc)
+            tp_sizes.append(int(reported.tp_size))
+        return tp_sizes, ""
+
+    def _expected_layout(self, family_name: str) -> ReplicaLayout:
+        """The layout this learner's model has in ``family_name`` ("" whole tensors): the
+        registry entry of the learner's own config, which must be that family."""
+        if not family_name:
+            return layout_of("", replicated_topology(param_table(self.module)))
+        from hybridflow.models.families import family_of_config
+
+        config = getattr(self.module, "config", None)
+        try:
+            family = family_of_config(config)
+        except ValueError as exc:
+            raise ValueError(
+                f"a replica holds family {family_name!r}; the learner's {exc}"
+            ) from exc
+        dtype = str(next(self.module.parameters()).dtype).removeprefix("torch.")
+        return layout_of(family.model_type, family.sliced_topology(family.dims(config, dtype)))
 
     def _sliced_topology(self, tp_sizes: Sequence[int]) -> Topology | None:
         """The model family's sliced topology for tensor-parallel replicas (the registry

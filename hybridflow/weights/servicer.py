@@ -19,12 +19,14 @@ from hybridflow.rpc.errors import handle_errors
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.convert import group_spec_from_proto
+from hybridflow.weights.convert import group_spec_from_proto, replica_description_to_proto
 from hybridflow.weights.grpc_stream import receive_weights
-from hybridflow.weights.spec import GroupSpec
+from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 if TYPE_CHECKING:
     import torch
+
+    from hybridflow.resharding.layout import ReplicaLayout
 
 SERVICE_NAME = weight_sync_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
 
@@ -41,6 +43,8 @@ class WeightReceiver(Protocol):
     def load_weights(
         self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
     ) -> WeightUpdateReport: ...
+
+    def weight_layout(self) -> ReplicaLayout: ...
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
 
@@ -70,10 +74,10 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
     def Describe(
         self, request: common_pb2.Empty, context: grpc.ServicerContext
     ) -> weight_sync_pb2.WeightSyncInfo:
-        return weight_sync_pb2.WeightSyncInfo(
-            tensor_parallel_size=self._receiver.tensor_parallel_size,
-            policy_version=self._receiver.policy_version,
+        description = ReplicaDescription(
+            self._receiver.tensor_parallel_size, self._receiver.weight_layout()
         )
+        return replica_description_to_proto(description, self._receiver.policy_version)
 
     @handle_errors
     def JoinWeightSync(

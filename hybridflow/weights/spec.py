@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hybridflow.resharding.layout import ReplicaLayout
+
 
 @dataclass(frozen=True)
 class GroupSpec:
@@ -30,3 +32,13 @@ class GroupSpec:
     """"planner" (point-to-point along the plan) or "naive" (gather + broadcast oracle)."""
     timeout_s: float
     """Seconds any collective of the group may take before it fails."""
+
+
+@dataclass(frozen=True)
+class ReplicaDescription:
+    """What a replica tells the learner before a weight-sync group forms (``Describe``)."""
+
+    tp_size: int
+    """Tensor-parallel ranks it brings (each a destination rank)."""
+    layout: ReplicaLayout
+    """Its family and how it places every learner parameter, from the model it loaded."""

@@ -388,3 +388,14 @@ def test_pacing_figures() -> None:
     assert out["genfast_pace_over_greedy_samples_per_s"] == pytest.approx(0.96)
     assert out["genfast_pace_over_sync_samples_per_s"] == pytest.approx(1.2)
     assert out["genfast_generation_faster_than_training"] is True
+
+
+def test_cold_start_parity_figures() -> None:
+    from benchmarks.algorithm.cold_start_parity import second_half_mean, summarize, table
+
+    assert second_half_mean([0.0, 0.0, 0.2, 0.4]) == pytest.approx(0.3)
+    summary = summarize({"trl": {0: [0.0, 0.0, 0.2, 0.4], 1: [0.0, 0.1, 0.1, 0.1]}})
+    row = summary["trl"]
+    assert row["per_seed"] == {0: pytest.approx(0.3), 1: pytest.approx(0.1)}
+    assert (row["mean"], row["min"], row["max"]) == pytest.approx((0.2, 0.1, 0.3))
+    assert "| trl | 0.200 | 0.100-0.300 | 2 |" in table(summary, 4)

@@ -5,7 +5,8 @@ the torch.distributed group and over gRPC, at TP 1 and TP 2 (each TP worker its 
 destination rank receiving only its slices). A family the registry lacks is refused by name.
 
 Each case starts its own vLLM service (20-80 s on two shared CPU cores): Qwen2 at TP 1
-(biases, tied head) runs in the default suite; the rest of the family x TP grid is ``slow``.
+(biases, tied head) and Qwen3-MoE at TP 1 (experts, router) run in the default suite; the
+rest of the family x TP grid is ``slow``.
 """
 
 from __future__ import annotations
@@ -38,16 +39,25 @@ CASES = [
     pytest.param("gemma2", True, 2, id="gemma2-tied-tp2", marks=slow),
     pytest.param("gemma3_text", False, 1, id="gemma3_text-untied-tp1", marks=slow),
     pytest.param("gemma3_text", False, 2, id="gemma3_text-untied-tp2", marks=slow),
-]
+    pytest.param("qwen3_moe", False, 1, id="qwen3_moe-untied-tp1"),
+    pytest.param("qwen3_moe", False, 2, id="qwen3_moe-untied-tp2", marks=slow),
+    pytest.param("qwen3_moe", True, 1, {"mlp_only_layers": [0]}, id="qwen3_moe-dense0-tied-tp1",
+                 marks=slow),
+    pytest.param("qwen3_moe", True, 2, {"mlp_only_layers": [0]}, id="qwen3_moe-dense0-tied-tp2",
+                 marks=slow),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("model_type, tied, tp", CASES)
+@pytest.mark.parametrize("model_type, tied, tp, overrides", [
+    pytest.param(*c.values, *([{}] if len(c.values) == 3 else []), id=c.id, marks=c.marks)
+    for c in CASES
+])  # fmt: skip
 def test_family_parity_before_and_after_syncs(
-    model_type: str, tied: bool, tp: int, tmp_path: Path
+    model_type: str, tied: bool, tp: int, overrides: dict[str, object], tmp_path: Path
 ) -> None:
     from transformers import AutoTokenizer
 
-    path = build_family_checkpoint(tmp_path / "checkpoint", model_type, tied)
+    path = build_family_checkpoint(tmp_path / "checkpoint", model_type, tied, **overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     probe = [tokenizer.encode(t, add_special_tokens=False) for t in PROBE_TEXTS]
     service = VLLMService(path, tmp_path, tp)
@@ -55,7 +65,8 @@ def test_family_parity_before_and_after_syncs(
         for transport in ("dist", "grpc"):
             measured = check_parity_through_syncs(service, path, probe, transport)
             # Recorded for the results log (pytest -s shows it).
-            print(f"{model_type} tp{tp} {transport}: max |logprob diff| {max(measured):.2e}")
+            print(f"{model_type} tp{tp} {transport}: max |logprob diff| before {measured[0]:.2e}, "
+                  f"after syncs {max(measured[1:]):.2e}")  # fmt: skip
             assert max(measured) <= PARITY_TOL
     finally:
         service.stop()
@@ -66,10 +77,10 @@ def test_a_family_the_registry_lacks_is_refused_by_name(tmp_path: Path) -> None:
 
     from hybridflow.services.rollout.vllm_engine import VLLMEngine
 
-    CONFIG_MAPPING["qwen3_moe"]().save_pretrained(tmp_path)
+    CONFIG_MAPPING["qwen3_next"]().save_pretrained(tmp_path)
     with pytest.raises(
         ValueError,
-        match="'qwen3_moe'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3",
+        match="'qwen3_next'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3, qwen3_moe$",
     ):
         VLLMEngine(tmp_path)
 

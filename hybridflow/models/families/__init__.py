@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridflow.models.families import gemma2, gemma3, llama, mistral, qwen2, qwen3
+from hybridflow.models.families import gemma2, gemma3, llama, mistral, qwen2, qwen3, qwen3_moe
 from hybridflow.models.families.base import (
     VLLM_VOCAB_PADDING,
     DecoderDims,
@@ -29,6 +29,7 @@ FAMILIES: dict[str, ModelFamily] = {
         mistral.FAMILY,
         qwen2.FAMILY,
         qwen3.FAMILY,
+        qwen3_moe.FAMILY,
         gemma2.FAMILY,
         gemma3.FAMILY,
     )

@@ -3,8 +3,9 @@
 A family names the learner's parameters (Hugging Face state-dict names and global shapes) and
 places each on a rollout replica's tensor-parallel mesh the way vLLM's model class for it
 does (column, row, vocabulary-parallel, replicated; fused ``qkv_proj`` and ``gate_up_proj``).
-Every family here is a dense decoder laid out like Llama; a ``DecoderLayout`` says what its
-layers hold beyond Llama's (biases, q/k norms, more norms) and how vLLM holds the head.
+Every family here is a decoder laid out like Llama; a ``DecoderLayout`` says what its layers
+hold beyond Llama's (biases, q/k norms, more norms) and how vLLM holds the head; a mixture of
+experts says in its dims which layers route to experts (``DecoderDims.moe_layers``).
 
 Pure: names, shapes and placements only; no torch, transformers or vLLM.
 """
@@ -42,6 +43,12 @@ class DecoderDims:
     """tie_word_embeddings: no separate lm_head parameter on the learner."""
     dtype: str = "bfloat16"
     """Parameter dtype name."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (0: a dense decoder)."""
+    moe_intermediate: int = 0
+    """Each expert's intermediate size (moe_intermediate_size)."""
+    moe_layers: tuple[int, ...] = ()
+    """Indices of the layers whose MLP is a mixture of experts; every other layer is dense."""
 
 
 def decoder_dims_from_config(config: Any, dtype: str) -> DecoderDims:

@@ -5,7 +5,13 @@ placements follow vLLM's decoder classes (``LlamaForCausalLM``, ``Qwen2ForCausal
 ``qkv_proj`` (QKVParallelLinear: per TP rank ``cat([q_t, k_t, v_t])``, KV heads replicated
 when ``T > num_kv_heads``; its bias the same way), ``o_proj`` row, ``gate_up_proj``
 (``cat([gate_t, up_t])``), ``down_proj`` row, embeddings and ``lm_head`` vocab-parallel,
-norms replicated. As in vLLM, ``T`` should divide ``num_heads``; the planner itself checks
+norms replicated. A mixture-of-experts layer (``dims.moe_layers``) holds transformers'
+fused expert tensors, ``mlp.experts.gate_up_proj`` (experts, 2*I, hidden: gate rows, then up)
+and ``mlp.experts.down_proj`` (experts, hidden, I), and the router ``mlp.gate.weight``
+(experts, hidden); vLLM's FusedMoE at TP holds every expert on every rank with its
+intermediate dim split, ``experts.routed_experts.w13_weight`` = ``cat([gate_t, up_t], dim=1)``
+(experts, 2*I/T, hidden) and ``w2_weight`` (experts, hidden, I/T); the router is replicated.
+As in vLLM, ``T`` should divide ``num_heads``; the planner itself checks
 element divisibility only. With ``fused=False`` the destination keeps HF names and splits
 each projection on its own. This module knows dims, layouts and names only.
 """
@@ -32,6 +38,8 @@ def decoder_topology(
     dests: list[DestParam] = [_single("model.embed_tokens.weight", vocab_placement)]
     for i in range(dims.num_layers):
         layer_params, layer_dests = _layer(f"model.layers.{i}.", dims, layout, fused)
+        if i in dims.moe_layers:
+            layer_params, layer_dests = _with_experts(layer_params, layer_dests, i, dims, fused)
         params += layer_params
         dests += layer_dests
     params.append(ParamSpec("model.norm.weight", (h,), dims.dtype))
@@ -88,6 +96,37 @@ def _layer(
         dests += [DestParam(gate.source, (gate,)), DestParam(up.source, (up,))]
     dests.append(_single(mlp + "down_proj.weight", ROW))
     dests += [_single(name, REP) for name in norms]
+    return params, dests
+
+
+def _with_experts(
+    params: list[ParamSpec], dests: list[DestParam], i: int, dims: DecoderDims, fused: bool
+) -> tuple[list[ParamSpec], list[DestParam]]:
+    """A layer's dense MLP swapped for the router and the experts (in transformers' order)."""
+    mlp = f"model.layers.{i}.mlp."
+    dense = {mlp + n + ".weight" for n in ("gate_proj", "up_proj", "down_proj")}
+    h, e, inter = dims.hidden, dims.num_experts, dims.moe_intermediate
+    gate_up, down = mlp + "experts.gate_up_proj", mlp + "experts.down_proj"
+    experts = [
+        ParamSpec(gate_up, (e, 2 * inter, h), dims.dtype),
+        ParamSpec(down, (e, h, inter), dims.dtype),
+        ParamSpec(mlp + "gate.weight", (e, h), dims.dtype),
+    ]
+    at = next(k for k, p in enumerate(params) if p.name in dense)
+    params = [p for p in params if p.name not in dense]
+    params[at:at] = experts
+    w13 = tuple(DestPart(gate_up, Placement.EXPERT_COLUMN, None, b, 2) for b in (0, 1))
+    w2 = (DestPart(down, Placement.EXPERT_ROW),)
+    vllm = mlp + "experts.routed_experts."
+    moe = [
+        DestParam(vllm + "w13_weight" if fused else gate_up, w13),
+        DestParam(vllm + "w2_weight" if fused else down, w2),
+        _single(mlp + "gate.weight", REP),
+    ]
+    dense_dests = {mlp + "gate_up_proj.weight"} | dense
+    at = next(k for k, d in enumerate(dests) if d.name in dense_dests)
+    dests = [d for d in dests if d.name not in dense_dests]
+    dests[at:at] = moe
     return params, dests
 
 

@@ -53,6 +53,7 @@ from hybridflow.errors import (
     ResourceExhausted,
 )
 from hybridflow.services.learner.distributed import all_gather_objects
+from hybridflow.services.learner.optim_hparams import apply_config_hparams
 from hybridflow.utils import manifest
 from hybridflow.utils.disk import disk_full_message, is_disk_full, looks_full
 
@@ -158,6 +159,7 @@ def load_train_state(worker: LearnerWorker, directory: Path) -> int:
             model_state_dict=state[name]["model"],
             optim_state_dict=state[name]["optim"],
         )
+        apply_config_hparams(optim, worker.config, name)  # this config's lr, not the saved one
     rank_file = directory / f"rank{worker.dist.rank}.pt"
     if not rank_file.exists():  # resumed on more ranks than saved: RNG from rank 0
         rank_file = directory / "rank0.pt"

@@ -37,6 +37,7 @@ from hybridflow.services.rollout.sampler import sample_tokens
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
+    from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.dist import DistReceiver
     from hybridflow.weights.spec import GroupSpec
 
@@ -271,6 +272,13 @@ class HFEngine:
             raise ValueError("load_weights: the hf engine stages no weights of its own")
         with self._lock:
             self._apply_weights_locked(named_tensors, policy_version)
+
+    def weight_layout(self) -> ReplicaLayout:
+        """Whole tensors under the learner's names (no family: any causal LM, TP 1)."""
+        from hybridflow.resharding.layout import layout_of
+        from hybridflow.weights.dist import param_table, replicated_topology
+
+        return layout_of("", replicated_topology(param_table(self.model)))
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Joins the learner's weight-sync group as one destination rank (whole tensors)."""

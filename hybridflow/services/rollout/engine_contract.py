@@ -32,6 +32,7 @@ from hybridflow.types import Completion, SamplingParams
 if TYPE_CHECKING:
     import torch
 
+    from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.spec import GroupSpec
 
 
@@ -57,6 +58,10 @@ class Engine(Protocol):
     def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> None: ...
 
     def check_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> object: ...
+
+    def weight_layout(self) -> ReplicaLayout:
+        """How the engine places the learner's parameters (reported at weight-sync join)."""
+        ...
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Join the learner's torch.distributed weight-sync group; the plan hash."""

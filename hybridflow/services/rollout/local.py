@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     import torch
 
+    from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.spec import GroupSpec
 
 
@@ -144,6 +145,10 @@ class LocalRollout:
     def pending_version(self) -> int | None:
         with self._pending_lock:
             return self._pending[1] if self._pending is not None else None
+
+    def weight_layout(self) -> ReplicaLayout:
+        """How the engine places the learner's parameters (reported at weight-sync join)."""
+        return self.engine.weight_layout()
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Joins the learner's torch.distributed weight-sync group; returns the plan hash."""

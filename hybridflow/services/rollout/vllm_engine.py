@@ -47,6 +47,7 @@ from hybridflow.types import Completion, SamplingParams
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
 
+    from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ class VLLMEngine:
         self._table: list[tuple[str, tuple[int, ...], str]] = [
             (n, tuple(s), d) for n, s, d in self._rpc("hf_param_table")[0]
         ]
+        self._layout = self._workers_layout()
         self._shapes = {n: s for n, s, _ in self._table}
         self._required = set(self._shapes)
         if self.tie_word_embeddings and "model.embed_tokens.weight" in self._shapes:
@@ -409,6 +411,24 @@ class VLLMEngine:
                 )
             self._rpc("hf_load_weights", [(n, t.detach().cpu()) for n, t in tensors])
         self.policy_version = int(policy_version)
+
+    def weight_layout(self) -> ReplicaLayout:
+        """The family's layout at this TP size, as every TP worker computed it from the
+        model it loaded (once checked against the parameters that model holds). Read once,
+        when the engine started: Describe answers without waiting for a request in flight."""
+        return self._layout
+
+    def _workers_layout(self) -> ReplicaLayout:
+        from hybridflow.resharding.layout import ParamLayout, ReplicaLayout  # noqa: F811
+
+        reported = self._rpc("hf_weight_layout")
+        layouts = {
+            ReplicaLayout(family, tuple(ParamLayout(n, tuple(s), *rest) for n, s, *rest in rows))
+            for family, rows in reported
+        }
+        if len(layouts) != 1:
+            raise RuntimeError(f"TP workers report {len(layouts)} different weight layouts")
+        return layouts.pop()
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Every TP worker joins the weight-sync group as its own destination rank."""

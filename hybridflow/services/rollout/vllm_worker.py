@@ -15,9 +15,9 @@ Weights always go in through vLLM's in-place reload (``Worker.reload_weights``):
 repacks linear weights for its kernels after loading, so writing into parameters directly
 would leave the kernels on the old weights; the reload runs vLLM's own loaders and repacking.
 Slices already cut for this rank are loaded with vLLM's linear loaders told to take them as
-they are (``_presharded_linears``); vocabulary-parallel slices sit in their rows
-of an uninitialised full-size buffer (only those rows are ever touched), since vLLM's
-embedding loader takes its rows from the full table itself.
+they are (``_presharded_linears``); vocabulary-parallel and FusedMoE expert slices sit in
+their place in an uninitialised full-size buffer (only that place is ever touched), since
+vLLM's embedding and expert loaders cut their part out of the full tensor themselves.
 
 This module runs inside vLLM's processes: it knows vLLM's worker, nothing of gRPC.
 """
@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import astuple
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hybridflow.models.families import DecoderDims, ModelFamily, family_of_config
 from hybridflow.resharding.coverage import check_same_params
+from hybridflow.resharding.layout import layout_of
 from hybridflow.weights.dist import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
@@ -80,6 +82,15 @@ class WeightSyncWorker:
             "keep its old values",
         )
 
+    def hf_weight_layout(self) -> tuple[str, list[tuple[Any, ...]]]:
+        """(family, one row per learner parameter) of how this worker places the weights:
+        the family of the config this worker's model was built from, at this TP size, once
+        checked against the parameters the model holds (the learner compares it at join)."""
+        self.hf_check_engine_params(self.parallel_config.tensor_parallel_size)
+        family = self._hf_family()
+        layout = layout_of(family.model_type, family.sliced_topology(self._hf_dims()))
+        return layout.family, [astuple(p) for p in layout.params]
+
     # ------------------------------------------------------------------ whole checkpoints
 
     def hf_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
@@ -119,7 +130,7 @@ class WeightSyncWorker:
             raise ValueError("no staged weights to apply")
         receiver: DistReceiver = self._hf_receiver
         sharded = receiver.tp_size > 1
-        tensors = self._unshard_vocab(staged, receiver) if sharded else staged
+        tensors = self._in_full_size(staged, receiver) if sharded else staged
         self._reload(self._with_tied_head(tensors), sharded=sharded)
         self._hf_staged = None
 
@@ -139,25 +150,46 @@ class WeightSyncWorker:
             out = [(n, t) for n, t in out if n != "lm_head.weight"]
         return out
 
-    def _unshard_vocab(
+    def _in_full_size(
         self, staged: list[tuple[str, torch.Tensor]], receiver: DistReceiver
     ) -> list[tuple[str, torch.Tensor]]:
-        """Vocabulary slices into their rows of an uninitialised full-size table."""
+        """Vocabulary and expert slices into their place in uninitialised full-size tensors."""
         out = []
         for name, tensor in staged:
-            rows = receiver.vocab_rows(name)
-            if rows is None:
-                out.append((name, tensor))
-                continue
-            full_rows, (start, stop) = rows
-            full = torch.empty((full_rows, *tensor.shape[1:]), dtype=tensor.dtype)
-            full[start:stop].copy_(tensor)
-            out.append((name, full))
+            full = receiver.in_full_size(name, tensor)
+            out.append((name, tensor if full is None else full))
         return out
 
     def _reload(self, named_tensors: list[tuple[str, torch.Tensor]], sharded: bool) -> None:
-        with _presharded_linears(self.model_runner.get_model(), sharded):
+        model = self.model_runner.get_model()
+        with _presharded_linears(model, sharded):
             self.reload_weights(weights_iterator=iter(named_tensors))
+        _prepack_cpu_experts(model)
+
+
+def _prepack_cpu_experts(model: torch.nn.Module) -> int:
+    """Prepack every FusedMoE layer's reloaded experts for vLLM's CPU kernel; the count.
+
+    vLLM 0.32 on CPU prepacks ``w13_weight`` / ``w2_weight`` into its grouped-GEMM layout
+    (same shape, other order) once, when the model is loaded. An in-place reload then copies
+    the new checkpoint-format experts into that prepacked storage as they are (the weight-update
+    branch of ``UnquantizedFusedMoEMethod._setup_kernel`` skips the prepack), so the kernel
+    would read them scrambled: measured, log-probs off by 0.4 after reloading the very
+    weights the model was loaded with. Running the kernel's own prepack after each reload
+    restores parity. Nothing happens on other kernels (CUDA's read the weights as loaded).
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:  # a build without the CPU kernels
+        return 0
+    count = 0
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if isinstance(experts, CPUUnquantizedExperts):
+            experts.process_weights_after_loading(module)
+            count += 1
+    return count
 
 
 def engine_param_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.deploy.supervisor import EventLog, Outcome, Supervisor
+from hybridflow.deploy.supervisor import EXIT_REFUSED, EventLog, Outcome, Supervisor
 from tests.unit.deploy.fakes import FakeGroup, Script, child, exit_with
 
 BIG = 1e6  # a stop timeout that a fake child's exit on SIGTERM always beats
@@ -116,6 +116,15 @@ def test_a_failed_coordinator_is_the_cause_when_the_services_live(group, tmp_pat
     sup, script = make(group, coordinator, tmp_path)
     script.at(1.0, lambda: exit_with(coordinator, 3))
     assert sup.run() == Outcome(1, "coordinator exited with code 3")
+
+
+def test_a_coordinator_that_refuses_the_job_ends_it_without_a_cause(group, tmp_path):
+    """Exit 2: bad input or a resume the checkpoint cannot honour. Its own line says why;
+    the launcher adds no resume hint, since a resume would be refused the same."""
+    coordinator = child()
+    sup, script = make(group, coordinator, tmp_path)
+    script.at(1.0, lambda: exit_with(coordinator, EXIT_REFUSED))
+    assert sup.run() == Outcome(EXIT_REFUSED)
 
 
 def test_stop_request_sigterms_then_kills_after_the_timeout(group, tmp_path):

@@ -40,9 +40,9 @@ def test_the_registry_serves_every_family_the_fixtures_build() -> None:
 def test_an_unknown_family_is_refused_by_name_with_the_supported_list() -> None:
     with pytest.raises(
         ValueError,
-        match="'qwen3_moe'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3",
+        match="'qwen3_next'.*supported: gemma2, gemma3_text, llama, mistral, qwen2, qwen3, qwen3_moe$",
     ):
-        family_for("qwen3_moe")
+        family_for("qwen3_next")
 
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
@@ -136,3 +136,97 @@ def test_a_family_that_leaves_out_a_parameter_is_an_error_naming_it() -> None:
     held = qwen2.engine_param_shapes(DIMS, 2)
     with pytest.raises(ValueError, match=r"qkv_proj\.bias.*keep its old values"):
         check_same_params(no_bias.engine_param_shapes(DIMS, 2), held, "vLLM", "keep its old values")
+
+
+MOE_DIMS = replace(
+    DIMS, hidden=128, head_dim=32, num_experts=4, moe_intermediate=64, moe_layers=(1,)
+)
+"""The MoE fixture's sizes with layer 0 dense (``mlp_only_layers: [0]``)."""
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"mlp_only_layers": [0]}, {"decoder_sparse_step": 2}, {"num_hidden_layers": 3}],
+    ids=["mlp_only_layers", "decoder_sparse_step", "all-routed"],
+)
+def test_moe_topology_names_what_transformers_holds_dense_and_routed_layers(
+    overrides: dict[str, object], tmp_path: Path
+) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.family_checkpoints import build_family_checkpoint
+
+    path = build_family_checkpoint(tmp_path, "qwen3_moe", False, **overrides)
+    config = AutoConfig.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    dims = family_for("qwen3_moe").dims(config, "float32")
+    routed = {i for i in range(dims.num_layers) if f"model.layers.{i}.mlp.gate.weight" in
+              dict(model.named_parameters())}  # fmt: skip
+    assert set(dims.moe_layers) == routed and routed
+    table = param_table(model)
+    for topology in (FAMILIES["qwen3_moe"].topology(dims), FAMILIES["qwen3_moe"].sliced_topology(dims)):  # fmt: skip
+        check_learner_covered(topology, table)
+
+
+def test_moe_engine_shapes_are_what_a_tp2_vllm_worker_holds() -> None:
+    """As read from vLLM 0.32's Qwen3-MoE worker at TP 2 (4 experts of 64, layer 0 dense)."""
+    shapes = FAMILIES["qwen3_moe"].engine_param_shapes(MOE_DIMS, 2)
+    mlp0, mlp1 = "model.layers.0.mlp.", "model.layers.1.mlp."
+    assert shapes[mlp0 + "gate_up_proj.weight"] == (128, 128)
+    assert shapes[mlp1 + "experts.routed_experts.w13_weight"] == (4, 64, 128)
+    assert shapes[mlp1 + "experts.routed_experts.w2_weight"] == (4, 128, 32)
+    assert shapes[mlp1 + "gate.weight"] == (4, 128)
+    assert not any(n.startswith(mlp1 + "gate_up") or n.startswith(mlp1 + "down") for n in shapes)
+
+
+def test_each_tp2_rank_receives_half_of_every_expert_and_the_whole_router() -> None:
+    topology = FAMILIES["qwen3_moe"].sliced_topology(MOE_DIMS)
+    plan = make_plan(topology, 3, [2], 1 << 12)
+    whole = sum(
+        p.num_bytes for p in topology.params if p.name.endswith(("norm.weight", "gate.weight"))
+    )
+    for rank in (0, 1):
+        assert plan.bytes_received(0, rank) == (topology.num_bytes - whole) // 2 + whole
+
+
+def test_moe_tp2_slices_are_vllms_w13_and_w2() -> None:
+    """Rank t's slice of the fused gate_up tensor is [gate_t, up_t] along dim 1 (vLLM's
+    w13), of down_proj its dim-2 slice (w2): replayed through the plan from 3 FSDP ranks."""
+    import torch
+
+    from hybridflow.resharding.reference import fsdp_shards
+    from hybridflow.resharding.replay import replay_in_process
+
+    topology = FAMILIES["qwen3_moe"].sliced_topology(MOE_DIMS)
+    full = {p.name: torch.randn(p.shape) for p in topology.params}
+    plan = make_plan(topology, 3, [2], 1 << 12)
+    outs = replay_in_process(plan, [fsdp_shards(topology, full, 3, s) for s in range(3)])
+    gate_up, down = (
+        "model.layers.1.mlp.experts.gate_up_proj",
+        "model.layers.1.mlp.experts.down_proj",
+    )
+    gate, up = full[gate_up].chunk(2, dim=1)
+    for t in (0, 1):
+        rows = slice(32 * t, 32 * (t + 1))
+        want = torch.cat([gate[:, rows], up[:, rows]], dim=1)
+        assert torch.equal(outs[0][t][gate_up], want)
+        assert torch.equal(outs[0][t][down], full[down][:, :, rows])
+
+
+def test_a_moe_family_that_leaves_out_an_expert_tensor_is_an_error_naming_it() -> None:
+    topology = FAMILIES["qwen3_moe"].sliced_topology(MOE_DIMS)
+    table = [(p.name, p.shape, p.dtype) for p in topology.params]
+    table.append(("model.layers.1.mlp.experts.extra_proj", (4, 8, 8), "float32"))
+    with pytest.raises(ValueError, match=r"'model\.layers\.1\.mlp\.experts\.extra_proj'"):
+        check_learner_covered(topology, table)
+
+
+def test_a_vllm_worker_holding_experts_the_family_omits_is_an_error_naming_them() -> None:
+    """What ``hf_check_engine_params`` does in every worker: a family that describes no
+    experts (dense dims) against a worker that holds FusedMoE's w13/w2 and the router."""
+    held = FAMILIES["qwen3_moe"].engine_param_shapes(MOE_DIMS, 2)
+    dense = replace(MOE_DIMS, num_experts=0, moe_intermediate=0, moe_layers=())
+    with pytest.raises(ValueError, match=r"routed_experts\.w13_weight.*keep its old values"):
+        check_same_params(
+            FAMILIES["qwen3"].engine_param_shapes(dense, 2), held, "vLLM", "keep its old values"
+        )

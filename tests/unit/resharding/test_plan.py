@@ -39,7 +39,7 @@ def cases(draw: st.DrawFn) -> tuple[Topology, int, list[int], int]:
     dests: list[DestParam] = []
     for i in range(draw(st.integers(1, 5))):
         placement = draw(st.sampled_from(list(Placement)))
-        ndim = draw(st.integers(2 if placement is Placement.ROW else 1, 3))
+        ndim = draw(st.integers((placement.split_dim or 0) + 1, 3))
         shape = [draw(st.integers(1, 5)) for _ in range(ndim)]
         max_shards = None
         if placement.split_dim is not None:
@@ -59,6 +59,15 @@ def cases(draw: st.DrawFn) -> tuple[Topology, int, list[int], int]:
             params.append(spec)
             parts.append(DestPart(spec.name, Placement.COLUMN))
         dests.append(DestParam("fused", tuple(parts)))
+    if draw(st.booleans()):  # blocks of one expert tensor, like FusedMoE's w13
+        placement = draw(st.sampled_from([Placement.EXPERT_COLUMN, Placement.EXPERT_ROW]))
+        num_blocks = draw(st.integers(1, 3))
+        shape = [draw(st.integers(1, 5)) for _ in range(3)]
+        shape[placement.split_dim or 0] = num_blocks * lcm * draw(st.integers(1, 2))
+        spec = ParamSpec("experts", tuple(shape), draw(st.sampled_from(DTYPES)))
+        params.append(spec)
+        parts = [DestPart(spec.name, placement, None, b, num_blocks) for b in range(num_blocks)]
+        dests.append(DestParam("blocks", tuple(parts)))
     num_src = draw(st.integers(1, 6))
     bucket = draw(st.sampled_from([1, 7, 16, 40, 100, 1000, 1 << 20]))
     return Topology(tuple(params), tuple(dests)), num_src, replicas, bucket
@@ -80,11 +89,11 @@ def _check_properties(plan: TransferPlan) -> None:
         assert tr.src_local_slice[0][0] == tr.global_slice[0][0] - own[0]
         # Destinations receive only slices of their own TP region.
         dest = next(d for d in topo.dests if d.name == tr.dest)
-        part = next(p for p in dest.parts if p.source == tr.source)
-        region = part_region(part, spec, plan.replicas[tr.replica], tr.dst_rank)
-        if region is not None:
-            lo, hi = tr.global_slice[part.placement.split_dim or 0]
-            assert region[0] <= lo < hi <= region[1]
+        parts = [p for p in dest.parts if p.source == tr.source]
+        regions = [part_region(p, spec, plan.replicas[tr.replica], tr.dst_rank) for p in parts]
+        if regions[0] is not None:
+            lo, hi = tr.global_slice[parts[0].placement.split_dim or 0]
+            assert any(r[0] <= lo < hi <= r[1] for r in regions if r is not None)
         written[tr.replica, tr.dst_rank, tr.dest][
             tuple(slice(a, b) for a, b in tr.dst_local_slice)
         ] += 1

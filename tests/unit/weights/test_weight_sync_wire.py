@@ -55,3 +55,23 @@ def test_wire_side_imports_without_torch() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_replica_description_round_trip_and_digest_check() -> None:
+    from hybridflow.models.families import FAMILIES, DecoderDims
+    from hybridflow.resharding.layout import layout_of
+    from hybridflow.weights.convert import (
+        replica_description_from_proto,
+        replica_description_to_proto,
+    )
+    from hybridflow.weights.spec import ReplicaDescription
+
+    dims = DecoderDims(128, 256, 4, 2, 32, 128, 2, False, "float32", 4, 64, (1,))
+    family = FAMILIES["qwen3_moe"]
+    description = ReplicaDescription(2, layout_of("qwen3_moe", family.sliced_topology(dims)))
+    msg = replica_description_to_proto(description, policy_version=3)
+    assert msg.layout_digest == description.layout.digest()
+    assert replica_description_from_proto(msg) == description
+    msg.layout[0].split_dim = 7  # a layout that is not the one digested
+    with pytest.raises(ValueError, match="layout_digest"):
+        replica_description_from_proto(msg)
