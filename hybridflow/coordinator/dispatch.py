@@ -246,7 +246,7 @@ class ReplicaDispatcher(threading.Thread):
             elif watch.stalled(self.clock()) and not call.done.is_set():
                 self.num_stalled += 1
                 raise ReplicaStalled(
-                    f"{self.replica_name} stopped answering: no answer to a liveness probe "
+                    "stopped answering: no answer to a liveness probe "
                     f"for {watch.silent_s(self.clock()):.0f}s "
                     f"(coordinator.replica_stall_timeout_s={self.stall_timeout_s:g})"
                 )
