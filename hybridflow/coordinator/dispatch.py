@@ -60,6 +60,7 @@ class ReplicaDispatcher(threading.Thread):
         clock: Callable[[], float] = time.monotonic,
         probe_interval_s: float | None = None,
         rejoin_interval_s: float = 2.0,
+        request_size: Callable[[], int] | None = None,
     ) -> None:
         """``rejoin(index, timeout_s)``: the weights version replica ``index`` holds once it
         is healthy again and has the current weights, None while it is not back (waiting
@@ -69,7 +70,9 @@ class ReplicaDispatcher(threading.Thread):
         ``baseline`` (ReMax). ``name``: how logs name the replica (its address).
         ``stall_timeout_s``: a replica silent this long while it holds a request has
         failed (0: never probed); ``probe_interval_s`` defaults from it (``liveness.py``).
-        ``clock`` times deadlines and silences (a fake in tests)."""
+        ``clock`` times deadlines and silences (a fake in tests). ``request_size``: prompts
+        per request now (None: always ``prompts_per_request``); the job's default splits a
+        step among the replicas serving, so one left alone takes whole steps."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.replica_name = f"replica {index}" + (f" ({name})" if name else "")
@@ -80,6 +83,7 @@ class ReplicaDispatcher(threading.Thread):
         self.cursor = cursor
         self.params = params
         self.prompts_per_request = prompts_per_request
+        self.request_size = request_size
         self.stop_event = stop
         self.events = events or EventLog(None)
         self.rejoin = rejoin
@@ -141,7 +145,8 @@ class ReplicaDispatcher(threading.Thread):
         buf = self.buffer
         with buf.lock:
             while not self.stop_event.is_set():
-                room = min(self.prompts_per_request, buf.admission.capacity())
+                size = self.request_size() if self.request_size else self.prompts_per_request
+                room = min(size, buf.admission.capacity())
                 if room > 0:
                     buf.set_blocked(self.index, False)  # admission-blocked time: pacing.py
                     prompts = buf.take_requeued(room)
@@ -180,15 +185,15 @@ class ReplicaDispatcher(threading.Thread):
             try:
                 groups, greedy = self._generate_watched(prompts, params, f"r{self.index}-{request}")
             except ServiceError as exc:
-                self.buffer.requeue(prompts)
-                self.num_requeued += len(prompts)
+                self.mark_failed()  # first: the prompts' next taker sees it out of the set
                 log.warning(
                     "%s failed (%s); its %d prompts are re-queued",
                     self.replica_name,
                     exc,
                     len(prompts),
                 )
-                self.mark_failed()
+                self.buffer.requeue(prompts)
+                self.num_requeued += len(prompts)
                 continue  # the loop waits for it to come back
             except Exception:
                 self.buffer.requeue(prompts)  # bad input: fatal, and nothing lost
@@ -204,9 +209,9 @@ class ReplicaDispatcher(threading.Thread):
                     got,
                     expected_version,
                 )
+                self.mark_failed()
                 self.buffer.requeue(prompts)
                 self.num_requeued += len(prompts)
-                self.mark_failed()
                 continue
             self.busy_s += time.perf_counter() - start
             gen_end = time.time()

@@ -150,6 +150,7 @@ class TrainingJob:
                 greedy_baseline=greedy_baseline,
                 name=services.weight_targets[i],
                 stall_timeout_s=config.replica_stall_timeout_s,
+                request_size=None if config.prompts_per_request else self._request_size,
             )
             for i, r in enumerate(services.rollouts)
         ]
@@ -176,6 +177,12 @@ class TrainingJob:
         """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
 
     # ------------------------------------------------------------------ replicas
+    def _request_size(self) -> int:
+        """Default prompts per request: a step split among the replicas serving now (a
+        replica that failed leaves the healthy ones whole steps, not half-size requests)."""
+        serving = sum(1 for d in self.dispatchers if not d.failed)
+        return max(1, self.config.prompts_per_step // max(1, serving))
+
     def _rejoin(self, index: int, timeout_s: float) -> int | None:
         """A failed replica is back when it answers a probe (outside the learner's lock, so
         a dead one costs the learner nothing); then it gets the current weights. Returns

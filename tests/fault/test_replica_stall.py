@@ -55,29 +55,42 @@ class HangingRollout(FakeRollout):
         self.awake.clear()
         self.stopped.set()
 
+    def hang_in_next_generate(self) -> None:
+        """SIGSTOP lands while it holds its next request (before that, it serves)."""
+        self.hang_next = True
+
     def wake(self) -> None:
         self.stopped.clear()
         self.awake.set()
 
+    hang_next = False
+
     def generate(self, prompts, params, request_id=""):
+        if self.hang_next:
+            self.hang_next = False
+            self.hang()
         if self.stopped.is_set():
             self.num_hung_calls += 1
             self.awake.wait()
         return super().generate(prompts, params, request_id)
 
+    wake_after_probes: int | None = None
+    """SIGCONT once this many probes went unanswered (None: stays stopped)."""
+
     def status(self, timeout_s=None):
         if self.stopped.is_set():
             self.num_probes_while_stopped += 1
             self.clock.advance(timeout_s or 120.0)
+            if self.num_probes_while_stopped == self.wake_after_probes:
+                self.wake()
             raise Unavailable("deadline exceeded")
         return super().status(timeout_s)
 
 
 class TargetedLearner(FakeLearner):
     """Publishes only to the targets named (``FakeLearner`` updates every replica); a
-    publish to a stopped replica fails as the learner's Describe probe would. Before step
-    ``gate_step`` it waits (bounded) for ``gate``: lets a test see the replica's rejoin
-    decided before the run can end."""
+    publish to a stopped replica fails as the learner's Describe probe would. ``gate`` and
+    ``gate_step``: see ``_gate``."""
 
     def __init__(self, rollouts, names: Sequence[str]) -> None:
         super().__init__(rollouts)
@@ -85,11 +98,6 @@ class TargetedLearner(FakeLearner):
         self.published: list[list[str]] = []
         self.gate = threading.Event()
         self.gate_step = 10**9
-
-    def train_step(self, samples):
-        if len(self.batches) + 1 == self.gate_step:
-            assert self.gate.wait(60), "the gated event never happened"
-        return super().train_step(samples)
 
     def publish_weights(self, targets):
         self.published.append(list(targets))
@@ -148,6 +156,22 @@ def _job(tmp_path, clock: FakeClock, **cfg):
     return job, healthy, hanging, learner
 
 
+def _gate(job: TrainingJob, learner: TargetedLearner) -> None:
+    """Step ``learner.gate_step`` starts only once ``learner.gate`` is set (bounded), so a
+    test sees the replica's rejoin decided before the run can end. It waits where the trainer
+    loop waits between steps, outside the learner's lock, which the rejoin needs."""
+    control, real = job.control, job.control.wait_to_continue
+    num_calls = [0]
+
+    def wait_to_continue() -> bool:
+        num_calls[0] += 1
+        if num_calls[0] == learner.gate_step:
+            assert learner.gate.wait(60), "the gated event never happened"
+        return real()
+
+    control.wait_to_continue = wait_to_continue  # type: ignore[method-assign]
+
+
 def _audit(tmp_path) -> Counter[int]:
     import json
 
@@ -158,7 +182,7 @@ def _audit(tmp_path) -> Counter[int]:
 def test_stopped_replica_leaves_within_the_bound_and_its_prompts_train_once(tmp_path, caplog):
     clock = FakeClock()
     job, healthy, hanging, learner = _job(tmp_path, clock, replica_rejoin_timeout_s=0)
-    hanging.hang()  # stopped from the start: its first request hangs
+    hanging.hang_in_next_generate()
     with caplog.at_level(logging.WARNING):
         summary = job.run()
     hanging.wake()
@@ -171,22 +195,16 @@ def test_stopped_replica_leaves_within_the_bound_and_its_prompts_train_once(tmp_
     seqs = _audit(tmp_path)
     assert len(seqs) == 8 * 4 and set(seqs.values()) == {1}  # exactly once
     assert "127.0.0.1:1002" in caplog.text and "stopped answering" in caplog.text
-    assert all("127.0.0.1:1002" not in t for t in learner.published)  # left the sync set
+    assert "127.0.0.1:1002" not in learner.published[-1]  # left the weight-sync set
 
 
 def test_stalled_replica_rejoins_only_after_a_refit(tmp_path):
     clock = FakeClock()
     job, healthy, hanging, learner = _job(tmp_path, clock, replica_rejoin_timeout_s=600)
-    hanging.hang()
     stalled = job.dispatchers[1]
-    real_put = job.buffer.put
-
-    def put_and_wake(groups):
-        real_put(groups)
-        if stalled.failed and hanging.stopped.is_set():
-            hanging.wake()  # SIGCONT: the abandoned call returns; its result is dropped
-
-    job.buffer.put = put_and_wake
+    num_stall_probes = int(STALL_S / stalled.probe_timeout_s)
+    hanging.hang_in_next_generate()
+    hanging.wake_after_probes = num_stall_probes + 2  # SIGCONT during its rejoin probes
     real_rejoined = stalled._rejoined
 
     def rejoined(version):
@@ -194,20 +212,21 @@ def test_stalled_replica_rejoins_only_after_a_refit(tmp_path):
         learner.gate.set()
 
     stalled._rejoined = rejoined
-    learner.gate_step = 4  # the run cannot end before the replica is back
+    learner.gate_step = 6  # the run cannot end before the replica is back
+    _gate(job, learner)
     summary = job.run()
     assert summary.num_steps == 8 and stalled.num_stalled == 1 and stalled.num_rejoined == 1
     assert ["127.0.0.1:1002"] in learner.published  # the refit that let it back
     assert summary.staleness_histogram == {"0": 8 * 4}  # nothing trained under old weights
     seqs = _audit(tmp_path)
-    assert len(seqs) == 8 * 4 and set(seqs.values()) == {1}
+    assert len(seqs) == 8 * 4 and set(seqs.values()) == {1}  # the dropped reply trained none
 
 
 def test_rejoin_probes_never_hold_the_learner_lock_and_stop_at_the_deadline(tmp_path, caplog):
     clock = FakeClock()
     job, healthy, hanging, learner = _job(tmp_path, clock, replica_rejoin_timeout_s=60)
     job._learner_lock = lock = OwnedLock()
-    hanging.hang()  # never wakes
+    hanging.hang_in_next_generate()  # never wakes
     probes: list[tuple[float, float, bool]] = []  # (clock at the probe, its deadline, locked)
     probe = hanging.status
 
@@ -228,13 +247,14 @@ def test_rejoin_probes_never_hold_the_learner_lock_and_stop_at_the_deadline(tmp_
 
     stalled._wait_for_rejoin = wait_for_rejoin
     learner.gate_step = 3
+    _gate(job, learner)
     with caplog.at_level(logging.INFO):
         summary = job.run()
     hanging.wake()
     assert summary.num_steps == 8 and stalled.failed
     assert "did not come back within 60s" in caplog.text and "127.0.0.1:1002" in caplog.text
     assert not any(locked for _, _, locked in probes)  # no probe inside the critical section
-    assert all("127.0.0.1:1002" not in t for t in learner.published)
+    assert "127.0.0.1:1002" not in learner.published[-1]
     # No rejoin probe outlasts the deadline: the verdict is reached at it, not after.
     (start,) = verdict_at
     rejoin_probes = [(at, t) for at, t, _ in probes if at >= start]
