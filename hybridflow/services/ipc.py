@@ -65,12 +65,13 @@ class IpcLedger:
         with self._lock:
             left = dict(self.names)
         unlinked = [name for name, rtype in left.items() if _unlink(name, rtype)]
+        _cancel_semaphore_finalisers({n for n in unlinked if left[n] == "semaphore"})
         for name, rtype in left.items():
             self._on_unregister(name, rtype)
         _stop_tracker(grace_s)
         if unlinked:
             log.info("released %d shared-memory objects left by the engine", len(unlinked))
-            released = set(unlinked)
+            released = {name.lstrip("/") for name in unlinked}
             previous = sys.unraisablehook
 
             def quiet(args: Any) -> None:
@@ -82,20 +83,24 @@ class IpcLedger:
 
 
 def _second_unlink(args: Any, released: set[str]) -> bool:
-    """Whether an "Exception ignored" at exit is an owner's finaliser unlinking, a second
-    time, what ``release`` already unlinked (a FileNotFoundError from multiprocessing's
-    shared-memory or semaphore clean-up): noise, not a fault."""
+    """Whether an "Exception ignored" at exit is a segment owner's finaliser unlinking, a
+    second time, what ``release`` already unlinked: noise, not a fault."""
     exc = args.exc_value
-    if not isinstance(exc, FileNotFoundError):
-        return False
-    name = (exc.filename or "").lstrip("/")
-    if name and name in released:
-        return True
-    tb = args.exc_traceback
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    code = tb.tb_frame.f_code if tb is not None else None
-    return code is not None and code.co_name == "_cleanup" and "synchronize" in code.co_filename
+    return isinstance(exc, FileNotFoundError) and (exc.filename or "").lstrip("/") in released
+
+
+def _cancel_semaphore_finalisers(names: set[str]) -> None:
+    """multiprocessing unlinks a semaphore from a finaliser when its owner is collected or
+    the process exits; for one ``release`` unlinked, that second unlink only prints a
+    traceback, so it is cancelled."""
+    from multiprocessing import util
+
+    registry: dict[Any, Any] = getattr(util, "_finalizer_registry", {})
+    for finaliser in list(registry.values()):
+        callback = getattr(finaliser, "_callback", None)
+        args = getattr(finaliser, "_args", None) or ()
+        if getattr(callback, "__name__", "") == "_cleanup" and args and args[0] in names:
+            finaliser.cancel()
 
 
 def _end_children(grace_s: float) -> None:
