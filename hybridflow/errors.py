@@ -39,3 +39,15 @@ class ResourceExhausted(ServiceError):
     """A per-request limit of the service's config is exceeded, or the service is at its
     concurrency limit and sheds the call (alive, but busy): RESOURCE_EXHAUSTED, with the
     limit's config key in the message."""
+
+
+class CheckpointRejected(FailedPrecondition):
+    """A checkpoint that cannot be loaded into this job: it does not fit (another model shape,
+    no critic where the algorithm needs one): FAILED_PRECONDITION. The message is one line
+    naming the file or the state-dict key and what differs. A resume tries the next older
+    checkpoint."""
+
+
+class CheckpointCorrupt(CheckpointRejected):
+    """A checkpoint whose files do not match its manifest (missing, truncated, other bytes)
+    or that has no manifest: DATA_LOSS, naming the file."""

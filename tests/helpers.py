@@ -90,8 +90,10 @@ def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 120) ->
         time.sleep(0.05)
 
 
-def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> Path:
-    """A 2-layer, width-32 random Llama with the character tokenizer, saved HF-style."""
+def build_tiny_checkpoint(out_dir: Path, seed: int = 0, **overrides: int) -> Path:
+    """A 2-layer, width-32 random Llama with the character tokenizer, saved HF-style
+    (``overrides``: other LlamaConfig fields, e.g. ``intermediate_size=96`` for another
+    shape)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -111,6 +113,8 @@ def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> Path:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+    for key, value in overrides.items():
+        setattr(config, key, value)
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

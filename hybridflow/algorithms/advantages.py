@@ -38,6 +38,21 @@ def grpo_outcome_advantages(
     return centred / (stds[inverse] + eps)
 
 
+def grpo_batch_std_advantages(
+    scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
+    """``(score - group mean) / (batch std + eps)``: centred in the group, scaled by the
+    unbiased std of every score in the batch (TRL's ``scale_rewards="batch"``; the "group
+    mean, batch std" of Lite PPO). A group of one has mean 0, as in ``grpo_outcome_advantages``.
+    """
+    _check_outcome_inputs(scores, group_ids)
+    scores = scores.float()
+    inverse, counts, means, _ = _group_stats(scores, group_ids)
+    means = torch.where(counts == 1, torch.zeros_like(means), means)
+    std = scores.std() if scores.numel() > 1 else torch.zeros(())
+    return (scores - means[inverse]) / (std + eps)
+
+
 def _group_stats(
     scores: torch.Tensor, group_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

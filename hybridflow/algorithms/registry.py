@@ -21,6 +21,7 @@ import torch
 
 from hybridflow.algorithms.advantages import (
     gae_advantages,
+    grpo_batch_std_advantages,
     grpo_outcome_advantages,
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
@@ -64,6 +65,8 @@ class AdvantageOptions:
     """GAE lambda."""
     norm_adv_by_std: bool = True
     """GRPO: divide by the group std (False: Dr. GRPO)."""
+    std_eps: float = 1e-6
+    """Added to the std the GRPO estimators divide by."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,19 @@ def _gae(inputs: AdvantageInputs, options: AdvantageOptions) -> tuple[torch.Tens
 def _grpo(inputs: AdvantageInputs, options: AdvantageOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """(score - group mean) / group std on every token (Dr. GRPO when not norm_adv_by_std)."""
     scores = inputs.token_rewards.sum(dim=-1)
-    seq_adv = grpo_outcome_advantages(scores, inputs.group_ids, norm_by_std=options.norm_adv_by_std)
+    seq_adv = grpo_outcome_advantages(
+        scores, inputs.group_ids, eps=options.std_eps, norm_by_std=options.norm_adv_by_std
+    )
+    return _per_token(seq_adv, inputs.response_mask)
+
+
+@register_advantage_estimator("grpo_batch_std")
+def _grpo_batch_std(
+    inputs: AdvantageInputs, options: AdvantageOptions
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(score - group mean) / batch std on every token (TRL's scale_rewards=batch)."""
+    scores = inputs.token_rewards.sum(dim=-1)
+    seq_adv = grpo_batch_std_advantages(scores, inputs.group_ids, eps=options.std_eps)
     return _per_token(seq_adv, inputs.response_mask)
 
 

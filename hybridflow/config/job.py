@@ -35,6 +35,9 @@ class DeployConfig:
     """Restarts per rollout / reward service before the job stops."""
     restart_backoff_s: float = 1.0
     """Delay before a service's first restart; doubles with each further restart."""
+    group_readable: bool = False
+    """Run directories, checkpoints and logs readable by the owner's group (0750 / 0640);
+    false: by the owner only (0700 / 0600). Others never read them."""
 
     def validate(self) -> None:
         raise_problems(

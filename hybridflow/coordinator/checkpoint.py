@@ -3,9 +3,19 @@
 A checkpoint of step ``s`` is the directory ``<root>/step_<s>/`` holding
 - ``learner/``: the learner's train state (weights, optimizer, RNG of every rank), written by
   the learner's ``SaveTrainState`` and marked complete by its own ``COMPLETE`` file;
-- ``coordinator.json``: the schedule's state (below), written last and atomically.
-A checkpoint is complete when both are there; anything else is a save cut short (a crash) and
-is ignored, then removed. The last ``keep_last`` complete checkpoints are kept.
+- ``coordinator.json``: the schedule's state (below), written atomically after the learner's;
+- ``MANIFEST.json``: size and sha256 of ``coordinator.json`` and of the learner's own
+  ``learner/MANIFEST.json`` (which covers every shard), written last and atomically
+  (``hybridflow.utils.manifest``).
+A checkpoint is complete when its manifest is there; one without ``coordinator.json`` is a
+save cut short (a crash) and is ignored, then removed; one with ``coordinator.json`` but no
+manifest (cut short at the very end, or written before manifests) is kept and refused. The
+last ``keep_last`` complete checkpoints are kept.
+
+``verify(step)`` checks the coordinator's half and that the learner's manifest is the one
+committed (a few small files, cheap); the learner checks its shards against its manifest
+when it loads them, so a resume reads each byte once. ``verify(step, deep=True)`` (the
+``verify`` command) checks the shards too.
 
 The coordinator's state is what continuing needs: the cursor (epoch, position), every prompt
 handed out and not trained (in flight, scored-but-untrained, re-queued: all regenerated on
@@ -22,14 +32,20 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from hybridflow.errors import CheckpointCorrupt, ResourceExhausted
+from hybridflow.utils import manifest
+from hybridflow.utils.disk import disk_full_message, is_disk_full
 
 log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 STATE_FILE = "coordinator.json"
 LEARNER_DIR = "learner"
+_LEARNER_MANIFEST = f"{LEARNER_DIR}/{manifest.MANIFEST}"
 
 
 @dataclass
@@ -79,9 +95,48 @@ class CheckpointStore:
         """What the learner's SaveTrainState / LoadTrainState get (relative to its root)."""
         return f"{self.step_name(step)}/{LEARNER_DIR}"
 
+    def directory(self, step: int) -> Path:
+        return self.root / self.step_name(step)
+
     def is_complete(self, step: int) -> bool:
-        directory = self.root / self.step_name(step)
-        return (directory / STATE_FILE).exists() and (directory / LEARNER_DIR / "COMPLETE").exists()
+        """Every part written: the coordinator's manifest (written last) is there."""
+        return (self.directory(step) / manifest.MANIFEST).exists()
+
+    def verify(self, step: int, deep: bool = False) -> None:
+        """Raises ``CheckpointCorrupt`` naming the first file of checkpoint ``step`` that is
+        not as committed; ``deep``: the learner's shards too (else the learner checks them)."""
+        directory = self.directory(step)
+        if not (directory / STATE_FILE).exists():
+            raise CheckpointCorrupt(f"{directory / STATE_FILE}: missing (a save cut short)")
+        manifest.verify(directory)
+        for name in (STATE_FILE, _LEARNER_MANIFEST):
+            if name not in manifest.read_manifest(directory):
+                raise CheckpointCorrupt(f"{directory / manifest.MANIFEST}: does not list {name}")
+        if deep:
+            manifest.verify(directory / LEARNER_DIR)
+
+    def check(self, step: int) -> str | None:
+        """One line saying why checkpoint ``step`` is refused (every file checked, the
+        learner's shards included), or None when it verifies."""
+        try:
+            self.verify(step, deep=True)
+            self.read_state(step)
+        except CheckpointCorrupt as exc:
+            return str(exc)
+        return None
+
+    def read_state(self, step: int) -> CoordinatorState:
+        """The coordinator's state of checkpoint ``step`` (``CheckpointCorrupt`` if unreadable)."""
+        path = self.directory(step) / STATE_FILE
+        try:
+            return CoordinatorState(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise CheckpointCorrupt(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
+
+    def candidates(self) -> list[int]:
+        """Steps a resume may continue from, newest first: every checkpoint with the
+        coordinator's half written (whether it verifies is for ``verify`` to say)."""
+        return [s for s in reversed(self.steps()) if (self.directory(s) / STATE_FILE).exists()]
 
     def steps(self) -> list[int]:
         """Steps with a checkpoint directory, complete or not, ascending."""
@@ -105,28 +160,50 @@ class CheckpointStore:
             shutil.rmtree(directory)
 
     def discard_partial(self) -> None:
-        """Resume: every incomplete checkpoint is from the run that died; remove them."""
+        """Resume: a checkpoint without the coordinator's half is a save the run that died
+        cut short; remove them (one with it stays, for ``verify`` to judge)."""
         for step in self.steps():
-            if not self.is_complete(step):
-                shutil.rmtree(self.root / self.step_name(step), ignore_errors=True)
+            if not (self.directory(step) / STATE_FILE).exists():
+                shutil.rmtree(self.directory(step), ignore_errors=True)
 
-    def commit(self, state: CoordinatorState) -> Path:
-        """Writes the coordinator's half after the learner's (which makes it complete)."""
-        directory = self.root / self.step_name(state.step)
-        if not (directory / LEARNER_DIR / "COMPLETE").exists():
-            raise RuntimeError(f"{directory}: the learner's train state is missing")
-        _atomic_write(directory / STATE_FILE, json.dumps(asdict(state)) + "\n")
+    def set_aside(self, step: int) -> Path:
+        """Renames a refused checkpoint to ``step_<s>.refused`` (kept to look at, no longer a
+        checkpoint: the steps after a fallback are saved again under their own names)."""
+        target = self.root / f"{self.step_name(step)}.refused"
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(self.directory(step), target)
+        return target
+
+    def commit(self, state: CoordinatorState, also: Sequence[str] = ()) -> Path:
+        """Writes the coordinator's half after the learner's, then the manifest (which makes
+        it complete). ``also``: files already written in the step directory that the
+        manifest covers too (the resolved config). A full disk is ``ResourceExhausted``
+        naming the path and free space."""
+        directory = self.directory(state.step)
+        if not (directory / _LEARNER_MANIFEST).exists():
+            raise RuntimeError(f"{directory}: the learner's train state (its manifest) is missing")
+        try:
+            _atomic_write(directory / STATE_FILE, json.dumps(asdict(state)) + "\n")
+            manifest.write_manifest(
+                directory,
+                manifest.hash_files(directory, [STATE_FILE, _LEARNER_MANIFEST, *also]),
+            )
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise ResourceExhausted(disk_full_message(directory, exc)) from exc
+            raise
         self.prune()
         return directory
 
     def latest(self) -> CoordinatorState | None:
-        """The newest complete checkpoint's state, or None."""
-        for step in reversed(self.complete_steps()):
-            path = self.root / self.step_name(step) / STATE_FILE
+        """The newest checkpoint's state that verifies (refused ones logged), or None."""
+        for step in self.candidates():
             try:
-                return CoordinatorState(**json.loads(path.read_text()))
-            except (OSError, ValueError, TypeError) as exc:
-                log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+                self.verify(step)
+                return self.read_state(step)
+            except CheckpointCorrupt as exc:
+                log.warning("skipping checkpoint step %d: %s", step, exc)
         return None
 
     def prune(self) -> None:

@@ -3,10 +3,12 @@
     hybridflow-coordinator run --config job.yaml [--set k=v ...] [--run-dir DIR]
     hybridflow-coordinator status|pause|resume|stop [--address HOST:PORT | --run-dir DIR]
     hybridflow-coordinator report RUN_DIR
+    hybridflow-coordinator verify RUN_DIR
 
 
 ``run`` writes DIR/coordinator.addr so the other commands can find the job by its run dir.
 ``report`` (re)draws the run's plots into RUN_DIR/report/, also while the run is going.
+``verify`` checks every checkpoint of RUN_DIR against its manifest (no services needed).
 """
 
 from __future__ import annotations
@@ -64,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="draw RUN_DIR/metrics.jsonl as PNG plots in RUN_DIR/report/"
     )
     report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (also one in progress)")
+    verify = sub.add_parser(
+        "verify",
+        help="check every checkpoint of RUN_DIR against its manifest: one line each; exit 1 "
+        "when the newest is refused (docs/checkpoints.md)",
+    )
+    verify.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    verify.add_argument(
+        "--checkpoints",
+        metavar="DIR",
+        help="the checkpoint directory (default: RUN_DIR/checkpoints)",
+    )
     return parser
 
 
@@ -86,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "report":
         return report_command(Path(args.run_dir))
+    if args.command == "verify":
+        root = Path(args.checkpoints) if args.checkpoints else Path(args.run_dir) / "checkpoints"
+        return verify_command(root)
     return control_command(args)
 
 
@@ -101,6 +117,32 @@ def report_command(run_dir: Path) -> int:
     for path in files:
         print(path)
     return 0
+
+
+def verify_command(root: Path) -> int:
+    """Prints one line per checkpoint under ``root``, newest first (ok, or why it is refused);
+    returns 0 when the newest verifies, 1 when it does not, 2 when there is none. Checks
+    integrity only: whether a checkpoint fits a job (shapes, algorithm) is checked at resume."""
+    from hybridflow.coordinator.checkpoint import CheckpointStore
+
+    store = CheckpointStore(root)
+    steps = list(reversed(store.steps()))
+    if not steps:
+        print(f"error: no checkpoint under {root}", file=sys.stderr)
+        return 2
+    newest_ok = False
+    for step in steps:
+        problem = store.check(step)
+        if problem is None:
+            state = store.read_state(step)
+            print(
+                f"{store.step_name(step)}  ok  (step {state.step}, policy v{state.policy_version})"
+            )
+        else:
+            print(f"{store.step_name(step)}  REFUSED  {problem}")
+        if step == steps[0]:
+            newest_ok = problem is None
+    return 0 if newest_ok else 1
 
 
 def exit_fast(code: int) -> NoReturn:
@@ -166,7 +208,18 @@ def control_command(args: argparse.Namespace) -> int:
         if status.error:
             print(f"error: {status.error}")
         print(f"run dir: {status.run_dir}")
+    if args.command == "stop":
+        print(stop_hint(status.step, status.total_steps, status.run_dir), file=sys.stderr)
     return 0
+
+
+def stop_hint(step: int, total_steps: int, run_dir: str) -> str:
+    """What ``stop`` tells the user. It exits 0: the stop was asked for and accepted, so it is
+    not a failure; the run is unfinished, which this line says, with how to continue."""
+    return (
+        f"stopping after the current step (step {step} of {total_steps} done); it is "
+        f"checkpointed on the way out. Continue with: deploy/launch.sh --resume {run_dir}"
+    )
 
 
 def default_run_dir(root: str) -> Path:

@@ -16,8 +16,12 @@ Invariants (tested in tests/unit/coordinator/):
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
   state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
-  ``resume=True`` continues from the newest complete one with every prompt of an epoch
-  trained exactly once across the crash (what was pending is regenerated). ``trained.jsonl``
+  ``resume=True`` continues from the newest one that verifies and fits (a refused one is
+  logged, set aside, and the next older tried: docs/checkpoints.md) with every prompt of an epoch
+  trained exactly once across the crash (what was pending is regenerated). Each checkpoint
+  holds the resolved config it was taken with; a resume that changes a key it cannot honour
+  is refused naming the key, before the learner loads anything (``resume_policy.py``,
+  docs/resume.md), and a new ``prompts_per_step`` rebases the admission count. ``trained.jsonl``
   is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
   version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
@@ -33,12 +37,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
+from hybridflow.coordinator.checkpoint_config import (
+    CONFIG_FILE,
+    decide,
+    write_checkpoint_config,
+)
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
@@ -49,6 +59,7 @@ from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
+from hybridflow.coordinator.resume_policy import rebased_num_started
 from hybridflow.coordinator.run_records import (
     MFU_UNKNOWN,
     RunState,
@@ -61,7 +72,12 @@ from hybridflow.coordinator.run_records import (
 from hybridflow.coordinator.schedule_state import capture_schedule, restore_schedule
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
-from hybridflow.errors import ResourceExhausted, ServiceError
+from hybridflow.errors import (
+    CheckpointRejected,
+    FailedPrecondition,
+    ResourceExhausted,
+    ServiceError,
+)
 from hybridflow.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -79,6 +95,7 @@ class TrainingJob:
         checkpoint_root: Path | None = None,
         continue_from: CoordinatorState | None = None,
         greedy_baseline: bool = False,
+        resolved_config: Mapping[str, Any] | None = None,
     ) -> None:
         """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
         (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all.
@@ -86,13 +103,19 @@ class TrainingJob:
         ``state``), so steps, versions and counters continue; the replicas already have the
         learner's weights. ``RLTrainer`` runs one job per step this way.
         ``greedy_baseline``: the learner's estimator needs each prompt's greedy baseline
-        score (ReMax), so every request also generates and scores one greedy response."""
+        score (ReMax), so every request also generates and scores one greedy response.
+        ``resolved_config``: the job's whole resolved config as a dict (run.py: the
+        ``JobConfig``), saved with each checkpoint and compared with it on resume
+        (``resume_policy``); None: the coordinator section alone."""
         if config.sync_every - 1 > config.max_staleness:
             raise ValueError(
                 f"coordinator.sync_every={config.sync_every} lets samples lag "
                 f"{config.sync_every - 1} versions, over max_staleness={config.max_staleness}"
             )
         self.config = config
+        self.resolved_config = (
+            resolved_config if resolved_config is not None else {"coordinator": asdict(config)}
+        )
         self.services = services
         self.num_rows = len(records)
         self.cursor = PromptCursor(records, config.seed)
@@ -266,31 +289,43 @@ class TrainingJob:
 
     # ------------------------------------------------------------------ checkpoints
     def _restore(self) -> None:
-        """Continues from the newest complete checkpoint (if any): learner state, cursor,
-        pending prompts first in line, counters; logs rewound to its step."""
+        """Continues from the newest checkpoint that verifies and fits (if any): learner
+        state, cursor, pending prompts first in line, counters; logs rewound to its step.
+        A refused checkpoint (damaged, or not fitting this learner) is logged with its reason
+        and set aside, and the next older one is tried; if every one is refused, nothing is
+        loaded and the resume fails naming each."""
         assert self.checkpoints is not None
         self.checkpoints.discard_partial()
-        state = self.checkpoints.latest()
-        if state is None:
+        refused: list[str] = []
+        for step in self.checkpoints.candidates():  # newest first
+            try:
+                state, version = self._load_checkpoint(step)
+            except FailedPrecondition as exc:  # CheckpointRejected / Corrupt, ours or the learner's
+                log.warning("resume: refusing checkpoint step %d: %s", step, exc)
+                refused.append(f"step {step}: {exc}")
+                continue
+            break
+        else:
+            if refused:
+                raise CheckpointRejected(
+                    f"resume: no checkpoint under {self.checkpoints.root} verifies and fits "
+                    f"this job ({'; '.join(refused)})"
+                )
             log.info(
                 "resume: no complete checkpoint under %s; starting at step 1", self.checkpoints.root
             )
             rewind_jsonl(self.run_dir / "metrics.jsonl", 0)
             rewind_jsonl(self.run_dir / "trained.jsonl", 0)
             return
-        if state.num_rows != self.num_rows:
-            raise ValueError(
-                f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
-                f"now has {self.num_rows}"
-            )
-        with self._learner_lock:
-            version = self.services.learner.load_train_state(
-                self.checkpoints.learner_name(state.step)
-            )
-        if version != state.policy_version:
-            raise RuntimeError(
-                f"resume: learner restored version {version}, checkpoint says "
-                f"{state.policy_version}"
+        if refused:
+            for newer in self.checkpoints.candidates():
+                if newer > state.step:
+                    self.checkpoints.set_aside(newer)
+            log.warning(
+                "resume: fell back to checkpoint step %d, the newest that verifies and fits "
+                "(%d newer refused, set aside as step_*.refused)",
+                state.step,
+                len(refused),
             )
         num_pending = restore_schedule(state, self.buffer, self.cursor, self.config.max_staleness)
         self._requeued_before = state.num_requeued
@@ -304,6 +339,33 @@ class TrainingJob:
             num_pending,
         )
 
+    def _load_checkpoint(self, step: int) -> tuple[CoordinatorState, int]:
+        """Verifies checkpoint ``step``, then has the learner load its half (which checks its
+        shards and its fit first); returns the state and the restored policy version."""
+        assert self.checkpoints is not None
+        self.checkpoints.verify(step)
+        state = self.checkpoints.read_state(step)
+        # The config check: a refusal (ValueError) ends the resume, it is no fallback case.
+        decision = decide(self.checkpoints.directory(step), self.resolved_config)
+        batch = decision.changed("coordinator.prompts_per_step") if decision else None
+        if batch is not None:
+            state.num_started = rebased_num_started(
+                state.num_started, state.step, int(batch.old), int(batch.new)
+            )
+        if state.num_rows != self.num_rows:
+            raise ValueError(
+                f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
+                f"now has {self.num_rows}"
+            )
+        with self._learner_lock:
+            version = self.services.learner.load_train_state(self.checkpoints.learner_name(step))
+        if version != state.policy_version:
+            raise RuntimeError(
+                f"resume: learner restored version {version}, checkpoint says "
+                f"{state.policy_version}"
+            )
+        return state, version
+
     def _checkpoint(self, step: int) -> str:
         """Learner train state, then the schedule's state (which completes the checkpoint)."""
         if self.checkpoints is None:
@@ -313,8 +375,9 @@ class TrainingJob:
         self.checkpoints.begin(step)
         with self._learner_lock:
             self.services.learner.save_train_state(self.checkpoints.learner_name(step))
+        write_checkpoint_config(self.checkpoints.directory(step), self.resolved_config)
         capture_schedule(self.state, self.buffer, self.cursor, self._num_requeued())
-        path = self.checkpoints.commit(self.state)
+        path = self.checkpoints.commit(self.state, also=[CONFIG_FILE])
         self.events.record("checkpoint", time.time(), time.time(), step=step)
         return str(path)
 
@@ -376,7 +439,7 @@ class TrainingJob:
             result = self.services.learner.train_step(train_batch)
         t2, w2 = time.perf_counter(), time.time()
         self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
-        if step == 1:
+        if step == run.first_step:  # re-measured on resume: ppo_epochs may have changed
             st.versions_per_step = max(1, result.policy_version - st.policy_version)
             self.buffer.admission.max_staleness_steps = cfg.max_staleness // st.versions_per_step
         version = result.policy_version

@@ -15,11 +15,15 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hybridflow.coordinator.config import CoordinatorConfig
+
+if TYPE_CHECKING:
+    from hybridflow.data.datasets import PromptDataset
 
 log = logging.getLogger("coordinator")
 
@@ -89,14 +93,25 @@ def run_job(
         if run_dir_arg
         else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    from hybridflow.deploy.run_dir_mode import prepare_run_dir
+    from hybridflow.deploy.run_lock import RunDirBusy, acquire_unless_parent_holds
 
+    prepare_run_dir(run_dir, job.deploy.group_readable)  # 0700 / 0600 unless group-readable
+    try:
+        # Started by hand: one job per run dir, as under the launcher (which then holds it).
+        # Held until this process exits; the kernel drops it, whatever the exit.
+        _run_lock = acquire_unless_parent_holds(run_dir)
+    except RunDirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.report import write_report_logged
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.coordinator.services import Services
-    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.errors import CheckpointRejected
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
     from hybridflow.rpc.channel import wait_healthy
@@ -106,21 +121,13 @@ def run_job(
     from hybridflow.services.rollout.client import GrpcRolloutClient
     from hybridflow.v1 import coordinator_pb2_grpc
 
-    tokenizer = load_tokenizer(resolve_model_path(job.model))  # no torch in this process
-    dataset = read_prompt_dataset(
-        cfg.data,
-        tokenizer,
-        cfg.data_size if cfg.data.startswith("builtin:") else None,
-        cfg.seed,
-        cfg.max_prompt_tokens,
-        cfg.max_prompt_bytes,
-    )
-    log.info(
-        "dataset %s: %d prompts (%d dropped as too long)",
-        cfg.data,
-        len(dataset.records),
-        dataset.num_dropped_too_long,
-    )
+    model_dir = resolve_model_path(job.model)
+    tokenizer = load_tokenizer(model_dir)  # no torch in this process
+    try:
+        dataset = load_dataset(cfg, model_dir, tokenizer)
+    except ValueError as exc:  # every prompt over the limit, or the model has no room
+        print(f"data error: {exc}", file=sys.stderr)
+        return 2
     if addresses_from_stdin:
         try:
             overrides = [*overrides, *read_address_overrides(sys.stdin)]
@@ -195,9 +202,18 @@ def run_job(
             resume,
             checkpoint_root,
             greedy_baseline=greedy_baseline,
+            resolved_config=asdict(job),
         )
         training.launch_time = origin
         summary = training.run()
+    except ResumeRefused as exc:  # a config change the checkpoint cannot honour
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointRejected as exc:  # not one checkpoint verifies and fits
+        print(f"error: {exc}", file=sys.stderr)
+        print(f"every checkpoint is listed with its reason by: hybridflow-coordinator verify "
+              f"{run_dir}", file=sys.stderr)  # fmt: skip
+        return 2
     except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)
@@ -266,3 +282,38 @@ def _record_own_cpu(run_dir: Path) -> None:
     summary = json.loads(path.read_text())
     summary["coordinator_cpu_s"] = usage.ru_utime + usage.ru_stime
     path.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def load_dataset(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> PromptDataset:
+    """The job's prompts, tokenised, those over the prompt limit dropped (and counted); the
+    limit is ``coordinator.max_prompt_tokens`` bounded by the model's positions less the
+    response (``hybridflow.data.prompt_limits``). ValueError when no prompt is left."""
+    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.data.prompt_limits import empty_after_limit, model_positions, prompt_limit
+
+    limit = prompt_limit(
+        cfg.max_prompt_tokens, cfg.sampling.max_new_tokens, model_positions(model_dir)
+    )
+    dataset = read_prompt_dataset(
+        cfg.data,
+        tokenizer,
+        cfg.data_size if cfg.data.startswith("builtin:") else None,
+        cfg.seed,
+        limit.tokens,
+        cfg.max_prompt_bytes,
+    )
+    if not dataset.records and dataset.num_dropped_too_long:
+        raise ValueError(
+            empty_after_limit(
+                cfg.data, dataset.num_dropped_too_long, dataset.shortest_dropped, limit
+            )
+        )
+    log.info(
+        "dataset %s: %d prompts (%d dropped as longer than %d tokens: %s)",
+        cfg.data,
+        len(dataset.records),
+        dataset.num_dropped_too_long,
+        limit.tokens,
+        limit.reason,
+    )
+    return dataset

@@ -75,6 +75,8 @@ class PromptDataset:
     """Kept records, in source order."""
     num_dropped_too_long: int = 0
     """Rows dropped because their prompt exceeded ``max_prompt_tokens``."""
+    shortest_dropped: int | None = None
+    """Tokens of the shortest dropped prompt (None: none dropped)."""
 
 
 def load_prompt_dataset(
@@ -131,15 +133,18 @@ def read_prompt_dataset(
     rows = _iter_rows(spec, num, seed, _line_limit(max_prompt_bytes), chat=chat)
     records: list[PromptRecord] = []
     num_dropped = 0
+    shortest: int | None = None
     for index, (where, row) in enumerate(rows):
         if num is not None and len(records) >= num:
             break
         record = _row_to_record(row, where, index, tokenizer, max_prompt_bytes)
-        if max_prompt_tokens is not None and len(record.prompt_ids) > max_prompt_tokens:
+        length = len(record.prompt_ids)
+        if max_prompt_tokens is not None and length > max_prompt_tokens:
             num_dropped += 1
+            shortest = length if shortest is None else min(shortest, length)
             continue
         records.append(record)
-    return PromptDataset(records=records, num_dropped_too_long=num_dropped)
+    return PromptDataset(records, num_dropped_too_long=num_dropped, shortest_dropped=shortest)
 
 
 def epoch_order(num_records: int, epoch: int, seed: int, shuffle: bool = True) -> list[int]:

@@ -18,7 +18,14 @@ second SIGTERM / Ctrl-C kills what is left at once.
 again in RUN_DIR with the config and overrides of its first launch (``launch.json``) and
 passes ``--resume`` to the coordinator. Extra ``--set`` overrides are allowed on resume
 (e.g. more steps); they are appended to the saved ones and kept for later resumes. A
-different ``--config`` is refused.
+different ``--config`` is refused, and so is an override the newest checkpoint cannot
+honour (one line naming the key, before any service starts: ``docs/resume.md``).
+
+One job per run directory: the launcher holds ``<run dir>/.lock`` (``run_lock.py``) from
+before the preflight to its exit, so a second launch or a ``--resume`` of a live run exits 2
+at once naming the holder's pid and host. The run directory and everything the job writes
+in it are the user's only (umask 077; ``deploy.group_readable``: 027), set before anything
+is created and inherited by every process started here (``run_dir_mode.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hybridflow.deploy.run_lock import RunDirBusy, RunLock, raise_if_busy
+
+if TYPE_CHECKING:
+    from hybridflow.config.job import JobConfig
 
 DEFAULT_CONFIG = "deploy/configs/quickstart.yaml"
 TOKEN_ENV = "HYBRIDFLOW_TOKEN"
@@ -70,13 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | None]:
-    """(config path, overrides, run dir or None for a new timestamped one) for this launch."""
+    """(config path, overrides, run dir or None for a new timestamped one) for this launch;
+    RunDirBusy when ``--resume`` names a run that is still running."""
     if not args.resume:
-        return (
-            args.config or DEFAULT_CONFIG,
-            list(args.set),
-            (Path(args.run_dir) if args.run_dir else None),
-        )
+        run_dir = Path(args.run_dir) if args.run_dir else None
+        if run_dir is not None and (run_dir / "config.yaml").is_file():
+            raise_if_busy(run_dir)  # a live run is reported as live first
+            raise LaunchError(
+                f"--run-dir {run_dir} already holds a run (its config.yaml): continue it with "
+                f"deploy/launch.sh --resume {run_dir}, or give a new --run-dir"
+            )
+        return args.config or DEFAULT_CONFIG, list(args.set), run_dir
     if args.run_dir:
         raise LaunchError("give --resume RUN_DIR or --run-dir, not both")
     if args.resume == "auto":
@@ -90,6 +107,7 @@ def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | Non
         run_dir = Path(args.resume)
     if not run_dir.is_dir():
         raise LaunchError(f"--resume: {run_dir} is not a directory")
+    raise_if_busy(run_dir)  # a live run is reported as live, whatever it has written yet
     if not (run_dir / "config.yaml").is_file():
         raise LaunchError(
             f"--resume: {run_dir}/config.yaml not found (its coordinator never started); "
@@ -142,6 +160,22 @@ def _run_token_env(run_dir: Path) -> dict[str, str]:
     return env
 
 
+def claim_run_dir(run_dir: Path, job: JobConfig, resume: bool) -> RunLock:
+    """Creates ``run_dir`` with the run's mode and takes its lock, held until this process
+    exits (RunDirBusy naming the live job's launcher otherwise); on resume, checks the
+    config against the newest checkpoint's (ResumeRefused naming a key it cannot honour)
+    before any service starts."""
+    from hybridflow.coordinator.checkpoint_config import check_resume_config
+    from hybridflow.deploy.run_dir_mode import prepare_run_dir
+    from hybridflow.deploy.run_lock import lock_run_dir
+
+    prepare_run_dir(run_dir, job.deploy.group_readable)
+    lock = lock_run_dir(run_dir)
+    if resume:
+        check_resume_config(run_dir, job)
+    return lock
+
+
 def send_addresses(coordinator: subprocess.Popen[bytes], overrides: list[str]) -> None:
     """Hands the services' addresses (``--set`` overrides) to a coordinator started with
     ``--addresses-from-stdin``: one JSON line, then EOF."""
@@ -168,24 +202,43 @@ def main(argv: list[str] | None = None) -> int:
     launch_time = time.time()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
+    named = args.run_dir or (args.resume if args.resume != "auto" else None)
+    try:
+        if named:  # a live run is refused before the config is even imported: well under 1 s
+            raise_if_busy(Path(named))
+    except RunDirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError
+    from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.deploy.preflight import check_job, config_problems, report
+    from hybridflow.deploy.run_dir_mode import run_umask
 
     try:
         config_path, overrides, run_dir_arg = resolve_launch(args)
         job = load_job_config(config_path, overrides)
-    except LaunchError as exc:
+    except (LaunchError, RunDirBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ConfigError:
         return report(config_problems(config_path, overrides))  # every problem, exit 2
-    if report(check_job(job)):  # ports, model, TLS files, data: before any service starts
-        return 2
     run_dir = run_dir_arg or Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
     resume = bool(args.resume)
+    os.umask(run_umask(job.deploy.group_readable))  # before anything is written; children too
+    lock: RunLock | None = None
+    try:
+        if run_dir.exists():  # a live job's run dir: refused at once, before the preflight
+            lock = claim_run_dir(run_dir, job, resume)
+        if report(check_job(job)):  # ports, model, TLS files, data: before any service starts
+            return 2
+        if lock is None:  # a new run dir: created only once the preflight passed
+            lock = claim_run_dir(run_dir, job, resume)
+    except (RunDirBusy, ResumeRefused) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    log.debug("run dir %s locked by %s", run_dir, lock.holder.describe())
     try:
         env = _run_token_env(run_dir)
     except LaunchError as exc:
@@ -272,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         outcome = supervisor[0].run()
         phase[0] = "stopping"
         usage = group.resource_usage()
-        (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
+        try:
+            (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
+        except OSError as exc:  # a full disk must not hide the outcome and the resume hint
+            from hybridflow.utils.disk import describe_write_error
+
+            log.error("service_usage.json not written: %s", describe_write_error(run_dir, exc))
         log.info("coordinator exited with %d; stopping services", coordinator.returncode)
     except KeyboardInterrupt:
         log.warning("interrupted before the services were ready; stopping them")

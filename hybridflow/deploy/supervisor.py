@@ -30,6 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hybridflow.utils.disk import disk_full_message, is_disk_full
+
+EXIT_REFUSED = 2
+"""The coordinator's exit status when it refuses the job before training: a bad config or
+dataset, a resume that changes what the checkpoint cannot honour, no checkpoint that
+verifies. No resume hint follows it."""
+
 log = logging.getLogger("launch")
 
 RESTARTABLE_PREFIXES = ("rollout", "reward")
@@ -57,17 +64,27 @@ class SupervisedGroup(Protocol):
 
 
 class EventLog:
-    """Appends one JSON object per supervisor event to a file (``supervisor.jsonl``)."""
+    """Appends one JSON object per supervisor event to a file (``supervisor.jsonl``).
+
+    A write that fails (a full disk) is logged once, naming the file and the free space, and
+    the supervisor goes on deciding: it must still stop the job cleanly."""
 
     def __init__(self, path: Path, wall_clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self._wall_clock = wall_clock
+        self._failed = False
 
     def write(self, service: str, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": self._wall_clock(), "service": service, "event": event, **fields}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            if not self._failed:
+                self._failed = True
+                why = disk_full_message(self.path, exc) if is_disk_full(exc) else str(exc)
+                log.error("cannot write the supervisor's event log: %s", why)
         return record
 
 
@@ -178,6 +195,8 @@ class Supervisor:
             return Outcome(0, None, stopped_by_request=True)
         if code == 0:
             return Outcome(0)
+        if code == EXIT_REFUSED:  # its own line said why; a resume would be refused the same
+            return Outcome(EXIT_REFUSED)
         # A coordinator that fails often does so because a service died first (and the
         # coordinator, seeing its RPC fail, exited before this loop saw the service): name it.
         for proc in self.group.live_processes():

@@ -2,7 +2,9 @@
 
 ``translate_errors`` decorates a client method: a ``grpc.RpcError`` it raises (unary or while
 reading a stream) is re-raised as the domain class of its status code (``STATUS_KINDS``;
-any other code: ``ServiceError``), naming the service's address. The raised object is also a
+any other code: ``ServiceError``), naming the service (``service``) and its address, the
+client method, and for a deadline the seconds waited (``_config.timeout_s``): "learner at
+HOST:PORT: DEADLINE_EXCEEDED after 120s in load_train_state: ...". The raised object is also a
 ``grpc.RpcError`` with the original ``code()`` and ``details()``, so code that speaks gRPC
 keeps working while the coordinator and the schedule catch only the domain classes.
 """
@@ -18,6 +20,7 @@ import grpc
 from hybridflow.errors import (
     AlreadyExists,
     BadRequest,
+    CheckpointCorrupt,
     FailedPrecondition,
     ResourceExhausted,
     ServiceError,
@@ -27,6 +30,7 @@ from hybridflow.errors import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 STATUS_KINDS: dict[grpc.StatusCode, type[Exception]] = {
+    grpc.StatusCode.DATA_LOSS: CheckpointCorrupt,
     grpc.StatusCode.INVALID_ARGUMENT: BadRequest,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
@@ -59,12 +63,18 @@ def _translated_class(kind: type[Exception]) -> type[Exception]:
     return _CLASSES[kind]
 
 
-def translate(exc: grpc.RpcError, target: str) -> Exception:
-    """The domain exception for ``exc`` (a failed call to ``target``)."""
+def translate(
+    exc: grpc.RpcError, target: str, method: str = "", timeout_s: float | None = None
+) -> Exception:
+    """The domain exception for ``exc`` (a failed call of ``method`` to ``target``)."""
     code = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
     details = exc.details() if callable(getattr(exc, "details", None)) else ""  # type: ignore[attr-defined]
     kind = STATUS_KINDS.get(code, ServiceError) if code is not None else ServiceError
     name = getattr(code, "name", "UNKNOWN")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s is not None:
+        name += f" after {timeout_s:g}s"
+    if method:
+        name += f" in {method}"
     error = _translated_class(kind)(f"{target}: {name}: {details or ''}".rstrip(": "))
     error._code = code  # type: ignore[attr-defined]
     error._details = details or ""  # type: ignore[attr-defined]
@@ -72,7 +82,8 @@ def translate(exc: grpc.RpcError, target: str) -> Exception:
 
 
 def translate_errors(method: F) -> F:
-    """Decorates a client method (``self.address`` names the service in the message)."""
+    """Decorates a client method (``self.service`` and ``self.address`` name the service in
+    the message, ``self._config.timeout_s`` the deadline)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -81,6 +92,10 @@ def translate_errors(method: F) -> F:
         except grpc.RpcError as exc:
             if isinstance(exc, _RpcFailure):
                 raise
-            raise translate(exc, getattr(self, "address", "service")) from exc
+            address = getattr(self, "address", "service")
+            service = getattr(self, "service", "")
+            target = f"{service} at {address}" if service else address
+            timeout_s = getattr(getattr(self, "_config", None), "timeout_s", None)
+            raise translate(exc, target, method.__name__, timeout_s) from exc
 
     return wrapper  # type: ignore[return-value]

@@ -1,1 +1,2 @@
-"""verl-compatible names for small utilities (``hybridflow.utils.mock``: the seed's mocks)."""
+"""Small utilities: verl-compatible names (``mock``: the seed's mocks), and pure file logic
+shared by services (``manifest``: checkpoint integrity; ``disk``: disk-full messages)."""

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,11 +146,17 @@ def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
     _wait_gone(trial.pids, deadline)
 
 
-def audit(run_dir: Path, num_steps: int = NUM_STEPS, per_step: int = PROMPTS_PER_STEP) -> dict:
-    """Counts of the audit; raises AssertionError on a lost or doubled prompt."""
+def audit(
+    run_dir: Path, num_steps: int = NUM_STEPS, per_step: int | Mapping[int, int] = PROMPTS_PER_STEP
+) -> dict:
+    """Counts of the audit; raises AssertionError on a lost or doubled prompt. ``per_step``:
+    groups trained at every step, or by step (a resume that changed prompts_per_step).
+    Groups dynamic sampling filtered count as consumed, not as trained in their step."""
     trained = [json.loads(x) for x in (run_dir / "trained.jsonl").read_text().splitlines()]
-    steps = Counter(r["step"] for r in trained)
-    assert steps == Counter({s: per_step for s in range(1, num_steps + 1)}), steps
+    steps = Counter(r["step"] for r in trained if not r.get("filtered"))
+    if isinstance(per_step, int):
+        per_step = {s: per_step for s in range(1, num_steps + 1)}
+    assert steps == Counter(per_step), steps
     per_epoch = Counter((r["epoch"], r["index"]) for r in trained)
     doubled = [k for k, n in per_epoch.items() if n > 1]
     assert not doubled, f"trained twice in one epoch: {doubled}"

@@ -4,6 +4,8 @@ Each runner runs as a user runs it (``python benchmarks/<suite>/run_benchmark.py
 ... --results ...``), on a few steps and at most two variants, then the files it writes and
 the fields of its summary.json are checked. The pure figure arithmetic the suites add
 (scaling efficiency, convergence, baseline comparison) is checked against hand-computed values.
+The default suite runs the throughput and integration runners (``make bench``'s default and the
+widest); the scalability, algorithm and pacing runners are ``slow``.
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ def test_throughput_suite_runs_the_seed_config(tmp_path: Path) -> None:
     assert trained.count("\n") == 5 * job["coordinator"]["prompts_per_step"]
 
 
+@pytest.mark.slow  # two launches; the scaling figures are covered below without one
 def test_scalability_suite_tiny(tmp_path: Path) -> None:
     config = {
         "suite": "scalability", "warmup_steps": 1, "profile": False,
@@ -178,6 +181,7 @@ def test_scalability_suite_tiny(tmp_path: Path) -> None:
     assert (out / "scaling.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # two launches; the convergence figures are covered below without one
 def test_algorithm_suite_tiny(tmp_path: Path) -> None:
     config = {
         "suite": "algorithm", "overrides": TINY_JOB, "warmup_steps": 1, "profile": False,
@@ -384,3 +388,14 @@ def test_pacing_figures() -> None:
     assert out["genfast_pace_over_greedy_samples_per_s"] == pytest.approx(0.96)
     assert out["genfast_pace_over_sync_samples_per_s"] == pytest.approx(1.2)
     assert out["genfast_generation_faster_than_training"] is True
+
+
+def test_cold_start_parity_figures() -> None:
+    from benchmarks.algorithm.cold_start_parity import second_half_mean, summarize, table
+
+    assert second_half_mean([0.0, 0.0, 0.2, 0.4]) == pytest.approx(0.3)
+    summary = summarize({"trl": {0: [0.0, 0.0, 0.2, 0.4], 1: [0.0, 0.1, 0.1, 0.1]}})
+    row = summary["trl"]
+    assert row["per_seed"] == {0: pytest.approx(0.3), 1: pytest.approx(0.1)}
+    assert (row["mean"], row["min"], row["max"]) == pytest.approx((0.2, 0.1, 0.3))
+    assert "| trl | 0.200 | 0.100-0.300 | 2 |" in table(summary, 4)

@@ -200,6 +200,7 @@ def test_colocated_learner_resumes_a_split_learners_checkpoint(
     tmp_path, ckpt, split = split_run
     assert sorted(p.name for p in (tmp_path / "split" / "state").iterdir()) == [
         "COMPLETE",
+        "MANIFEST.json",
         "dcp",
         "rank0.pt",
         "rank1.pt",

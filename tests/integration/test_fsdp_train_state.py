@@ -56,6 +56,7 @@ def test_fsdp2_train_state_resumes_on_two_ranks_and_on_one(tmp_path: Path) -> No
     version, straight = torch.load(tmp_path / "save.pt", weights_only=False)
     assert version == 2 and sorted(p.name for p in (tmp_path / "state").iterdir()) == [
         "COMPLETE",
+        "MANIFEST.json",
         "dcp",
         "rank0.pt",
         "rank1.pt",

@@ -94,6 +94,7 @@ def test_long_prompts_are_dropped_and_counted(
     dataset = read_prompt_dataset(str(STRING_JSONL), tokenizer, max_prompt_tokens=20)
     assert [r.index for r in dataset.records] == [0, 1, 3]
     assert dataset.num_dropped_too_long == 1
+    assert dataset.shortest_dropped is not None and dataset.shortest_dropped > 20
     with caplog.at_level(logging.WARNING, logger="hybridflow.data.datasets"):
         records = load_prompt_dataset(str(STRING_JSONL), tokenizer, max_prompt_tokens=20)
     assert len(records) == 3

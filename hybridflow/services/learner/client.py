@@ -22,6 +22,9 @@ __all__ = ["GrpcLearnerClient", "LearnerClient"]
 
 
 class GrpcLearnerClient:
+    service = "learner"
+    """Names the service in failed calls' messages."""
+
     def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
         self.address = address
         self._config = config or ChannelConfig()

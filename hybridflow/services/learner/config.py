@@ -25,6 +25,7 @@ ADVANTAGE_ESTIMATOR_NAMES: tuple[str, ...] = (
     "dr_grpo",
     "gae",
     "grpo",
+    "grpo_batch_std",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
     "remax",
@@ -94,6 +95,8 @@ class LearnerConfig:
     """How token losses become one scalar."""
     norm_adv_by_std: bool = True
     """GRPO: divide by the group std (False: Dr. GRPO, mean-centred only)."""
+    norm_adv_eps: float = 1e-6
+    """Added to the std GRPO advantages are divided by (verl's 1e-6; TRL's is 1e-4)."""
     kl_coef: float = 0.0
     """Weight of the KL to the reference model (needs use_reference when > 0)."""
     kl_estimator: str = "k3"
@@ -224,6 +227,7 @@ class LearnerConfig:
                 f"learner.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}"
             )
         _non_negative("kl_coef", self.kl_coef)
+        _positive("norm_adv_eps", self.norm_adv_eps)
         if self.kl_estimator not in KL_ESTIMATOR_NAMES:
             raise ValueError(
                 f"learner.kl_estimator must be one of {KL_ESTIMATOR_NAMES}, "
@@ -353,10 +357,10 @@ class LearnerConfig:
         if (
             self.kl_mode == "reward"
             and self.kl_coef > 0
-            and self.resolved_advantage_estimator() in ("grpo", "dr_grpo")
+            and self.resolved_advantage_estimator() in ("grpo", "grpo_batch_std", "dr_grpo")
         ):
             raise ValueError(
-                "learner.kl_mode 'reward' does not apply to the grpo / dr_grpo estimators "
+                "learner.kl_mode 'reward' does not apply to the grpo estimators "
                 "(GRPO advantages come from sequence scores; use kl_mode 'loss')"
             )
         if self.overlong_buffer < 0:

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hybridflow.errors import CheckpointRejected
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN = "shutdown"
@@ -116,8 +118,9 @@ class CommandRelay:
     def serve(self, handler: Handler | None = None) -> None:
         """Other ranks: run broadcast commands until "shutdown".
 
-        A ``ValueError`` (bad input) is logged and serving continues: validation is the same on
-        every rank, so rank 0 raised it too and reports it to its client. Anything else ends
+        A ``ValueError`` (bad input) or a refused checkpoint (``CheckpointRejected``: every rank
+        refuses together) is logged and serving continues: validation is the same on every
+        rank, so rank 0 raised it too and reports it to its client. Anything else ends
         the rank (torchrun then tears the group down).
         """
         if handler is not None:
@@ -127,7 +130,7 @@ class CommandRelay:
             command, payload = self._broadcast(None)
             try:
                 result = run(command, payload)
-            except ValueError as exc:
+            except (ValueError, CheckpointRejected) as exc:
                 log.warning("relayed command %r rejected: %s", command, exc)
                 continue
             if isinstance(result, Iterator):

@@ -8,8 +8,20 @@ One train-state checkpoint is a directory:
   checkpoint: a co-located learner can resume a split one's and the other way round;
 - ``rank<r>.pt``: what is per rank and not a tensor shard: torch (and CUDA) RNG state, the
   policy version, the learner config's seed;
-- ``COMPLETE``: written by rank 0 last, after every rank finished (DCP's save ends with a
-  barrier), so a directory without it is a partial save and is never loaded.
+- ``MANIFEST.json``: size and sha256 of every file above (``hybridflow.utils.manifest``).
+  Each rank hashes its own files right after writing them (its DCP shards and its
+  ``rank<r>.pt``, still in the page cache, all ranks in parallel), rank 0 also the shared
+  ones (``.metadata``); rank 0 gathers the entries and writes the manifest;
+- ``COMPLETE``: written by rank 0 last, after the manifest, so a directory without it is a
+  partial save and is never loaded.
+
+Loading verifies before it reads a tensor: every file against the manifest (the files split
+over the ranks, so each byte is hashed once), then the DCP metadata against this learner's
+state dict (``CheckpointRejected`` naming the first key that is missing or of another shape,
+e.g. a critic a GRPO checkpoint lacks). Another world size needs no check: DCP reshards, and
+a rank without its own ``rank<r>.pt`` takes rank 0's RNG. A failure of DCP itself (a
+``BaseException``) comes back as ``CheckpointCorrupt`` naming the directory; a full disk as
+``ResourceExhausted`` naming the path and the free space.
 
 The frozen reference model is not saved: it is the initial checkpoint, reloaded at start.
 Knows nothing about gRPC, run directories or which step a name stands for.
@@ -18,20 +30,38 @@ Knows nothing about gRPC, run directories or which step a name stands for.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import traceback
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from hybridflow.errors import (
+    AlreadyExists,
+    CheckpointCorrupt,
+    CheckpointRejected,
+    ResourceExhausted,
+)
+from hybridflow.services.learner.distributed import all_gather_objects
+from hybridflow.services.learner.optim_hparams import apply_config_hparams
+from hybridflow.utils import manifest
+from hybridflow.utils.disk import disk_full_message, is_disk_full, looks_full
 
 if TYPE_CHECKING:
     from hybridflow.services.learner.worker import LearnerWorker
 
 COMPLETE = "COMPLETE"
+_OWNED = re.compile(r"^(?:dcp/__(\d+)_\d+\.distcp|rank(\d+)\.pt)$")
 
 
 def _trainables(worker: LearnerWorker) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
@@ -73,28 +103,53 @@ def save_train_state(worker: LearnerWorker, directory: Path) -> None:
     if rank == 0 and directory.exists():
         shutil.rmtree(directory)
     _barrier()
-    directory.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # a single process saving without a group is intended
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(_state(worker), checkpoint_id=directory / "dcp", no_dist=not _distributed())
-    extras = {
-        "policy_version": worker.policy_version,
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "world_size": worker.dist.world_size,
-    }
-    _atomic_torch_save(extras, directory / f"rank{rank}.pt")
-    _barrier()
-    if rank == 0:
-        _fsync_write(directory / COMPLETE, b"ok\n")
+    with _named_failures(directory, "saving"):
+        directory.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():  # a single process saving without a group is intended
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.save(_state(worker), checkpoint_id=directory / "dcp", no_dist=not _distributed())
+        extras = {
+            "policy_version": worker.policy_version,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "world_size": worker.dist.world_size,
+        }
+        _atomic_torch_save(extras, directory / f"rank{rank}.pt")
+        _barrier()
+        names = manifest.list_files(directory)
+        world = worker.dist.world_size
+        mine = [n for n in names if _owner(n, world) == rank]
+        entries: dict[str, manifest.FileEntry] = {}
+        for part in all_gather_objects(manifest.hash_files(directory, mine)):
+            entries.update(part)
+        if rank == 0:
+            manifest.write_manifest(directory, entries)
+            _fsync_write(directory / COMPLETE, b"ok\n")
+
+
+def _owner(name: str, world_size: int) -> int:
+    """The rank that wrote (and hashes) ``name``: a shard's or rank file's rank, else 0."""
+    match = _OWNED.match(name)
+    if match is None:
+        return 0
+    return int(match.group(1) or match.group(2)) % world_size
 
 
 def load_train_state(worker: LearnerWorker, directory: Path) -> int:
     """Restores weights, optimizer states, RNG and policy version; returns the version."""
     if not (directory / COMPLETE).exists():
         raise FileNotFoundError(f"{directory} is not a complete learner checkpoint")
+    entries = manifest.read_manifest(directory)
+    rank, world = worker.dist.rank, worker.dist.world_size
+    mine = [n for i, n in enumerate(sorted(entries)) if i % world == rank]
+    _refuse_on_every_rank(manifest.check_files(directory, entries, mine), CheckpointCorrupt)
     state = _state(worker)
-    with warnings.catch_warnings():
+    misfit = _misfit(state, _read_metadata(directory / "dcp"), worker.config.algorithm)
+    _refuse_on_every_rank(
+        [f"{directory}: does not fit this learner: {misfit}"] if misfit else [],
+        CheckpointRejected,
+    )
+    with _named_failures(directory, "loading"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load(state, checkpoint_id=directory / "dcp", no_dist=not _distributed())
     for name, (module, optim) in _trainables(worker).items():
@@ -104,15 +159,97 @@ def load_train_state(worker: LearnerWorker, directory: Path) -> int:
             model_state_dict=state[name]["model"],
             optim_state_dict=state[name]["optim"],
         )
+        apply_config_hparams(optim, worker.config, name)  # this config's lr, not the saved one
     rank_file = directory / f"rank{worker.dist.rank}.pt"
     if not rank_file.exists():  # resumed on more ranks than saved: RNG from rank 0
         rank_file = directory / "rank0.pt"
-    extras = torch.load(rank_file, weights_only=False)
+    with _named_failures(rank_file, "loading"):
+        extras = torch.load(rank_file, weights_only=False)
     torch.set_rng_state(extras["torch_rng"])
     if extras["cuda_rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(extras["cuda_rng"])
     worker.policy_version = int(extras["policy_version"])
     return worker.policy_version
+
+
+def _refuse_on_every_rank(problems: list[str], kind: type[CheckpointRejected]) -> None:
+    """Raises ``kind`` with the first problem any rank found, on every rank (each checked
+    its part; all must refuse together, or the others would wait in the next collective)."""
+    found = [p for part in all_gather_objects(problems) for p in part]
+    if found:
+        raise kind(found[0])
+
+
+def _read_metadata(dcp_dir: Path) -> Metadata:
+    try:
+        return dcp.FileSystemReader(dcp_dir).read_metadata()
+    except Exception as exc:  # noqa: BLE001 — any reason it cannot be read is corruption
+        raise CheckpointCorrupt(f"{dcp_dir / '.metadata'}: unreadable ({_one_line(exc)})") from exc
+
+
+def _flat_shapes(tree: Any, prefix: str = "") -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``(key, shape)`` of every tensor of a nested state dict, keyed as DCP flattens it."""
+    if isinstance(tree, torch.Tensor):
+        yield prefix, tuple(tree.shape)
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _flat_shapes(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(tree, list | tuple):
+        for i, value in enumerate(tree):
+            yield from _flat_shapes(value, f"{prefix}.{i}")
+
+
+def _misfit(state: dict[str, Any], metadata: Metadata, algorithm: str) -> str | None:
+    """What first keeps ``state`` from loading from a checkpoint with ``metadata``, or None:
+    a trainable the checkpoint lacks, a key on one side only, a tensor of another shape."""
+    saved = metadata.state_dict_metadata
+    for name in state:
+        if not any(key.startswith(f"{name}.") for key in saved):
+            return (
+                f"the checkpoint has no {name} (saved by a learner without one); this "
+                f"learner (learner.algorithm={algorithm}) trains one"
+            )
+    for key, shape in _flat_shapes(state):
+        entry = saved.get(key)
+        if entry is None:
+            return f"{key}: in this model, not in the checkpoint"
+        if not isinstance(entry, TensorStorageMetadata):
+            return f"{key}: a tensor here, not in the checkpoint"
+        if tuple(entry.size) != shape:
+            return f"{key}: shape {tuple(entry.size)} in the checkpoint, {shape} in this model"
+    here = {key for key, _ in _flat_shapes(state)}
+    for name in state:
+        for key in saved:
+            if key.startswith(f"{name}.model.") and key not in here:
+                return f"{key}: in the checkpoint, not in this model"
+    return None
+
+
+@contextmanager
+def _named_failures(path: Path, doing: str) -> Iterator[None]:
+    """A full disk, or any failure of DCP / torch (``CheckpointException`` is a
+    ``BaseException``), as one domain error naming ``path``: ``ResourceExhausted`` when the
+    disk is full (torch.save says so as a RuntimeError, DCP as a wrapped OSError), else
+    ``CheckpointCorrupt`` when loading and a RuntimeError naming the path when saving."""
+    try:
+        yield
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 — each re-raised, named
+        causes: list[BaseException] = [exc]
+        if isinstance(exc, CheckpointException):
+            causes = [failure for failure, _ in exc.failures.values()] or [exc]
+        full = next((c for c in causes if is_disk_full(c)), None)
+        if full is not None or (doing == "saving" and looks_full(path)):
+            raise ResourceExhausted(disk_full_message(path, full or causes[0])) from exc
+        if isinstance(exc, CheckpointRejected | AlreadyExists):
+            raise
+        message = f"{path}: {doing} failed: {_one_line(causes[0])}"
+        if doing == "loading":
+            raise CheckpointCorrupt(message) from exc
+        raise RuntimeError(message) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
 
 
 def _atomic_torch_save(obj: object, path: Path) -> None:

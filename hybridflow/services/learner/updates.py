@@ -337,7 +337,12 @@ def compute_advantages(
         values=values,
         baselines=_baselines(samples, estimator) if estimator.needs_baseline else None,
     )
-    options = AdvantageOptions(gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std=cfg.norm_adv_by_std)
+    options = AdvantageOptions(
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        norm_adv_by_std=cfg.norm_adv_by_std,
+        std_eps=cfg.norm_adv_eps,
+    )
     adv, returns = estimator.fn(inputs, options)
     for name, tensor in (("advantages", adv), ("returns", returns)):
         if not isinstance(tensor, torch.Tensor) or tensor.shape != mask.shape:

@@ -68,6 +68,7 @@ from hybridflow.services.learner.models import (
     resolve_checkpoint,
 )
 from hybridflow.services.learner.online_preference import online_dpo_step, rft_step
+from hybridflow.services.learner.optim_hparams import adamw_hparams, optimizer_lr
 from hybridflow.services.learner.roles import RankRole, rank_role
 from hybridflow.services.learner.updates import UpdateContext, compute_advantages, precompute
 from hybridflow.types import TrainSample, TrainStepResult
@@ -150,22 +151,12 @@ class LearnerWorker:
         self._actor_optim = (
             None
             if self._actor is None
-            else torch.optim.AdamW(
-                self._actor.parameters(),
-                lr=config.lr,
-                betas=config.betas,
-                weight_decay=config.weight_decay,
-            )
+            else torch.optim.AdamW(self._actor.parameters(), **adamw_hparams(config, "actor"))
         )
         self.critic_optim = (
             None
             if self.critic is None
-            else torch.optim.AdamW(
-                self.critic.parameters(),
-                lr=config.critic_lr,
-                betas=config.betas,
-                weight_decay=config.weight_decay,
-            )
+            else torch.optim.AdamW(self.critic.parameters(), **adamw_hparams(config, "critic"))
         )
         self.policy_version = 0
         """Actor optimizer steps taken so far (the version of the current weights)."""
@@ -247,7 +238,7 @@ class LearnerWorker:
                 # Critic ranks count the actor's steps too: the version is the same everywhere.
                 self.policy_version += 1
         metrics = ctx.metrics.reduce()
-        metrics["actor/lr"] = cfg.lr
+        metrics["actor/lr"] = self._lr_in_use()
         metrics["training/policy_version"] = float(self.policy_version)
         return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
 
@@ -257,9 +248,13 @@ class LearnerWorker:
         metrics = self._batch_metrics(samples)
         step = online_dpo_step if cfg.algorithm == "dpo" else rft_step
         metrics.update(step(self, samples))
-        metrics["actor/lr"] = cfg.lr
+        metrics["actor/lr"] = self._lr_in_use()
         metrics["training/policy_version"] = float(self.policy_version)
         return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
+
+    def _lr_in_use(self) -> float:
+        """The actor optimizer's lr (a critic rank has none: the config's)."""
+        return self.config.lr if self._actor_optim is None else optimizer_lr(self._actor_optim)
 
     def _batch_metrics(self, samples: list[TrainSample]) -> dict[str, float]:
         """Statistics of the whole batch (every rank holds it: no reduction needed)."""

@@ -17,6 +17,9 @@ __all__ = ["GrpcRewardClient", "RewardClient"]
 
 
 class GrpcRewardClient:
+    service = "reward"
+    """Names the service in failed calls' messages."""
+
     def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
         self.address = address
         self._config = config or ChannelConfig()

@@ -21,6 +21,9 @@ __all__ = ["GrpcRolloutClient", "RolloutClient"]
 class GrpcRolloutClient:
     """Talks to a rollout service over gRPC."""
 
+    service = "rollout"
+    """Names the service in failed calls' messages."""
+
     def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
         self.address = address
         self._config = config or ChannelConfig()

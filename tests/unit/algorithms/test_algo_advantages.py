@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hybridflow.algorithms import gae_advantages, grpo_outcome_advantages, last_token_scores
+from hybridflow.algorithms.advantages import grpo_batch_std_advantages
 from hybridflow.algorithms.masked import masked_whiten
 
 
@@ -20,6 +21,15 @@ def test_grpo_group_normalised() -> None:
     s = math.sqrt(1 / 3)
     expected = torch.tensor([(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0.5, 0.0, 0.0])
     torch.testing.assert_close(adv, expected, atol=1e-5, rtol=0)
+
+
+def test_grpo_batch_std_centres_in_the_group_and_scales_by_the_batch() -> None:
+    # Scores [1, 0 | 3, 2]: group means .5 and 2.5 -> centred [.5, -.5, .5, -.5]; the batch
+    # mean is 1.5, unbiased var (.25 + 2.25 + 2.25 + .25) / 3 = 5/3.
+    scores = torch.tensor([1.0, 0.0, 3.0, 2.0])
+    adv = grpo_batch_std_advantages(scores, torch.tensor([0, 0, 1, 1]), eps=0.0)
+    r = 0.5 / math.sqrt(5 / 3)
+    torch.testing.assert_close(adv, torch.tensor([r, -r, r, -r]))
 
 
 def test_grpo_without_std_is_centred_score() -> None:

@@ -19,6 +19,7 @@ from hybridflow.types import (
     TrainStepResult,
     WeightUpdateReport,
 )
+from hybridflow.utils import manifest
 
 
 @dataclass
@@ -69,7 +70,8 @@ class FakeReward:
 
 class FakeLearner:
     """Counts versions; its train state (the version) is a real file under ``root``, laid
-    out like the learner's (``<name>/COMPLETE``), so resume runs against it."""
+    out like the learner's (``<name>/MANIFEST.json``, ``<name>/COMPLETE``, verified on load), so
+    resume runs against it."""
 
     def __init__(self, rollouts: list[FakeRollout], root: Path | None = None) -> None:
         self.version = 0
@@ -109,11 +111,13 @@ class FakeLearner:
         directory = self.root / name
         directory.mkdir(parents=True)
         (directory / "version").write_text(str(self.version))
+        manifest.write_manifest(directory, manifest.hash_files(directory, ["version"]))
         (directory / "COMPLETE").write_text("ok")
         return self.version
 
     def load_train_state(self, name: str) -> int:
         assert self.root is not None
+        manifest.verify(self.root / name)  # like the learner: refused before it loads
         self.version = int((self.root / name / "version").read_text())
         return self.version
 

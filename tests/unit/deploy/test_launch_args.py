@@ -86,6 +86,15 @@ def test_resume_refuses_another_config_a_run_dir_and_a_dir_never_started(tmp_pat
         resolve_launch(args("--resume", str(run)))
 
 
+def test_a_fresh_launch_into_a_started_run_is_refused_pointing_at_resume(tmp_path):
+    """It used to train from step 1 and then fail on the first checkpoint name it reused."""
+    run = previous_run(tmp_path / "a", [])
+    with pytest.raises(LaunchError, match=rf"already holds a run .* --resume {run}"):
+        resolve_launch(args("--run-dir", str(run)))
+    (run / "config.yaml").unlink()  # a launch that never got to its coordinator
+    assert resolve_launch(args("--run-dir", str(run)))[2] == run
+
+
 def test_resume_auto_picks_the_run_launched_last(tmp_path):
     older = previous_run(tmp_path / "runs" / "b_older", [])
     newer = previous_run(tmp_path / "runs" / "a_newer", [])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.deploy.supervisor import EventLog, Outcome, Supervisor
+from hybridflow.deploy.supervisor import EXIT_REFUSED, EventLog, Outcome, Supervisor
 from tests.unit.deploy.fakes import FakeGroup, Script, child, exit_with
 
 BIG = 1e6  # a stop timeout that a fake child's exit on SIGTERM always beats
@@ -118,6 +118,15 @@ def test_a_failed_coordinator_is_the_cause_when_the_services_live(group, tmp_pat
     assert sup.run() == Outcome(1, "coordinator exited with code 3")
 
 
+def test_a_coordinator_that_refuses_the_job_ends_it_without_a_cause(group, tmp_path):
+    """Exit 2: bad input or a resume the checkpoint cannot honour. Its own line says why;
+    the launcher adds no resume hint, since a resume would be refused the same."""
+    coordinator = child()
+    sup, script = make(group, coordinator, tmp_path)
+    script.at(1.0, lambda: exit_with(coordinator, EXIT_REFUSED))
+    assert sup.run() == Outcome(EXIT_REFUSED)
+
+
 def test_stop_request_sigterms_then_kills_after_the_timeout(group, tmp_path):
     coordinator = child("ignore-term")  # blocked: never finishes its step
     sup, script = make(group, coordinator, tmp_path, stop_timeout_s=5.0)
@@ -209,3 +218,23 @@ def test_restart_that_never_turns_healthy_is_killed_and_counted(group, tmp_path)
     spawned = times(events, "rollout0", "restarting")
     assert len(failed) == 2
     assert spawned[1] - failed[0] >= 2.0 - 1e-9  # the second restart waits the doubled backoff
+
+
+def test_event_log_on_a_full_disk_logs_once_naming_the_file_and_goes_on(
+    tmp_path, monkeypatch, caplog
+):
+    import errno
+    import logging
+    from pathlib import Path
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    events = EventLog(tmp_path / "supervisor.jsonl")
+    monkeypatch.setattr(Path, "open", full)
+    with caplog.at_level(logging.ERROR, logger="launch"):
+        assert events.write("job", "failed", cause="x")["event"] == "failed"
+        events.write("job", "failed", cause="y")
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1
+    assert str(tmp_path / "supervisor.jsonl") in errors[0] and "MiB free" in errors[0]

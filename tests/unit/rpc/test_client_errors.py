@@ -60,7 +60,34 @@ def test_decorated_methods_translate_and_name_the_address():
 
             return list(replies())  # like generate: the stream is read inside the call
 
-    with pytest.raises(errors.Unavailable, match=r"^10\.0\.0\.1:7: UNAVAILABLE: connection"):
+    with pytest.raises(
+        errors.Unavailable, match=r"^10\.0\.0\.1:7: UNAVAILABLE in call: connection"
+    ):
         Client().call()
-    with pytest.raises(errors.BadRequest, match="INVALID_ARGUMENT: n too large"):
+    with pytest.raises(errors.BadRequest, match="INVALID_ARGUMENT in read_stream: n too large"):
         Client().read_stream()
+
+
+def test_a_named_service_and_its_deadline_are_in_the_message():
+    class Config:
+        timeout_s = 120.0
+
+    class Client:
+        service = "learner"
+        address = "10.0.0.1:7"
+        _config = Config()
+
+        @translate_errors
+        def load_train_state(self):
+            raise Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    with pytest.raises(errors.Unavailable) as err:
+        Client().load_train_state()
+    assert str(err.value) == (
+        "learner at 10.0.0.1:7: DEADLINE_EXCEEDED after 120s in load_train_state: Deadline Exceeded"
+    )
+
+
+def test_data_loss_is_a_corrupt_checkpoint_and_a_failed_precondition():
+    exc = translate(Failed(grpc.StatusCode.DATA_LOSS, "x.distcp: missing"), "a")
+    assert isinstance(exc, errors.CheckpointCorrupt) and isinstance(exc, errors.FailedPrecondition)

@@ -1,0 +1,261 @@
+"""What a resume may change: every config key classified, and the comparison of the
+checkpoint's resolved config with the resuming job's.
+
+Three kinds of key (docs/resume.md lists them with the reasons):
+- ``APPLY``: takes effect on resume as it would at a fresh start, because it lives in a
+  process that starts anew (every service re-reads its config) or in a counter the schedule
+  re-derives (``num_steps``: the admission cap; ``ppo_epochs`` / ``num_mini_batches``: the
+  versions per step, re-measured at the first resumed step). The optimizer's hyperparameters
+  are re-applied after its state is loaded (``services/learner/optim_hparams.py``).
+- ``REBASE``: changes what "exactly once" counts in, and is re-derived so the audit stays
+  exact: ``prompts_per_step`` (the admission count is rebased to the new batch size;
+  ``rebased_num_started``).
+- ``REFUSE``: cannot be honoured by a resume (another dataset or prompt order, another
+  model or algorithm, a restored RNG that would hide the change): the resume stops with one
+  line naming each such key, its old and its new value.
+
+A key with no rule is refused ("not classified"), so a new key cannot slip through
+unexamined; tests/unit/coordinator/test_resume_policy.py fails until it is classified.
+
+Pure: plain dicts in (``dataclasses.asdict`` of two ``JobConfig``), a decision out. Knows
+nothing of files, services or which process reads a key.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class Policy(enum.Enum):
+    APPLY = "apply"
+    REBASE = "rebase"
+    REFUSE = "refuse"
+
+
+@dataclass(frozen=True)
+class Rule:
+    policy: Policy
+    why: str
+    """One clause: why the key is what it is (the refusal message and docs/resume.md)."""
+    routine: bool = False
+    """Changed by every launch (addresses, the checkpoint path): accepted without a log line."""
+
+
+def _apply(why: str) -> Rule:
+    return Rule(Policy.APPLY, why)
+
+
+def _refuse(why: str) -> Rule:
+    return Rule(Policy.REFUSE, why)
+
+
+_PROCESS = _apply("a process setting, read when the service starts")
+_ADDRESS = Rule(Policy.APPLY, "an address the launcher assigns at each launch", routine=True)
+_SCHEDULE = _apply("read by the schedule at each step; nothing pending survives a resume")
+_LOSS = _apply("read by the learner at each step")
+_OPTIM = _apply("re-applied to the optimizer after its state is restored")
+_DATA = "the dataset's rows and their indices would differ from the checkpoint's cursor"
+
+RULES: dict[str, Rule] = {
+    "model": _refuse("the checkpoint's weights belong to the model it was taken with"),
+    # ---------------------------------------------------------------- coordinator
+    "coordinator.data": _refuse(_DATA),
+    "coordinator.data_size": _refuse(_DATA),
+    "coordinator.max_prompt_tokens": _refuse(_DATA + " (other prompts dropped as too long)"),
+    "coordinator.max_prompt_bytes": _apply(
+        "a row over it is an error, never dropped: a dataset that loads is the same dataset"
+    ),
+    "coordinator.seed": _refuse(
+        "it orders the prompts of every epoch: a new order mid-epoch trains some prompts "
+        "twice and others never"
+    ),
+    "coordinator.num_steps": _apply("the admission cap is re-derived from it"),
+    "coordinator.prompts_per_step": Rule(
+        Policy.REBASE, "the admission count is rebased to the new batch size"
+    ),
+    "coordinator.group_size": _apply(
+        "every prompt pending at the checkpoint is generated again, with the new group size"
+    ),
+    "coordinator.sampling.temperature": _SCHEDULE,
+    "coordinator.sampling.top_p": _SCHEDULE,
+    "coordinator.sampling.max_new_tokens": _SCHEDULE,
+    "coordinator.prompts_per_request": _SCHEDULE,
+    "coordinator.sync_every": _SCHEDULE,
+    "coordinator.max_staleness": _apply(
+        "admission is rebuilt from it and every batch is checked against it"
+    ),
+    "coordinator.admission": _SCHEDULE,
+    "coordinator.dynamic_sampling": _SCHEDULE,
+    "coordinator.dynamic_sampling_max_rounds": _SCHEDULE,
+    "coordinator.rollout_addresses": _ADDRESS,
+    "coordinator.reward_address": _ADDRESS,
+    "coordinator.learner_address": _ADDRESS,
+    "coordinator.channel.*": _PROCESS,
+    "coordinator.server.*": _PROCESS,
+    "coordinator.save_checkpoint": _SCHEDULE,
+    "coordinator.checkpoint_every": _SCHEDULE,
+    "coordinator.keep_checkpoints": _SCHEDULE,
+    "coordinator.replica_rejoin_timeout_s": _PROCESS,
+    "coordinator.service_wait_s": _PROCESS,
+    "coordinator.progress": _PROCESS,
+    "coordinator.loggers": _PROCESS,
+    # ---------------------------------------------------------------- learner
+    "learner.algorithm": _refuse("the train state holds the modules of its algorithm"),
+    "learner.advantage_estimator": _refuse(
+        "the estimator decides whether a critic (and its optimizer) is in the train state"
+    ),
+    "learner.policy_loss": _refuse("another objective is another algorithm; start a new run"),
+    "learner.dpo_loss_type": _refuse("another objective is another algorithm; start a new run"),
+    "learner.seed": _refuse(
+        "it seeds torch's generator, whose state the checkpoint restores: the change would "
+        "have no effect"
+    ),
+    "learner.lr": _OPTIM,
+    "learner.critic_lr": _OPTIM,
+    "learner.weight_decay": _OPTIM,
+    "learner.betas": _OPTIM,
+    "learner.dpo_beta": _LOSS,
+    "learner.rft_threshold": _LOSS,
+    "learner.grad_clip": _LOSS,
+    "learner.micro_batch_size": _LOSS,
+    "learner.ppo_epochs": _apply("the versions per step are re-measured at the first step"),
+    "learner.num_mini_batches": _apply("the versions per step are re-measured at the first step"),
+    "learner.clip_ratio_low": _LOSS,
+    "learner.clip_ratio_high": _LOSS,
+    "learner.clip_ratio_c": _LOSS,
+    "learner.loss_agg_mode": _LOSS,
+    "learner.norm_adv_by_std": _LOSS,
+    "learner.norm_adv_eps": _LOSS,
+    "learner.kl_coef": _LOSS,
+    "learner.kl_estimator": _LOSS,
+    "learner.off_policy": _LOSS,
+    "learner.is_cap": _LOSS,
+    "learner.kl_mode": _LOSS,
+    "learner.use_reference": _apply(
+        "the reference is the initial model, reloaded at start, never checkpointed"
+    ),
+    "learner.entropy_coef": _LOSS,
+    "learner.temperature": _LOSS,
+    "learner.gamma": _LOSS,
+    "learner.lam": _LOSS,
+    "learner.value_clip": _LOSS,
+    "learner.overlong_buffer": _LOSS,
+    "learner.overlong_penalty_factor": _LOSS,
+    "learner.max_new_tokens": _LOSS,
+    "learner.num_threads": _PROCESS,
+    "learner.device": _PROCESS,
+    "learner.peak_tflops": _PROCESS,
+    "learner.nproc_per_node": _apply("the train state is resharded on load (DCP)"),
+    "learner.critic_nproc_per_node": _apply(
+        "the train state is resharded on load (DCP), split critic or co-located"
+    ),
+    "learner.devices": _PROCESS,
+    "learner.critic_devices": _PROCESS,
+    "learner.nnodes": _apply("the train state is resharded on load (DCP)"),
+    "learner.node_rank": _PROCESS,
+    "learner.rdzv_endpoint": _ADDRESS,
+    "learner.local_addr": _ADDRESS,
+    "learner.server.*": _PROCESS,
+    "learner.checkpoint_dir": Rule(
+        Policy.APPLY, "a path; the launcher sets it under the run directory", routine=True
+    ),
+    # ---------------------------------------------------------------- stateless sections
+    "rollout.*": _apply(
+        "rollout replicas hold no train state; they get the restored weights before they generate"
+    ),
+    "reward.*": _apply("the reward service holds no train state"),
+    "weight_sync.*": _PROCESS,
+    "deploy.*": _apply("launcher settings"),
+    "preference.*": _refuse("an offline preference job is another kind of job"),
+}
+"""Exact dotted keys, or ``section.*`` for every key under a section."""
+
+UNCLASSIFIED = _refuse("the key is not classified for resume (resume_policy.RULES)")
+
+
+def rule_for(key: str) -> Rule:
+    """The key's rule: its own, else the nearest ``prefix.*`` one, else ``UNCLASSIFIED``."""
+    if key in RULES:
+        return RULES[key]
+    parts = key.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        rule = RULES.get(".".join(parts[:end]) + ".*")
+        if rule is not None:
+            return rule
+    return UNCLASSIFIED
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; values normalised as JSON (tuples are lists)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.loads(json.dumps(value))
+    return out
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    old: Any
+    new: Any
+    rule: Rule
+
+    def describe(self) -> str:
+        return f"{self.key} {self.old!r} -> {self.new!r}"
+
+
+@dataclass(frozen=True)
+class ResumeDecision:
+    changes: tuple[Change, ...]
+    """Every key whose value differs (keys present in both configs only)."""
+
+    @property
+    def refused(self) -> list[Change]:
+        return [c for c in self.changes if c.rule.policy is Policy.REFUSE]
+
+    @property
+    def accepted(self) -> list[Change]:
+        return [c for c in self.changes if c.rule.policy is not Policy.REFUSE]
+
+    def refusal(self) -> str | None:
+        """One line naming each refused key, its old and new value and why; None: none."""
+        if not self.refused:
+            return None
+        what = "; ".join(f"{c.describe()}: {c.rule.why}" for c in self.refused)
+        return (
+            f"resume refused: {what} (resume without that change, or start a new run "
+            "from the checkpoint's weights)"
+        )
+
+    def changed(self, key: str) -> Change | None:
+        return next((c for c in self.changes if c.key == key), None)
+
+
+def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> ResumeDecision:
+    """The checkpoint's resolved config (``old``) against the resuming job's (``new``). A key
+    only one side has (a config written by another version) is not a change."""
+    before, after = flatten(old), flatten(new)
+    changes = tuple(
+        Change(key, before[key], after[key], rule_for(key))
+        for key in sorted(before.keys() & after.keys())
+        if before[key] != after[key]
+    )
+    return ResumeDecision(changes)
+
+
+def rebased_num_started(
+    num_started: int, step: int, old_prompts_per_step: int, new_prompts_per_step: int
+) -> int:
+    """Admission's started-groups count in units of the new batch size. Admission allows
+    ``(published_step + lead + 1) * prompts_per_step`` groups; a checkpoint of step ``s``
+    has ``s * old`` of them behind it (plus any difference dynamic sampling left), so with
+    the new batch size the same point of the schedule is ``s * new`` plus that difference.
+    Without the rebase a smaller batch makes capacity negative: nothing starts, ever."""
+    return max(0, num_started + step * (new_prompts_per_step - old_prompts_per_step))

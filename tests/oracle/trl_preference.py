@@ -1,0 +1,184 @@
+"""Preference steps by TRL's ``DPOTrainer`` / ``KTOTrainer`` and by hybridflow's learner, on
+the same weights and the same tokenised examples.
+
+TRL tokenises text; our pairs are token ids already. A ``DPOTrainer`` subclass replaces
+``_prepare_dataset`` (TRL's tokenisation, and the EOS it appends to text) with the identity,
+and nothing else: the collator, the log-probs, the loss, clipping and AdamW are TRL's. Both
+sides take two steps on the same batch. The first has policy = reference (every margin 0,
+loss log 2), so the second, with real margins, is where the losses can differ; the result
+is read after it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridflow.data.preference import LabelledCompletion, PreferencePair
+from hybridflow.preference.config import PreferenceConfig
+from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.preference import preference_step
+from hybridflow.services.learner.worker import LearnerWorker
+from tests.oracle.trl_oracle import GradLog, StepResult
+
+STEPS = 2
+
+
+def example_pairs(eos: int = 2) -> list[PreferencePair]:
+    """6 prompts of 5 tokens; chosen of 2 to 5 tokens ended by ``eos``, rejected of 2 to 6."""
+    pairs = []
+    for g in range(6):
+        prompt = [10 + (7 * g + k) % 50 for k in range(5)]
+        chosen = [20 + (5 * g + k) % 40 for k in range(1 + g % 4)] + [eos]
+        rejected = [30 + (3 * g + k) % 40 for k in range(2 + (g * 2) % 5)]
+        pairs.append(PreferencePair(prompt, chosen, rejected, g))
+    return pairs
+
+
+def example_labelled(eos: int = 2) -> list[LabelledCompletion]:
+    """8 prompts of 5 tokens with one completion each, 5 desirable and 3 not (KTO)."""
+    rows = []
+    for g in range(8):
+        prompt = [10 + (7 * g + k) % 50 for k in range(5)]
+        completion = [20 + (5 * g + k) % 40 for k in range(1 + g % 5)] + [eos]
+        rows.append(LabelledCompletion(prompt, completion, label=g % 3 != 2, index=g))
+    return rows
+
+
+def trl_kto_steps(
+    model_dir: Path, rows: list[LabelledCompletion], out_dir: Path, **config: Any
+) -> StepResult:
+    """``STEPS`` ``KTOTrainer`` steps on ``rows`` (one batch); ``config``: KTOConfig fields.
+
+    The subclass skips TRL's tokenisation like ``trl_dpo_steps``. TRL's ``_prepare_dataset``
+    also builds the mismatched pairs of the KL estimate (completions rotated by one within a
+    batch: prompt i with completion i - 1); that one line is reproduced here."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+        from trl import KTOConfig, KTOTrainer
+
+    class TokenisedKTO(KTOTrainer):  # type: ignore[misc]
+        def _prepare_dataset(self, dataset: Any, *_: Any, **__: Any) -> Any:
+            return dataset
+
+    completions = [list(map(int, r.completion_ids)) for r in rows]
+    data = Dataset.from_dict(
+        {
+            "prompt_ids": [list(map(int, r.prompt_ids)) for r in rows],
+            "completion_ids": completions,
+            "KL_completion_ids": [completions[-1], *completions[:-1]],
+            "label": [bool(r.label) for r in rows],
+        }
+    )
+    args = KTOConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=len(rows),
+        max_steps=STEPS,
+        max_length=None,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    trainer = TokenisedKTO(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+    )
+    return _run(trainer, TrainerCallback)
+
+
+def trl_dpo_steps(
+    model_dir: Path, pairs: list[PreferencePair], out_dir: Path, **config: Any
+) -> StepResult:
+    """``STEPS`` ``DPOTrainer`` steps on ``pairs`` (one batch); ``config``: DPOConfig fields."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+        from trl import DPOConfig, DPOTrainer
+
+    class TokenisedDPO(DPOTrainer):  # type: ignore[misc]
+        def _prepare_dataset(self, dataset: Any, *_: Any, **__: Any) -> Any:
+            return dataset
+
+    data = Dataset.from_dict(
+        {
+            "prompt_ids": [list(map(int, p.prompt_ids)) for p in pairs],
+            "chosen_ids": [list(map(int, p.chosen_ids)) for p in pairs],
+            "rejected_ids": [list(map(int, p.rejected_ids)) for p in pairs],
+        }
+    )
+    args = DPOConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=len(pairs),
+        max_steps=STEPS,
+        max_length=None,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    trainer = TokenisedDPO(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+    )
+    return _run(trainer, TrainerCallback)
+
+
+def _run(trainer: Any, callback: type) -> StepResult:
+    """Trains ``trainer`` for its ``STEPS``; the last step's loss and gradients, the weights."""
+    grads = GradLog()
+
+    class GradRecorder(callback):  # type: ignore[misc, valid-type]
+        def on_pre_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            grads.record(trainer.model)
+
+    trainer.add_callback(GradRecorder())
+    trainer.train()
+    logged = trainer.state.log_history[STEPS - 1]
+    params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
+    return StepResult(loss, grad_norm, [], grads.last, grads.smallest, params)
+
+
+def our_preference_steps(
+    model_dir: Path,
+    records: list[PreferencePair] | list[LabelledCompletion],
+    preference: PreferenceConfig,
+    **config: Any,
+) -> StepResult:
+    """``STEPS`` of our ``preference_step`` on ``records``; ``config``: LearnerConfig fields."""
+    fields: dict[str, Any] = {"micro_batch_size": len(records), "use_reference": True, "seed": 0}
+    fields.update(config)
+    worker = LearnerWorker(LearnerConfig(**fields), model_dir)
+    grads = GradLog()
+    worker.actor_optim.register_step_pre_hook(lambda *_: grads.record(worker.actor))
+    for _ in range(STEPS):
+        metrics = preference_step(worker, records, preference)
+    params = {k: v.detach().clone() for k, v in worker.full_state_dict_items()}
+    loss, grad_norm = metrics["train/loss"], metrics["actor/grad_norm"]
+    return StepResult(loss, grad_norm, [], grads.last, grads.smallest, params)
