@@ -64,21 +64,25 @@ class IpcLedger:
         _end_children(grace_s)
         with self._lock:
             left = dict(self.names)
-        unlinked = [name for name, rtype in left.items() if _unlink(name, rtype)]
+        released: set[str] = set()
+        previous = sys.unraisablehook
+
+        def quiet(args: Any) -> None:  # an owner's finaliser may run from here on
+            if not _second_unlink(args, released):
+                previous(args)
+
+        sys.unraisablehook = quiet
+        unlinked = []
+        for name, rtype in left.items():
+            released.add(name.lstrip("/"))  # before the unlink: a finaliser may run at once
+            if _unlink(name, rtype):
+                unlinked.append(name)
         _cancel_semaphore_finalisers({n for n in unlinked if left[n] == "semaphore"})
         for name, rtype in left.items():
             self._on_unregister(name, rtype)
         _stop_tracker(grace_s)
         if unlinked:
             log.info("released %d shared-memory objects left by the engine", len(unlinked))
-            released = {name.lstrip("/") for name in unlinked}
-            previous = sys.unraisablehook
-
-            def quiet(args: Any) -> None:
-                if not _second_unlink(args, released):
-                    previous(args)
-
-            sys.unraisablehook = quiet
         return unlinked
 
 
