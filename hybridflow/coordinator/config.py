@@ -102,6 +102,12 @@ class CoordinatorConfig:
     replica_rejoin_timeout_s: float = 300.0
     """How long a failed rollout replica is waited for (the launcher restarts it) before it
     stays out of the rotation; while no replica serves, the job waits this long."""
+    replica_stall_timeout_s: float = 20.0
+    """A rollout replica that holds a request and answers no liveness probe (a status call,
+    probed every quarter of this) for this long has failed: its prompts go to the others and
+    it rejoins after a weight refit. A live replica answers in milliseconds even while it
+    generates, so this bounds host hiccups (GC, swap, an oversubscribed CPU), not generation
+    length. 0: never probed (only the call's deadline, coordinator.channel.timeout_s)."""
     service_wait_s: float = 120.0
     """How long an unreachable reward service is retried (it may be restarting)."""
     progress: bool = True
@@ -157,6 +163,6 @@ class CoordinatorConfig:
             raise ValueError("coordinator.checkpoint_every must be >= 0")
         if self.keep_checkpoints < 1:
             raise ValueError("coordinator.keep_checkpoints must be >= 1")
-        for name in ("replica_rejoin_timeout_s", "service_wait_s"):
+        for name in ("replica_rejoin_timeout_s", "replica_stall_timeout_s", "service_wait_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"coordinator.{name} must be >= 0")

@@ -31,7 +31,8 @@ from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
-from hybridflow.errors import ServiceError, Unavailable
+from hybridflow.coordinator.liveness import ReplicaStalled, StallWatch, probe_timing
+from hybridflow.errors import ResourceExhausted, ServiceError, Unavailable
 from hybridflow.types import Completion, SamplingParams, ScoreResult
 
 log = logging.getLogger(__name__)
@@ -50,17 +51,31 @@ class ReplicaDispatcher(threading.Thread):
         prompts_per_request: int,
         stop: threading.Event,
         events: EventLog | None = None,
-        rejoin: Callable[[int], bool] | None = None,
+        rejoin: Callable[[int, float], int | None] | None = None,
         rejoin_timeout_s: float = 0.0,
         service_wait_s: float = 0.0,
         greedy_baseline: bool = False,
+        name: str = "",
+        stall_timeout_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        probe_interval_s: float | None = None,
+        rejoin_interval_s: float = 2.0,
+        request_size: Callable[[], int] | None = None,
     ) -> None:
-        """``rejoin(index)``: True once replica ``index`` is healthy again and has the current
-        weights; probed every few seconds for ``rejoin_timeout_s`` after a failure.
-        ``greedy_baseline``: each request also generates one greedy response per prompt on
-        this replica, scored with the group, as the groups' ``baseline`` (ReMax)."""
+        """``rejoin(index, timeout_s)``: the weights version replica ``index`` holds once it
+        is healthy again and has the current weights, None while it is not back (waiting
+        at most ``timeout_s``); probed every ``rejoin_interval_s`` for ``rejoin_timeout_s``
+        after a failure. ``greedy_baseline``: each request also generates one greedy
+        response per prompt on this replica, scored with the group, as the groups'
+        ``baseline`` (ReMax). ``name``: how logs name the replica (its address).
+        ``stall_timeout_s``: a replica silent this long while it holds a request has
+        failed (0: never probed); ``probe_interval_s`` defaults from it (``liveness.py``).
+        ``clock`` times deadlines and silences (a fake in tests). ``request_size``: prompts
+        per request now (None: always ``prompts_per_request``); the job's default splits a
+        step among the replicas serving, so one left alone takes whole steps."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
+        self.replica_name = f"replica {index}" + (f" ({name})" if name else "")
         self.rollout = rollout
         self.reward = reward
         self.decode = decode
@@ -68,29 +83,70 @@ class ReplicaDispatcher(threading.Thread):
         self.cursor = cursor
         self.params = params
         self.prompts_per_request = prompts_per_request
+        self.request_size = request_size
         self.stop_event = stop
         self.events = events or EventLog(None)
         self.rejoin = rejoin
         self.rejoin_timeout_s = rejoin_timeout_s
         self.service_wait_s = service_wait_s
         self.greedy_baseline = greedy_baseline
+        self.stall_timeout_s = stall_timeout_s
+        interval, self.probe_timeout_s = probe_timing(stall_timeout_s)
+        self.probe_interval_s = interval if probe_interval_s is None else probe_interval_s
+        self.rejoin_interval_s = rejoin_interval_s
+        self.clock = clock
         self.num_rejoined = 0
-        self.published_version = 0
-        """Version the job last published to this replica: a reply generated under an older
-        one means the replica restarted and lost its weights."""
+        self.num_stalled = 0
+        """Requests abandoned because the replica stopped answering."""
+        self._state_lock = threading.Lock()
+        self._failed = False
+        self._published_version = 0
         self.busy_s = 0.0
         """Seconds spent generating (greedy baselines included)."""
         self.num_requeued = 0
-        self.failed = False
         self.error: BaseException | None = None
         self.started_at = time.perf_counter()
 
+    # ------------------------------------------------------------------ serving state
+    @property
+    def failed(self) -> bool:
+        """Out of the rotation and the weight-sync set until it rejoins."""
+        with self._state_lock:
+            return self._failed
+
+    @property
+    def published_version(self) -> int:
+        """Version the job last published to this replica: a reply generated under an older
+        one means the replica restarted and lost its weights."""
+        with self._state_lock:
+            return self._published_version
+
+    def mark_failed(self) -> bool:
+        """Takes the replica out (its dispatcher then waits for it to rejoin); False if it
+        already was."""
+        with self._state_lock:
+            was_serving, self._failed = not self._failed, True
+        return was_serving
+
+    def note_published(self, version: int) -> None:
+        """A publish to the serving set reached this replica; ignored once it has failed
+        (it is refitted when it rejoins)."""
+        with self._state_lock:
+            if not self._failed:
+                self._published_version = version
+
+    def _rejoined(self, version: int) -> None:
+        with self._state_lock:
+            self._failed, self._published_version = False, version
+
+    # ------------------------------------------------------------------ serving
     def _admit(self) -> list[Prompt]:
         """Blocks until the capacity rule lets some prompts start (or stop is set)."""
         buf = self.buffer
         with buf.lock:
             while not self.stop_event.is_set():
-                room = min(self.prompts_per_request, buf.admission.capacity())
+                size = self.request_size() if self.request_size else self.prompts_per_request
+                room = min(size, buf.admission.capacity())
                 if room > 0:
                     buf.set_blocked(self.index, False)  # admission-blocked time: pacing.py
                     prompts = buf.take_requeued(room)
@@ -127,17 +183,17 @@ class ReplicaDispatcher(threading.Thread):
             start = time.perf_counter()
             expected_version = self.published_version
             try:
-                groups, greedy = self._generate(prompts, params, f"r{self.index}-{request}")
+                groups, greedy = self._generate_watched(prompts, params, f"r{self.index}-{request}")
             except ServiceError as exc:
-                self.buffer.requeue(prompts)
-                self.num_requeued += len(prompts)
+                self.mark_failed()  # first: the prompts' next taker sees it out of the set
                 log.warning(
-                    "replica %d failed (%s); its %d prompts are re-queued",
-                    self.index,
+                    "%s failed (%s); its %d prompts are re-queued",
+                    self.replica_name,
                     exc,
                     len(prompts),
                 )
-                self.failed = True
+                self.buffer.requeue(prompts)
+                self.num_requeued += len(prompts)
                 continue  # the loop waits for it to come back
             except Exception:
                 self.buffer.requeue(prompts)  # bad input: fatal, and nothing lost
@@ -153,9 +209,9 @@ class ReplicaDispatcher(threading.Thread):
                     got,
                     expected_version,
                 )
+                self.mark_failed()
                 self.buffer.requeue(prompts)
                 self.num_requeued += len(prompts)
-                self.failed = True
                 continue
             self.busy_s += time.perf_counter() - start
             gen_end = time.time()
@@ -177,6 +233,40 @@ class ReplicaDispatcher(threading.Thread):
                 "score", gen_end, time.time(), replica=self.index, num_items=len(results)
             )
             self.buffer.put(attach_scores(prompts, groups, results, greedy is not None))
+
+    def _generate_watched(
+        self, prompts: list[Prompt], params: SamplingParams, request_id: str
+    ) -> tuple[list[list[Completion]], list[list[Completion]] | None]:
+        """``_generate`` on a helper thread while this one probes the replica;
+        ``ReplicaStalled`` once it has been silent ``stall_timeout_s``. The abandoned call
+        ends on its own (its deadline, or the replica waking), and its result is dropped:
+        its prompts are re-queued by the caller, so each is trained once."""
+        if self.stall_timeout_s <= 0:
+            return self._generate(prompts, params, request_id)
+        call = _Call(lambda: self._generate(prompts, params, request_id), f"{self.name}-call")
+        watch = StallWatch(self.stall_timeout_s, self.clock())
+        while not call.done.wait(self.probe_interval_s):
+            if self._answers_probe():
+                watch.answered(self.clock())
+            elif watch.stalled(self.clock()) and not call.done.is_set():
+                self.num_stalled += 1
+                raise ReplicaStalled(
+                    "stopped answering: no answer to a liveness probe "
+                    f"for {watch.silent_s(self.clock()):.0f}s "
+                    f"(coordinator.replica_stall_timeout_s={self.stall_timeout_s:g})"
+                )
+        return call.result()
+
+    def _answers_probe(self) -> bool:
+        """Whether the replica answers a status call within the probe's deadline. Shedding
+        it (``ResourceExhausted``: at its concurrency limit) is busy, not gone."""
+        try:
+            self.rollout.status(timeout_s=self.probe_timeout_s)
+        except ResourceExhausted:
+            return True
+        except ServiceError:
+            return False
+        return True
 
     def _generate(
         self, prompts: list[Prompt], params: SamplingParams, request_id: str
@@ -206,29 +296,57 @@ class ReplicaDispatcher(threading.Thread):
 
     def _wait_for_rejoin(self) -> bool:
         """Probes until the replica is back with the current weights; False if it is not
-        back within ``rejoin_timeout_s`` (or the job stops): it stays out of the rotation."""
+        back within ``rejoin_timeout_s`` (or the job stops): it stays out of the rotation.
+        No probe outlasts the deadline, so the verdict is logged when it passes."""
         if self.rejoin is None or self.rejoin_timeout_s <= 0:
             return False
-        deadline = time.monotonic() + self.rejoin_timeout_s
-        while not self.stop_event.is_set() and time.monotonic() < deadline:
-            if self.stop_event.wait(2.0):
+        deadline = self.clock() + self.rejoin_timeout_s
+        while (left := deadline - self.clock()) > 0:
+            if self.stop_event.wait(min(self.rejoin_interval_s, left)):
                 return False
+            left = deadline - self.clock()
+            if left <= 0:
+                break
             try:
-                ok = self.rejoin(self.index)
+                version = self.rejoin(self.index, left)
             except Exception as exc:  # noqa: BLE001 — not back yet; probe again
-                log.info("replica %d not back yet: %s", self.index, exc)
-                ok = False
-            if ok:
-                log.info("replica %d is back with the current weights", self.index)
-                self.failed = False
+                log.info("%s not back yet: %s", self.replica_name, describe_error(exc))
+                version = None
+            if version is not None:
+                log.info("%s is back with the current weights (v%d)", self.replica_name, version)
+                self._rejoined(version)
                 self.num_rejoined += 1
                 return True
-        log.error("replica %d did not come back within %.0fs", self.index, self.rejoin_timeout_s)
+        log.error("%s did not come back within %.0fs", self.replica_name, self.rejoin_timeout_s)
         return False
 
     def idle_ratio(self) -> float:
         wall = time.perf_counter() - self.started_at
         return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
+
+
+class _Call:
+    """One call on a daemon thread: ``done`` is set when it returns or raises."""
+
+    def __init__(self, fn: Callable[[], Any], name: str) -> None:
+        self.done = threading.Event()
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 — re-raised on the caller's thread
+            self._error = exc
+        finally:
+            self.done.set()
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def describe_error(exc: BaseException) -> str:

@@ -26,7 +26,9 @@ Invariants (tested in tests/unit/coordinator/):
   version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
   when it is back; with no replica serving, the job waits ``replica_rejoin_timeout_s``
-  (shown in ``status``) instead of hanging.
+  (shown in ``status``) instead of hanging. A replica that stops answering fails within
+  ``replica_stall_timeout_s`` (``liveness.py``), so a hung one holds neither a batch nor a
+  publish. Liveness probes never run inside the learner's critical section.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
 from hybridflow.coordinator.events import EventLog
+from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
 from hybridflow.coordinator.resume_policy import rebased_num_started
@@ -168,6 +171,9 @@ class TrainingJob:
                 rejoin_timeout_s=config.replica_rejoin_timeout_s,
                 service_wait_s=config.service_wait_s,
                 greedy_baseline=greedy_baseline,
+                name=services.weight_targets[i],
+                stall_timeout_s=config.replica_stall_timeout_s,
+                request_size=None if config.prompts_per_request else self._request_size,
             )
             for i, r in enumerate(services.rollouts)
         ]
@@ -186,7 +192,7 @@ class TrainingJob:
                 [], continue_from.step * config.prompts_per_step, continue_from.step
             )
             for d in self.dispatchers:
-                d.published_version = continue_from.policy_version
+                d.note_published(continue_from.policy_version)
         self.last_metrics: dict[str, float] = {}
         """The metrics of the last trained step."""
         self._requeued_before = 0  # re-queues counted by the runs before a resume
@@ -194,44 +200,54 @@ class TrainingJob:
         """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
 
     # ------------------------------------------------------------------ replicas
-    def _rejoin(self, index: int) -> bool:
-        """A failed replica is back when it answers; it gets the current weights first."""
-        self.services.rollouts[index].status()
-        with self._learner_lock:
-            report = self.services.learner.publish_weights([self.services.weight_targets[index]])
-        self.dispatchers[index].published_version = report.policy_version
-        return True
+    def _request_size(self) -> int:
+        """Default prompts per request: a step split among the replicas serving now (a
+        replica that failed leaves the healthy ones whole steps, not half-size requests)."""
+        serving = sum(1 for d in self.dispatchers if not d.failed)
+        return max(1, self.config.prompts_per_step // max(1, serving))
 
-    def _live_targets(self) -> list[str]:
-        return [t for t, d in zip(self.services.weight_targets, self.dispatchers) if not d.failed]
+    def _rejoin(self, index: int, timeout_s: float) -> int | None:
+        """A failed replica is back when it answers a probe (outside the learner's lock, so
+        a dead one costs the learner nothing); then it gets the current weights. Returns
+        the version it now holds, None while it is not back; waits at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        if not _alive(self.dispatchers[index], min(PROBE_TIMEOUT_S, timeout_s)):
+            return None
+        if not self._learner_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return None
+        try:
+            report = self.services.learner.publish_weights([self.services.weight_targets[index]])
+        finally:
+            self._learner_lock.release()
+        return report.policy_version
 
     def _publish(self) -> None:
-        """Weights to every live replica. A replica that fails the publish and does not
+        """Weights to every serving replica. A replica that fails the publish and does not
         answer leaves the set (its dispatcher waits for it to come back and rejoin); a
         publish that fails while every replica answers (one was just restarted) is retried
-        for up to ``service_wait_s``."""
+        for up to ``service_wait_s``. The probes run after the learner's lock is released."""
         deadline = time.monotonic() + self.config.service_wait_s
         while True:
-            targets = self._live_targets()
-            if not targets:
+            serving = [d for d in self.dispatchers if not d.failed]
+            if not serving:
                 return  # nobody to send to; rejoining replicas get weights when back
+            targets = [self.services.weight_targets[d.index] for d in serving]
             try:
                 with self._learner_lock:
                     report = self.services.learner.publish_weights(targets)
-                for d in self.dispatchers:
-                    if not d.failed:
-                        d.published_version = report.policy_version
+                for d in serving:
+                    d.note_published(report.policy_version)
                 return
             except ServiceError as exc:
-                dead = [i for i, d in enumerate(self.dispatchers) if not d.failed and not _alive(d)]
-                for i in dead:
-                    log.warning(
-                        "replica %d unreachable during a weight publish (%s); it rejoins "
-                        "with the current weights when it is back",
-                        i,
-                        describe_error(exc),
-                    )
-                    self.dispatchers[i].failed = True  # its dispatcher waits to rejoin
+                dead = [d for d in serving if not _alive(d)]
+                for d in dead:
+                    if d.mark_failed():  # its dispatcher waits to rejoin
+                        log.warning(
+                            "%s unreachable during a weight publish (%s); it rejoins with "
+                            "the current weights when it is back",
+                            d.replica_name,
+                            describe_error(exc),
+                        )
                 if not dead:
                     if time.monotonic() > deadline:
                         raise
@@ -544,17 +560,11 @@ class TrainingJob:
         return summary
 
 
-PROBE_TIMEOUT_S = 5.0
-"""Deadline of the liveness probe after a failed publish. A live replica answers GetInfo in
-milliseconds, generating or not; a hung one (SIGSTOP, a wedged host) must not hold the trainer
-loop for the channel's default deadline (120 s)."""
-
-
-def _alive(dispatcher: ReplicaDispatcher) -> bool:
+def _alive(dispatcher: ReplicaDispatcher, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """Whether the dispatcher's replica answers a status call now. A replica that sheds the
     probe (``ResourceExhausted``: at its concurrency limit) is busy, not gone."""
     try:
-        dispatcher.rollout.status(timeout_s=PROBE_TIMEOUT_S)
+        dispatcher.rollout.status(timeout_s=timeout_s)
     except ResourceExhausted:
         return True
     except ServiceError:

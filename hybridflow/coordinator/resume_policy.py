@@ -100,6 +100,7 @@ RULES: dict[str, Rule] = {
     "coordinator.checkpoint_every": _SCHEDULE,
     "coordinator.keep_checkpoints": _SCHEDULE,
     "coordinator.replica_rejoin_timeout_s": _PROCESS,
+    "coordinator.replica_stall_timeout_s": _PROCESS,
     "coordinator.service_wait_s": _PROCESS,
     "coordinator.progress": _PROCESS,
     "coordinator.loggers": _PROCESS,

@@ -157,10 +157,14 @@ def write_port_file(path: str | Path, address: str) -> None:
 
 
 def serve_until_signal(
-    running: RunningServer, grace_s: float, on_stop: Callable[[], None] | None = None
+    running: RunningServer,
+    grace_s: float,
+    on_stop: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Blocks until SIGTERM/SIGINT (or the server ends), then drains and stops."""
-    stop = threading.Event()
+    """Blocks until SIGTERM/SIGINT (or ``stop`` is set: the service cannot serve any more),
+    then drains and stops."""
+    stop = stop or threading.Event()
 
     def handle(signum: int, _frame: object) -> None:
         log.info("signal %d: draining", signum)

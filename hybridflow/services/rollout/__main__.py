@@ -1,25 +1,61 @@
-"""Rollout replica process: ``python -m hybridflow.services.rollout --config job.yaml``."""
+"""Rollout replica process: ``python -m hybridflow.services.rollout --config job.yaml``.
+
+Exits non-zero (``EXIT_ENGINE_DEAD``) when its engine dies (a vLLM worker process gone), so
+the launcher's supervisor restarts it like a dead service instead of keeping a replica that
+answers but cannot generate. A SIGTERM / SIGINT at any moment, engine start included, ends it
+through the same path, which releases the shared memory and semaphores the engine made
+(``services/ipc.py``).
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import grpc
 
+EXIT_ENGINE_DEAD = 3
+"""Exit code of a replica whose engine died: restartable, unlike bad configuration (2)."""
+
+
+def _stop_starting(signum: int, _frame: Any) -> None:
+    """Until the server serves, a stop signal ends the start-up (finalisers and cleanup run)."""
+    raise SystemExit(128 + signum)
+
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridflow.services.bootstrap import (
-        service_arg_parser,
-        set_torch_threads,
-        setup_logging,
-        watch_parent,
-    )
+    from hybridflow.services.bootstrap import service_arg_parser
 
     parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")
     parser.add_argument("--replica-index", type=int, default=0, help="index among replicas")
     args = parser.parse_args(argv)
+    from hybridflow.services.ipc import IpcLedger
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_starting)
+    ledger = IpcLedger.install()  # before anything allocates shared memory
+    engines: list[Any] = []
+    try:
+        return _serve(args, engines)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # the cleanup is not interrupted half-way
+        try:
+            for engine in engines:
+                if hasattr(engine, "close"):
+                    engine.close()
+        finally:
+            ledger.release()
+
+
+def _serve(args: Any, engine_box: list[Any]) -> int:
+    """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
+    serves until a signal or the engine's death; returns the exit code."""
+    from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
+
     watch_parent()
     log = setup_logging(f"rollout{args.replica_index}")
 
@@ -46,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = resolve_model_path(job.model)
         engine = build_engine(cfg, path, args.replica_index)
+        engine_box.append(engine)
     except ValueError as exc:
         log.error("cannot start the %s engine: %s", cfg.engine, exc)
         return 2
@@ -76,12 +113,29 @@ def main(argv: list[str] | None = None) -> int:
         running.metrics.gauge(
             "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
         )
+    dead = threading.Event()
     if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
-        engine.on_dead = lambda reason: running.set_serving(False)
+
+        def on_dead(reason: str) -> None:
+            running.set_serving(False)
+            dead.set()
+
+        engine.on_dead = on_dead
+        if getattr(engine, "dead_reason", None) is not None:  # died before the callback
+            on_dead("")
     if args.port_file:
         write_port_file(args.port_file, running.address)
     log.info("rollout replica %d ready on %s (model %s)", args.replica_index, running.address, path)
-    serve_until_signal(running, cfg.server.grace_s)
+    serve_until_signal(running, cfg.server.grace_s, stop=dead)  # a signal sets it too
+    dead_reason = getattr(engine, "dead_reason", None)
+    if dead_reason is not None:
+        log.error(
+            "rollout replica %d exits with code %d: %s",
+            args.replica_index,
+            EXIT_ENGINE_DEAD,
+            dead_reason,
+        )
+        return EXIT_ENGINE_DEAD
     return 0
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hybridflow.arrays import TokenLike, as_tokens
-from hybridflow.errors import FailedPrecondition
+from hybridflow.errors import FailedPrecondition, Unavailable
 from hybridflow.services.rollout.engine_contract import Engine, StagedWeights
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop
 from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUpdateReport
@@ -171,7 +171,11 @@ class LocalRollout:
         return WeightUpdateReport(policy_version, num_bytes, done - start)
 
     def status(self, timeout_s: float | None = None) -> RolloutStatus:
-        """``timeout_s`` is for the RolloutClient protocol: nothing here waits."""
+        """``timeout_s`` is for the RolloutClient protocol: nothing here waits. An engine
+        that died (``dead_reason``) is Unavailable: a liveness probe must not find it alive."""
+        dead_reason = getattr(self.engine, "dead_reason", None)
+        if dead_reason is not None:
+            raise Unavailable(dead_reason)
         return RolloutStatus(
             model=self.model,
             engine=self.engine_name,

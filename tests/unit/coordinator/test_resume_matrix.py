@@ -70,6 +70,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.checkpoint_every": ("coordinator.checkpoint_every=3",),
     "coordinator.keep_checkpoints": ("coordinator.keep_checkpoints=3",),
     "coordinator.replica_rejoin_timeout_s": ("coordinator.replica_rejoin_timeout_s=10",),
+    "coordinator.replica_stall_timeout_s": ("coordinator.replica_stall_timeout_s=10",),
     "coordinator.service_wait_s": ("coordinator.service_wait_s=10",),
     "coordinator.progress": ("coordinator.progress=true",),
     "coordinator.loggers": ("coordinator.loggers=[]",),
