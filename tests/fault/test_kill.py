@@ -1,6 +1,7 @@
 """SIGKILL each process of a run at some step; the run completes (after --resume where the
 learner, coordinator or launcher died) with 0 prompts lost, 0 trained twice per epoch, and no
-process left. The default suite kills each once; ``-m slow`` runs 5 seeded trials each."""
+process left. The default suite kills each service once (the launcher and the coordinator
+once in ``-m slow``); ``-m slow`` runs 5 seeded trials each."""
 
 from __future__ import annotations
 
@@ -24,7 +25,15 @@ def _check(trial: Trial) -> None:
     assert counts["lost"] == 0 and counts["doubled"] == 0
 
 
-@pytest.mark.parametrize("victim", list(VICTIMS))
+# The launcher's and the coordinator's deaths are slow here: both resume like the learner's,
+# and a launcher SIGKILL leaving no process is tests/fault/test_supervision.py's.
+ONCE = [
+    pytest.param(v, marks=pytest.mark.slow) if v in ("launcher", "coordinator") else v
+    for v in VICTIMS
+]
+
+
+@pytest.mark.parametrize("victim", ONCE)
 def test_kill_once(victim: str, tmp_path: Path) -> None:
     _check(Trial(victim, 3, tmp_path / victim))
 

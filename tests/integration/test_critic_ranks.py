@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM
 
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.spec import GroupSpec
+from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 from tests.helpers import build_tiny_checkpoint
 from tests.integration.test_fsdp_parity import (
     _free_port,
@@ -55,11 +55,19 @@ class InProcessReplica:
         from hybridflow.weights.dist import DistReceiver, param_table
 
         table = param_table(AutoModelForCausalLM.from_pretrained(model_path))
+        self.table = table
         self.receiver = DistReceiver(table, torch.device("cpu"))
         self.received: dict[str, torch.Tensor] = {}
 
     def tensor_parallel_size(self) -> int:
         return 1
+
+    def describe(self) -> ReplicaDescription:
+        """What the hf engine reports: whole tensors under the learner's names, at TP 1."""
+        from hybridflow.resharding.layout import layout_of
+        from hybridflow.weights.dist import replicated_topology
+
+        return ReplicaDescription(1, layout_of("", replicated_topology(self.table)))
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         return self.receiver.join(spec, replica_index)

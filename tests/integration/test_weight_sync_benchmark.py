@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from benchmarks.weight_sync.models import get_model, num_params, param_rows, topology_of
@@ -37,6 +38,7 @@ def test_param_rows_are_slices_of_the_full_tensor() -> None:
     assert num_params(topology_of(get_model("100m"))) == 100_449_920
 
 
+@pytest.mark.slow  # ~50 s: the transports it times are tests of their own
 def test_benchmark_runs_tiny_and_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     cmd = [
