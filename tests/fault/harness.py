@@ -75,6 +75,18 @@ def launch(run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
     )
 
 
+def finish(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, str]:
+    """(exit status, output) of a ``launch``; past ``timeout_s`` its process group is killed
+    (the launcher takes its services with it) before the timeout propagates."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, out.decode(errors="replace")
+
+
 def process_tree(pid: int) -> dict[int, str]:
     """pid and its descendants with their command lines (Linux /proc)."""
     out: dict[int, str] = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.harness import launch, trained_steps
+from tests.fault.harness import finish, launch, trained_steps
 from tests.fault.test_checkpoint_integrity import DAMAGE
 
 SETS = (
@@ -31,16 +31,11 @@ def _sets(*sets: str) -> list[str]:
     return [arg for s in sets for arg in ("--set", s)]
 
 
-def _finish(proc, timeout_s: float = 600) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout_s)
-    return proc.returncode, out.decode(errors="replace")
-
-
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 4-step run with checkpoints at steps 2 and 4 (copied by each test)."""
     run = tmp_path_factory.mktemp("launch") / "run"
-    code, out = _finish(launch(run, "--run-dir", str(run), *_sets(*SETS)))
+    code, out = finish(launch(run, "--run-dir", str(run), *_sets(*SETS)), 600)
     assert code == 0, out
     return run
 
@@ -49,7 +44,7 @@ def _resume_after(finished_run: Path, tmp_path: Path, kind: str) -> tuple[Path, 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run, symlinks=True)
     damaged = DAMAGE[kind](run / "checkpoints" / NEWEST / "learner")
-    code, out = _finish(launch(run, "--resume", str(run), *_sets("coordinator.num_steps=6")))
+    code, out = finish(launch(run, "--resume", str(run), *_sets("coordinator.num_steps=6")), 600)
     assert code == 0, out
     refusal = next((line for line in out.splitlines() if "refusing checkpoint step 4" in line), "")
     assert str(damaged) in refusal, out  # the learner's DATA_LOSS, or the coordinator's own
@@ -67,14 +62,15 @@ def test_flipped_bytes_in_the_newest_checkpoint_fall_back_and_complete(finished_
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", [k for k in DAMAGE if k != "16 flipped bytes"])
 def test_other_damage_falls_back_and_completes(finished_run, tmp_path, kind):
-    _resume_after(finished_run, tmp_path, kind)
+    run, _ = _resume_after(finished_run, tmp_path, kind)  # asserts the refusal and fallback
+    assert (run / "checkpoints" / f"{NEWEST}.refused").is_dir()
 
 
 @pytest.mark.slow
 def test_ppo_on_a_grpo_run_is_refused_at_once_naming_the_key(finished_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run, symlinks=True)
-    code, out = _finish(launch(run, "--resume", str(run), *_sets("learner.algorithm=ppo")))
+    code, out = finish(launch(run, "--resume", str(run), *_sets("learner.algorithm=ppo")), 600)
     assert code != 0
     # The config comparison names the key before any checkpoint is tried (resume_policy);
     # tests/fault/test_checkpoint_integrity.py checks the learner's own "has no critic".

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.fault.harness import launch
+from tests.fault.harness import finish, launch
 
 
 def test_all_prompts_over_the_models_positions_end_the_launch_naming_the_limit(
@@ -22,8 +22,8 @@ def test_all_prompts_over_the_models_positions_end_the_launch_naming_the_limit(
         run, "--config", "deploy/configs/quickstart.yaml", "--run-dir", str(run),
         "--set", f"coordinator.data={data}",
     )  # fmt: skip
-    output = proc.communicate(timeout=300)[0].decode()
-    assert proc.returncode != 0, output
+    code, output = finish(proc, 300)
+    assert code != 0, output
     assert "data error: dataset" in output and "all 1 prompts are longer than 124 tokens" in output
     assert "the model's 128 positions less coordinator.sampling.max_new_tokens=4" in output
     assert "shortest has" in output and "dataset is empty" not in output

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import stat
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from hybridflow.deploy.run_lock import read_holder
-from tests.fault.harness import audit, launch
+from tests.fault.harness import audit, finish, launch
 
 SETS = (
     "coordinator.num_steps=6",
@@ -32,11 +31,6 @@ def _sets(*overrides: str) -> list[str]:
     return [arg for o in overrides for arg in ("--set", o)]
 
 
-def _output(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout_s)
-    return proc.returncode, out.decode(errors="replace")
-
-
 @pytest.mark.slow
 def test_live_run_dir_is_refused_then_resumed_with_changes(tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -47,16 +41,16 @@ def test_live_run_dir_is_refused_then_resumed_with_changes(tmp_path: Path) -> No
         time.sleep(0.05)  # another process's file: nothing to wait on locally
     for argv in (["--run-dir", str(run), *_sets(*SETS)], ["--resume", str(run)]):
         start = time.monotonic()
-        code, out = _output(launch(run, *argv), 30)
+        code, out = finish(launch(run, *argv), 30)
         elapsed = time.monotonic() - start
         assert code == 2 and f"pid {first.pid} on" in out, out
         assert elapsed < 5.0, elapsed  # < 1 s on an idle machine; the services are starting
         assert first.poll() is None, "the refused launch disturbed the live one"
-    code, out = _output(first, 600)
+    code, out = finish(first, 600)
     assert code == 0, out
 
     changes = ("coordinator.num_steps=10", "coordinator.prompts_per_step=4", "learner.lr=0.001")
-    code, out = _output(launch(run, "--resume", str(run), *_sets(*changes)), 600)
+    code, out = finish(launch(run, "--resume", str(run), *_sets(*changes)), 600)
     assert code == 0, out
     audit(run, 10, {s: 8 if s <= 6 else 4 for s in range(1, 11)})
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -80,6 +80,25 @@ class StepResult:
     """After the AdamW step."""
 
 
+def one_batch_args(out_dir: Path, batch_size: int, steps: int) -> dict[str, Any]:
+    """The ``transformers.TrainingArguments`` every oracle run shares: one batch per step,
+    ``steps`` steps at a constant learning rate, on the CPU in fp32, logging every step,
+    nothing saved or reported."""
+    return dict(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=batch_size,
+        max_steps=steps,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+
+
 def trl_step(
     model_dir: Path, batch: Batch, out_dir: Path, trainer: str = "grpo", **config: Any
 ) -> StepResult:
@@ -124,19 +143,9 @@ def trl_step(
         return [batch.rewards[index[tuple(c)]] for c in completion_ids]
 
     common = dict(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=len(batch.completions),
+        **one_batch_args(out_dir, len(batch.completions), steps=1),
         num_generations=size,
         beta=0.0,
-        max_steps=1,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     inputs = dict(

@@ -23,7 +23,7 @@ from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.preference import preference_step
 from hybridflow.services.learner.worker import LearnerWorker
-from tests.oracle.trl_oracle import GradLog, StepResult
+from tests.oracle.trl_oracle import GradLog, StepResult, one_batch_args
 
 STEPS = 2
 
@@ -61,7 +61,6 @@ def trl_kto_steps(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl import KTOConfig, KTOTrainer
 
     class TokenisedKTO(KTOTrainer):  # type: ignore[misc]
@@ -77,29 +76,8 @@ def trl_kto_steps(
             "label": [bool(r.label) for r in rows],
         }
     )
-    args = KTOConfig(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=len(rows),
-        max_steps=STEPS,
-        max_length=None,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        **config,
-    )
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = TokenisedKTO(
-        model=model,
-        args=args,
-        train_dataset=data,
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-    )
-    return _run(trainer, TrainerCallback)
+    args = KTOConfig(**one_batch_args(out_dir, len(rows), STEPS), max_length=None, **config)
+    return _train(TokenisedKTO, args, data, model_dir)
 
 
 def trl_dpo_steps(
@@ -110,7 +88,6 @@ def trl_dpo_steps(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl import DPOConfig, DPOTrainer
 
     class TokenisedDPO(DPOTrainer):  # type: ignore[misc]
@@ -124,29 +101,8 @@ def trl_dpo_steps(
             "rejected_ids": [list(map(int, p.rejected_ids)) for p in pairs],
         }
     )
-    args = DPOConfig(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=len(pairs),
-        max_steps=STEPS,
-        max_length=None,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        **config,
-    )
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = TokenisedDPO(
-        model=model,
-        args=args,
-        train_dataset=data,
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-    )
-    return _run(trainer, TrainerCallback)
+    args = DPOConfig(**one_batch_args(out_dir, len(pairs), STEPS), max_length=None, **config)
+    return _train(TokenisedDPO, args, data, model_dir)
 
 
 def trl_orpo_steps(
@@ -165,7 +121,6 @@ def trl_orpo_steps(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
     class TokenisedORPO(ORPOTrainer):  # type: ignore[misc]
@@ -181,35 +136,24 @@ def trl_orpo_steps(
         columns[f"{name}_input_ids"] = rows
         columns[f"{name}_attention_mask"] = [[1] * len(r) for r in rows]
         columns[f"{name}_labels"] = [[-100] * len(p) + r[len(p) :] for p, r in zip(prompts, rows)]
-    args = ORPOConfig(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=len(pairs),
-        max_steps=STEPS,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        **config,
-    )
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = TokenisedORPO(
-        model=model,
+    args = ORPOConfig(**one_batch_args(out_dir, len(pairs), STEPS), **config)
+    return _train(TokenisedORPO, args, Dataset.from_dict(columns), model_dir)
+
+
+def _train(trainer_class: type, args: Any, data: Any, model_dir: Path) -> StepResult:
+    """Trains ``trainer_class`` on ``data`` from ``model_dir`` for its ``STEPS``; the last
+    step's loss and gradients, and the weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    trainer = trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
         args=args,
-        train_dataset=Dataset.from_dict(columns),
+        train_dataset=data,
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
-    return _run(trainer, TrainerCallback)
-
-
-def _run(trainer: Any, callback: type) -> StepResult:
-    """Trains ``trainer`` for its ``STEPS``; the last step's loss and gradients, the weights."""
     grads = GradLog()
 
-    class GradRecorder(callback):  # type: ignore[misc, valid-type]
+    class GradRecorder(TrainerCallback):  # type: ignore[misc]
         def on_pre_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
             grads.record(trainer.model)
 

@@ -106,7 +106,9 @@ def test_lock_file_is_not_inherited_by_children(tmp_path: Path) -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         lock.release()  # the holder ends; a child it started must not keep the run locked
-        lock_run_dir(tmp_path).release()
+        again = lock_run_dir(tmp_path)  # raises RunDirBusy if the child held it
+        assert sleeper.poll() is None  # the child is still alive while the lock is retaken
+        again.release()
     finally:
         sleeper.kill()
         sleeper.wait()
