@@ -14,12 +14,15 @@ import numpy.typing as npt
 
 TokenArray = npt.NDArray[np.int32]
 FloatArray = npt.NDArray[np.float32]
+RoutingArray = npt.NDArray[np.int16]
+"""Mixture-of-experts routing: ``[tokens, moe layers, top_k]`` expert ids."""
 
 TokenLike = TokenArray | Sequence[int]
 """Token ids as an array, or as a list where a caller builds them by hand."""
 
 TOKEN_DTYPE = np.dtype(np.int32)
 FLOAT_DTYPE = np.dtype(np.float32)
+ROUTING_DTYPE = np.dtype(np.int16)
 
 
 def as_tokens(values: Any) -> TokenArray:
@@ -34,6 +37,21 @@ def as_tokens(values: Any) -> TokenArray:
     if arr.dtype != TOKEN_DTYPE and (arr.min() < -(2**31) or arr.max() >= 2**31):
         raise ValueError("token ids must fit in int32")
     return arr.astype(TOKEN_DTYPE, copy=False)
+
+
+def as_routing(values: Any) -> RoutingArray:
+    """``values`` as a 3-D int16 ``[tokens, layers, top_k]`` array of expert ids (no copy when
+    it already is one); ValueError for another shape or an id outside int16's non-negatives."""
+    arr = np.asarray(values)
+    if arr.ndim != 3 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(
+            f"routed experts must be [tokens, layers, top_k] ints, got {arr.dtype}{arr.shape}"
+        )
+    if arr.dtype == ROUTING_DTYPE:
+        return arr
+    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(ROUTING_DTYPE).max):
+        raise ValueError("routed experts: expert ids must be in [0, 32767]")
+    return arr.astype(ROUTING_DTYPE, copy=False)
 
 
 def as_floats(values: Any) -> FloatArray:

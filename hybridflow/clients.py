@@ -74,3 +74,8 @@ class LearnerClient(Protocol):
         """Whether samples must carry their prompt's greedy baseline score (``baseline``:
         ReMax); the schedule then generates one greedy response per prompt."""
         ...
+
+    def needs_routed_experts(self) -> bool:
+        """Whether samples must carry the rollout's MoE routing (``routed_experts``; the
+        learner replays it); the schedule then asks the rollout to report it."""
+        ...

@@ -140,6 +140,7 @@ class RLTrainer:
             self.run_dir,
             continue_from=self._state,
             greedy_baseline=self.learner.needs_greedy_baseline(),
+            routed_experts=self.learner.needs_routed_experts(),
         )
         job.run()
         self._state = job.state

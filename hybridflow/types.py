@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from hybridflow.arrays import FloatArray, TokenArray
+    from hybridflow.arrays import FloatArray, RoutingArray, TokenArray
 
 FinishReason = Literal["stop", "length"]
 
@@ -52,6 +52,8 @@ class SamplingParams:
     """Seed for this request's sampler; None draws from the engine's generator."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end a completion (EOS always does)."""
+    return_routed_experts: bool = False
+    """Report each completion's ``routed_experts`` (mixture-of-experts models; router replay)."""
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
@@ -80,14 +82,19 @@ class Completion:
     token_versions: TokenArray | None = None
     """Per-token weight versions when weights changed mid-sequence; None when all are
     ``policy_version``."""
+    routed_experts: RoutingArray | None = None
+    """When the request asked: int16 ``[tokens read, moe layers, top_k]``, the experts each
+    token the model read (prompt, then every sampled token but the last) was routed to."""
 
     def __post_init__(self) -> None:
-        from hybridflow.arrays import as_floats, as_tokens
+        from hybridflow.arrays import as_floats, as_routing, as_tokens
 
         self.token_ids = as_tokens(self.token_ids)
         self.logprobs = as_floats(self.logprobs)
         if self.token_versions is not None:
             self.token_versions = as_tokens(self.token_versions)
+        if self.routed_experts is not None:
+            self.routed_experts = as_routing(self.routed_experts)
 
     __eq__ = arrays_equal
 
@@ -128,13 +135,18 @@ class TrainSample:
     policy_version: int
     baseline: float | None = None
     """Score of the prompt's greedy response (ReMax's baseline); None when none was generated."""
+    routed_experts: RoutingArray | None = None
+    """The rollout's routing of prompt + response (``Completion.routed_experts``), which the
+    learner replays under ``learner.moe_router_replay``; None when not reported."""
 
     def __post_init__(self) -> None:
-        from hybridflow.arrays import as_floats, as_tokens
+        from hybridflow.arrays import as_floats, as_routing, as_tokens
 
         self.prompt_ids = as_tokens(self.prompt_ids)
         self.response_ids = as_tokens(self.response_ids)
         self.rollout_logprobs = as_floats(self.rollout_logprobs)
+        if self.routed_experts is not None:
+            self.routed_experts = as_routing(self.routed_experts)
 
     __eq__ = arrays_equal
 

@@ -93,9 +93,9 @@ def main() -> None:
         got = llm.collective_rpc("take_routing")[0]
         completion = out.outputs[0]
         ids = torch.tensor([prompt + list(completion.token_ids)])
-        routed = torch.zeros(len(next(iter(got.values()))), max(got) + 1, 2, dtype=torch.long)
-        for i, rows in got.items():
-            routed[:, i] = torch.tensor(rows)
+        routed = torch.zeros(len(next(iter(got.values()))), len(got), 2, dtype=torch.long)
+        for j, i in enumerate(sorted(got)):  # MoE layers in model order
+            routed[:, j] = torch.tensor(got[i])
         theirs = np.array([next(iter(d.values())).logprob for d in completion.logprobs])
         own: dict[int, torch.Tensor] = {}
         hooks = [r.register_forward_hook(lambda m, a, o, i=i, own=own: own.__setitem__(i, o[2]))
@@ -106,8 +106,9 @@ def main() -> None:
             if not replay:
                 for h in hooks:
                     h.remove()
-                for i, idx in own.items():
-                    mine, vllm = idx[: len(routed)].sort(-1).values, routed[:, i].sort(-1).values
+                for j, i in enumerate(sorted(own)):
+                    idx = own[i]
+                    mine, vllm = idx[: len(routed)].sort(-1).values, routed[:, j].sort(-1).values
                     num_differing += int((mine != vllm).any(-1).sum())
                     num_routed += len(routed)
             logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], -1)

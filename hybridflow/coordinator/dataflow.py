@@ -107,6 +107,7 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
                     group_id=first_group_id + offset,
                     policy_version=completion.policy_version,
                     baseline=group.baseline,
+                    routed_experts=completion.routed_experts,
                 )
             )
     return samples

@@ -96,6 +96,7 @@ class TrainingJob:
         continue_from: CoordinatorState | None = None,
         greedy_baseline: bool = False,
         resolved_config: Mapping[str, Any] | None = None,
+        routed_experts: bool = False,
     ) -> None:
         """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
         (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all.
@@ -106,7 +107,9 @@ class TrainingJob:
         score (ReMax), so every request also generates and scores one greedy response.
         ``resolved_config``: the job's whole resolved config as a dict (run.py: the
         ``JobConfig``), saved with each checkpoint and compared with it on resume
-        (``resume_policy``); None: the coordinator section alone."""
+        (``resume_policy``); None: the coordinator section alone.
+        ``routed_experts``: the learner replays MoE routing, so every request asks the
+        rollout for each completion's routed experts."""
         if config.sync_every - 1 > config.max_staleness:
             raise ValueError(
                 f"coordinator.sync_every={config.sync_every} lets samples lag "
@@ -135,6 +138,7 @@ class TrainingJob:
             max_new_tokens=config.sampling.max_new_tokens,
             n=config.group_size,
             seed=config.seed,
+            return_routed_experts=routed_experts,
         )
         # Admission lead (coordinator.admission: pace | greedy), fed after each step: pacing.py
         self.pacer = Pacer(config.max_staleness, config.sync_every, config.admission == "greedy")

@@ -135,6 +135,7 @@ RULES: dict[str, Rule] = {
     "learner.kl_estimator": _LOSS,
     "learner.off_policy": _LOSS,
     "learner.is_cap": _LOSS,
+    "learner.moe_router_replay": _LOSS,
     "learner.kl_mode": _LOSS,
     "learner.use_reference": _apply(
         "the reference is the initial model, reloaded at start, never checkpointed"

@@ -193,6 +193,9 @@ def run_job(
         greedy_baseline = services.learner.needs_greedy_baseline()
         if greedy_baseline:
             log.info("the learner's estimator needs greedy baselines: one greedy reply per prompt")
+        routed_experts = services.learner.needs_routed_experts()
+        if routed_experts:
+            log.info("the learner replays MoE routing: the rollout reports routed experts")
         training = TrainingJob(
             cfg,
             services,
@@ -202,6 +205,7 @@ def run_job(
             resume,
             checkpoint_root,
             greedy_baseline=greedy_baseline,
+            routed_experts=routed_experts,
             resolved_config=asdict(job),
         )
         training.launch_time = origin

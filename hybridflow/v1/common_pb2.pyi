@@ -35,7 +35,7 @@ class TokenBatch(_message.Message):
     def __init__(self, token_ids: _Optional[bytes] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "max_new_tokens", "n", "has_seed", "seed", "stop_token_ids")
+    __slots__ = ("temperature", "top_p", "max_new_tokens", "n", "has_seed", "seed", "stop_token_ids", "return_routed_experts")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class SamplingParams(_message.Message):
     HAS_SEED_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     max_new_tokens: int
@@ -50,21 +51,32 @@ class SamplingParams(_message.Message):
     has_seed: bool
     seed: int
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., n: _Optional[int] = ..., has_seed: _Optional[bool] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    return_routed_experts: bool
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., n: _Optional[int] = ..., has_seed: _Optional[bool] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., return_routed_experts: _Optional[bool] = ...) -> None: ...
 
 class Completions(_message.Message):
-    __slots__ = ("tokens", "logprobs", "finish_reasons", "policy_versions", "token_versions")
+    __slots__ = ("tokens", "logprobs", "finish_reasons", "policy_versions", "token_versions", "routed_experts")
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASONS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     tokens: TokenBatch
     logprobs: Tensor
     finish_reasons: _containers.RepeatedScalarFieldContainer[FinishReason]
     policy_versions: _containers.RepeatedScalarFieldContainer[int]
     token_versions: Tensor
-    def __init__(self, tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., logprobs: _Optional[_Union[Tensor, _Mapping]] = ..., finish_reasons: _Optional[_Iterable[_Union[FinishReason, str]]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., token_versions: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    routed_experts: RoutedExperts
+    def __init__(self, tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., logprobs: _Optional[_Union[Tensor, _Mapping]] = ..., finish_reasons: _Optional[_Iterable[_Union[FinishReason, str]]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., token_versions: _Optional[_Union[Tensor, _Mapping]] = ..., routed_experts: _Optional[_Union[RoutedExperts, _Mapping]] = ...) -> None: ...
+
+class RoutedExperts(_message.Message):
+    __slots__ = ("experts", "offsets")
+    EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    experts: Tensor
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, experts: _Optional[_Union[Tensor, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Chunk(_message.Message):
     __slots__ = ("total_bytes", "offset", "data")

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TrainBatch(_message.Message):
-    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines")
+    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines", "routed_experts")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class TrainBatch(_message.Message):
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     BASELINES_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     prompts: _common_pb2.TokenBatch
     responses: _common_pb2.TokenBatch
     rollout_logprobs: _common_pb2.Tensor
@@ -23,7 +24,8 @@ class TrainBatch(_message.Message):
     group_ids: _containers.RepeatedScalarFieldContainer[int]
     policy_versions: _containers.RepeatedScalarFieldContainer[int]
     baselines: _common_pb2.Tensor
-    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    routed_experts: _common_pb2.RoutedExperts
+    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., routed_experts: _Optional[_Union[_common_pb2.RoutedExperts, _Mapping]] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ("policy_version", "metrics")
@@ -103,15 +105,17 @@ class TrainStateResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class LearnerInfo(_message.Message):
-    __slots__ = ("model", "algorithm", "policy_version", "world_size", "needs_greedy_baseline")
+    __slots__ = ("model", "algorithm", "policy_version", "world_size", "needs_greedy_baseline", "needs_routed_experts")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     NEEDS_GREEDY_BASELINE_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     model: str
     algorithm: str
     policy_version: int
     world_size: int
     needs_greedy_baseline: bool
-    def __init__(self, model: _Optional[str] = ..., algorithm: _Optional[str] = ..., policy_version: _Optional[int] = ..., world_size: _Optional[int] = ..., needs_greedy_baseline: _Optional[bool] = ...) -> None: ...
+    needs_routed_experts: bool
+    def __init__(self, model: _Optional[str] = ..., algorithm: _Optional[str] = ..., policy_version: _Optional[int] = ..., world_size: _Optional[int] = ..., needs_greedy_baseline: _Optional[bool] = ..., needs_routed_experts: _Optional[bool] = ...) -> None: ...

@@ -215,3 +215,11 @@ def test_a_cancelled_request_ends_and_the_next_one_is_served(engine) -> None:
     assert err.value.num_steps == 2 and len(polls) == 3
     groups = engine.generate([[5, 6, 7]], SamplingParams(n=2, max_new_tokens=2, seed=3))
     assert len(groups[0]) == 2 and all(c.token_ids.size for c in groups[0])
+
+
+def test_routed_experts_are_refused_for_a_dense_model(engine) -> None:
+    """Routing is asked for MoE router replay; a dense model has none to report (the MoE
+    side of this is ``test_vllm_routing.py``)."""
+    with pytest.raises(ValueError, match="return_routed_experts"):
+        engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2, return_routed_experts=True))
+    assert engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2))[0][0].routed_experts is None

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             policy_version=worker.policy_version,
             world_size=dist_info.world_size,
             needs_greedy_baseline=core.needs_greedy_baseline(),
+            needs_routed_experts=core.needs_routed_experts(),
         )
 
     servicer = LearnerServicer(

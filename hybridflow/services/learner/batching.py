@@ -40,6 +40,9 @@ class PaddedBatch:
     """[rows, resp] response token ids (pad id after each row's end)."""
     response_mask: torch.Tensor
     """[rows, resp] float 1 on real response tokens (all 0 for filler rows)."""
+    routed_experts: torch.Tensor | None = None
+    """[rows * seq, MoE layers, top_k] expert ids to replay (``learner.moe_router_replay``;
+    ``router_replay.batch_routing``), -1 where the router chooses; None: no replay."""
 
 
 def validate_sequences(

@@ -89,5 +89,8 @@ class GrpcLearnerClient:
     def needs_greedy_baseline(self) -> bool:
         return bool(self.info().needs_greedy_baseline)
 
+    def needs_routed_experts(self) -> bool:
+        return bool(self.info().needs_routed_experts)
+
     def close(self) -> None:
         self._channel.close()

@@ -51,6 +51,7 @@ POLICY_GRADIENT_ONLY: dict[str, object] = {
     "num_mini_batches": 1,
     "off_policy": "none",
     "overlong_buffer": 0,
+    "moe_router_replay": False,
 }
 """Keys (with their defaults) that only the policy-gradient presets read: dpo and rft take
 one DPO / SFT step per batch, so a non-default value would be silently ignored; refused."""
@@ -106,6 +107,11 @@ class LearnerConfig:
     against the rollout log-probs) or decoupled (decoupled PPO, proximal log-probs recomputed)."""
     is_cap: float = 2.0
     """Truncation of the importance weights (tis); decoupled uses it times 5 as a safety cap."""
+    moe_router_replay: bool = False
+    """Mixture-of-experts models: the learner's forwards route each token to the experts the
+    rollout engine routed it to (R3), so learner and rollout log-probs belong to the same
+    computation; the coordinator asks the rollout to report them (needs rollout.engine
+    vllm). The router still learns: its softmax weights over those experts are its own."""
     kl_mode: Literal["loss", "reward"] = "loss"
     """Where KL enters: "loss" (a loss term) or "reward" (a per-token reward penalty; PPO)."""
     use_reference: bool = False

@@ -15,6 +15,7 @@ from hybridflow.rpc.codec import (
     token_buffer,
     unpack_floats,
 )
+from hybridflow.rpc.routing import pack_routed, unpack_routed
 from hybridflow.types import TrainSample, TrainStepResult
 from hybridflow.v1 import learner_pb2
 
@@ -29,6 +30,8 @@ def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
     )
     if any(s.baseline is not None for s in samples):
         rest.baselines.CopyFrom(pack_floats(_baselines_with_nan(samples)))
+    if any(s.routed_experts is not None for s in samples):
+        rest.routed_experts.CopyFrom(pack_routed([s.routed_experts for s in samples]))
     fields = learner_pb2.TrainBatch
     return [
         *wire.bytes_field(
@@ -99,6 +102,11 @@ def batch_from_proto(
     responses = split_by(response_flat, response_offsets)
     sample_logprobs = split_by(logprobs, response_offsets)
     baselines = _baselines_from_proto(msg, n)
+    routed = (
+        unpack_routed(msg.routed_experts, n, "batch.routed_experts")
+        if msg.HasField("routed_experts")
+        else [None] * n
+    )
     return [
         TrainSample(
             prompt_ids=prompts[i],
@@ -108,6 +116,7 @@ def batch_from_proto(
             group_id=group_id,
             policy_version=version,
             baseline=baselines[i],
+            routed_experts=routed[i],
         )
         for i, (reward, group_id, version) in enumerate(
             zip(rewards.tolist(), msg.group_ids, msg.policy_versions)

@@ -51,6 +51,10 @@ class LearnerCore:
         estimator = self.worker.estimator
         return estimator is not None and estimator.needs_baseline
 
+    def needs_routed_experts(self) -> bool:
+        """Samples must carry the rollout's MoE routing (``learner.moe_router_replay``)."""
+        return bool(self.worker.config.moe_router_replay)
+
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         start = time.perf_counter()
         result = self.worker.train_step(samples)

@@ -15,6 +15,7 @@ from torch import nn
 
 from hybridflow.algorithms.entropy import entropy_from_logits
 from hybridflow.algorithms.logprobs import effective_temperature, logprobs_from_logits
+from hybridflow.models.router_replay import replay_routing
 from hybridflow.services.learner.batching import PaddedBatch
 
 
@@ -24,14 +25,16 @@ def policy_forward(
     """``(logprobs, entropy)`` of the response tokens, each ``[rows, resp]`` fp32.
 
     Entropy (of the temperature-scaled distribution) is None unless ``with_entropy``.
-    Padded response slots hold meaningless values; callers mask them.
+    Padded response slots hold meaningless values; callers mask them. A batch carrying
+    ``routed_experts`` is run with the model's MoE routers replaying them.
     """
-    out: Any = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    )
+    with replay_routing(model, batch.routed_experts):
+        out: Any = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
     logits = out.logits
     index = batch.response_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     scaled = logits.gather(1, index).float() / effective_temperature(temperature)

@@ -14,7 +14,7 @@ This module knows nothing about gRPC, checkpoints or how the models were loaded.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ from hybridflow.algorithms.registry import (
     as_policy_loss_output,
 )
 from hybridflow.algorithms.value_loss import compute_value_loss
+from hybridflow.models.router_replay import batch_routing
 from hybridflow.services.learner.batching import (
     MicroBatch,
     PaddedBatch,
@@ -70,13 +71,18 @@ class UpdateContext:
 
     def batch(self, micro: MicroBatch) -> PaddedBatch:
         rows = [self.samples[i] for i in micro.indices]
-        return build_padded_batch(
+        batch = build_padded_batch(
             [s.prompt_ids for s in rows],
             [s.response_ids for s in rows],
             self.pad_id,
             self.device,
             micro.weights,
         )
+        if self.config.moe_router_replay:  # the samples' routing was checked on arrival
+            batch.routed_experts = batch_routing(
+                [s.routed_experts for s in rows], batch.input_ids.shape[1], self.device
+            )
+        return batch
 
     def stack(
         self, per_sample: dict[int, torch.Tensor], micro: MicroBatch, width: int
@@ -270,7 +276,9 @@ def precompute(
         if need_old and actor is not None:
             results["old_logp"] = policy_forward(actor, batch, cfg.temperature, False)[0]
         if reference is not None:
-            results["ref_logp"] = policy_forward(reference, batch, cfg.temperature, False)[0]
+            # The reference routes by itself: replay follows the policy that sampled.
+            own = replace(batch, routed_experts=None)
+            results["ref_logp"] = policy_forward(reference, own, cfg.temperature, False)[0]
         if critic is not None:
             results["values"] = value_forward(critic, batch)
         for key, tensor in results.items():

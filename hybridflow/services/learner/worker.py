@@ -40,6 +40,7 @@ from hybridflow.algorithms.registry import (
     resolve_policy_loss,
 )
 from hybridflow.arrays import FloatArray, TokenLike
+from hybridflow.models.router_replay import check_routing, moe_routers
 from hybridflow.services.learner.batching import (
     StepPlan,
     build_padded_batch,
@@ -129,6 +130,11 @@ class LearnerWorker:
         else:
             assert self.critic is not None, "a rank holds the actor or the critic"
             model = self.critic.backbone
+        if config.moe_router_replay and self._actor is not None and not moe_routers(model):
+            raise ValueError(
+                f"learner.moe_router_replay: {model_path} has no mixture-of-experts layers "
+                "whose routing could be replayed (Qwen3-MoE routers are)"
+            )
         embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)
@@ -186,6 +192,8 @@ class LearnerWorker:
         (dpo / rft: one online DPO / RFT step)."""
         cfg = self.config
         validate_samples(samples, self.vocab_size)
+        if cfg.moe_router_replay and self._actor is not None:
+            self._check_routing(samples)
         if not cfg.is_policy_gradient:
             return self._preference_train_step(samples)
         assert self.estimator is not None and self.policy_loss is not None
@@ -241,6 +249,18 @@ class LearnerWorker:
         metrics["actor/lr"] = self._lr_in_use()
         metrics["training/policy_version"] = float(self.policy_version)
         return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
+
+    def _check_routing(self, samples: list[TrainSample]) -> None:
+        """ValueError naming the first sample without routing that fits the actor."""
+        assert self._actor is not None
+        for i, s in enumerate(samples):
+            if s.routed_experts is None:
+                raise ValueError(
+                    f"samples[{i}].routed_experts: missing, and learner.moe_router_replay "
+                    "replays them (the rollout reports them only with rollout.engine=vllm)"
+                )
+            tokens = len(s.prompt_ids) + len(s.response_ids)
+            check_routing(self._actor, s.routed_experts, tokens, f"samples[{i}].routed_experts")
 
     def _preference_train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         """algorithm dpo / rft: one step of ``online_preference``; the version rises by one."""

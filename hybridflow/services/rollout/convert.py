@@ -17,6 +17,7 @@ from hybridflow.rpc.codec import (
     unpack_floats,
     unpack_ints,
 )
+from hybridflow.rpc.routing import pack_routed, unpack_routed
 from hybridflow.types import Completion, RolloutStatus, SamplingParams
 from hybridflow.v1 import common_pb2, rollout_pb2
 
@@ -36,6 +37,7 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
         has_seed=params.seed is not None,
         seed=params.seed or 0,
         stop_token_ids=list(params.stop_token_ids),
+        return_routed_experts=params.return_routed_experts,
     )
 
 
@@ -47,6 +49,7 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
         n=msg.n,
         seed=msg.seed if msg.has_seed else None,
         stop_token_ids=tuple(msg.stop_token_ids),
+        return_routed_experts=msg.return_routed_experts,
     )
     params.validate()
     return params
@@ -67,6 +70,8 @@ def completion_pieces(completions: Sequence[Completion]) -> list[wire.Piece]:
             for c in completions
         ]
         rest.token_versions.CopyFrom(pack_ints(np.concatenate(versions)))
+    if any(c.routed_experts is not None for c in completions):
+        rest.routed_experts.CopyFrom(pack_routed([c.routed_experts for c in completions]))
     fields = common_pb2.Completions
     return [
         *wire.bytes_field(
@@ -108,6 +113,11 @@ def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
         if msg.HasField("token_versions")
         else [None] * count
     )
+    routed = (
+        unpack_routed(msg.routed_experts, count, "completions.routed_experts")
+        if msg.HasField("routed_experts")
+        else [None] * count
+    )
     reasons = []
     for reason in msg.finish_reasons:
         if reason not in _FINISH_FROM_PROTO:
@@ -120,13 +130,15 @@ def completions_from_proto(msg: common_pb2.Completions) -> list[Completion]:
             finish_reason=reason,  # type: ignore[arg-type]
             policy_version=version,
             token_versions=versions,
+            routed_experts=experts,
         )
-        for ids, lps, reason, version, versions in zip(
+        for ids, lps, reason, version, versions, experts in zip(
             split_by(flat, offsets),
             split_by(logprobs, offsets),
             reasons,
             msg.policy_versions,
             token_versions,
+            routed,
         )
     ]
 

@@ -129,6 +129,11 @@ class HFEngine:
         ``should_stop`` is polled before every decode step; when it says so the request ends
         at once with ``Cancelled`` (its tokens are dropped)."""
         check_token_request(prompts, params, self.vocab_size)
+        if params.return_routed_experts:
+            raise ValueError(
+                "sampling.return_routed_experts: the hf engine does not report routed experts "
+                "(it routes as the learner does; router replay is for rollout.engine=vllm)"
+            )
         if not prompts:
             return []
         with self._lock:

@@ -194,6 +194,9 @@ class VLLMEngine:
         if self.tie_word_embeddings and "model.embed_tokens.weight" in self._shapes:
             # Full state dicts name the tied head too; it is the embedding.
             self._shapes.setdefault("lm_head.weight", self._shapes["model.embed_tokens.weight"])
+        self.num_moe_layers: int = int(self._rpc("hf_moe_layers")[0])
+        """Mixture-of-experts layers of the model (0: dense; no routing to report)."""
+        self._capturing_routing = False
         self._ids = itertools.count()
         self._lock = threading.Lock()
         """Serialises every call into the engine core and its workers."""
@@ -239,6 +242,11 @@ class VLLMEngine:
     def check_request(self, prompts: Sequence[TokenArray], params: SamplingParams) -> None:
         """ValueError naming a bad request or what this engine cannot do the contract's way."""
         check_token_request(prompts, params, self.vocab_size)
+        if params.return_routed_experts and not self.num_moe_layers:
+            raise ValueError(
+                "sampling.return_routed_experts: this model has no mixture-of-experts layers "
+                "(router replay is for MoE models)"
+            )
         if params.top_p < 1.0:
             raise ValueError(
                 "sampling.top_p < 1 is not supported by the vllm engine: vLLM reports log-probs "
@@ -276,6 +284,9 @@ class VLLMEngine:
         stop_ids = sorted({self.eos_token_id, *params.stop_token_ids})
         self._check_alive()
         with self._lock:
+            if params.return_routed_experts and not self._capturing_routing:
+                self._rpc("hf_capture_routing", True)
+                self._capturing_routing = True
             rows: dict[str, int] = {}
             for p, prompt in enumerate(prompts):
                 for j in range(params.n):
@@ -299,8 +310,41 @@ class VLLMEngine:
                         TokensPrompt(prompt_token_ids=as_tokens(prompt).tolist()),
                         vparams,
                     )
-            tokens, logprobs, versions, stopped = self._run_locked(rows, should_stop)
-        return self._completions(len(prompts), params.n, tokens, logprobs, versions, stopped)
+            try:
+                tokens, logprobs, versions, stopped = self._run_locked(rows, should_stop)
+            finally:  # the recorder forgets these requests whatever happened
+                routed = self._take_routing(list(rows))
+        groups = self._completions(len(prompts), params.n, tokens, logprobs, versions, stopped)
+        if params.return_routed_experts:
+            self._attach_routing(prompts, params.n, groups, rows, routed)
+        return groups
+
+    def _take_routing(self, request_ids: list[str]) -> dict[str, np.ndarray]:
+        if not self._capturing_routing or self.dead_reason is not None:
+            return {}
+        # Every TP rank routes the same tokens the same way; rank 0's record is the answer.
+        return cast("dict[str, np.ndarray]", self._rpc("hf_take_routing", request_ids)[0])
+
+    @staticmethod
+    def _attach_routing(
+        prompts: Sequence[TokenArray],
+        n: int,
+        groups: list[list[Completion]],
+        rows: dict[str, int],
+        routed: dict[str, np.ndarray],
+    ) -> None:
+        """Each completion's routing: one row per token the model read (its prompt, then
+        each sampled token but the last); RuntimeError if the record has a gap."""
+        for request_id, row in rows.items():
+            completion = groups[row // n][row % n]
+            expected = len(prompts[row // n]) + max(0, completion.token_ids.size - 1)
+            got = routed.get(request_id)
+            if got is None or len(got) < expected or bool((got[:expected] < 0).any()):
+                raise RuntimeError(
+                    f"vLLM recorded no complete routing for completion {row} "
+                    f"({0 if got is None else len(got)} of {expected} positions)"
+                )
+            completion.routed_experts = got[:expected]
 
     def _run_locked(
         self, rows: dict[str, int], should_stop: ShouldStop | None = None

@@ -34,14 +34,16 @@ import torch
 from hybridflow.models.families import DecoderDims, ModelFamily, family_of_config
 from hybridflow.resharding.coverage import check_same_params
 from hybridflow.resharding.layout import layout_of
+from hybridflow.services.rollout.vllm_routing import RoutingCaptureWorker
 from hybridflow.weights.dist import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
 TableRow = tuple[str, tuple[int, ...], str]
 
 
-class WeightSyncWorker:
-    """Mixin for vLLM's worker: ``self`` is the worker (``model_runner``, ``rank``, ...)."""
+class WeightSyncWorker(RoutingCaptureWorker):
+    """Mixin for vLLM's worker: ``self`` is the worker (``model_runner``, ``rank``, ...).
+    It also records mixture-of-experts routing on request (``vllm_routing``)."""
 
     model_config: Any
     model_runner: Any
@@ -165,6 +167,7 @@ class WeightSyncWorker:
         with _presharded_linears(model, sharded):
             self.reload_weights(weights_iterator=iter(named_tensors))
         _prepack_cpu_experts(model)
+        self._hf_reattach_routing()
 
 
 def _prepack_cpu_experts(model: torch.nn.Module) -> int:

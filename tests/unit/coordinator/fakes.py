@@ -94,6 +94,9 @@ class FakeLearner:
     def needs_greedy_baseline(self) -> bool:
         return self.greedy_baseline
 
+    def needs_routed_experts(self) -> bool:
+        return False
+
     def compute_logprobs(self, prompts, responses, temperature):
         return [[-0.5] * len(r) for r in responses]
 

@@ -95,6 +95,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "learner.kl_estimator": ("learner.kl_estimator=k1",),
     "learner.off_policy": ("learner.off_policy=tis",),
     "learner.is_cap": ("learner.is_cap=3.0",),
+    "learner.moe_router_replay": ("learner.moe_router_replay=true",),
     "learner.kl_mode": ("learner.kl_mode=reward",),
     "learner.use_reference": ("learner.use_reference=true",),
     "learner.entropy_coef": ("learner.entropy_coef=0.01",),
