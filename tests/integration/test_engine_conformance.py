@@ -222,4 +222,6 @@ def test_routed_experts_are_refused_for_a_dense_model(engine) -> None:
     side of this is ``test_vllm_routing.py``)."""
     with pytest.raises(ValueError, match="return_routed_experts"):
         engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2, return_routed_experts=True))
-    assert engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2))[0][0].routed_experts is None
+    assert (
+        engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2))[0][0].routed_experts is None
+    )
