@@ -13,7 +13,7 @@ MIB = 1024 * 1024
 
 
 def start_rollout_server(
-    model_path: Path, seed: int = 0, max_bytes: int = 64 * MIB
+    model_path: Path, seed: int = 0, max_bytes: int = 64 * MIB, dtype: str = "float32"
 ) -> tuple[RunningServer, object]:
     from hybridflow.services.rollout.engine import HFEngine
     from hybridflow.services.rollout.local import LocalRollout
@@ -22,7 +22,7 @@ def start_rollout_server(
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
     from hybridflow.weights.servicer import WeightSyncServicer
 
-    rollout = LocalRollout(HFEngine(model_path, seed=seed), str(model_path))
+    rollout = LocalRollout(HFEngine(model_path, seed=seed, dtype=dtype), str(model_path))
     servicer = RolloutServicer(rollout, prompts_per_message=4, max_bytes=max_bytes)
     weights = WeightSyncServicer(rollout, max_bytes)
 

@@ -1,6 +1,6 @@
 """Cold-start learning, hybridflow against TRL: GRPO from a random init, seeds side by side.
 
-    python benchmarks/algorithm/cold_start_parity.py --seeds 5          # ~1.5 h on 2 cores
+    python benchmarks/algorithm/cold_start_parity.py --seeds 5          # ~10 min on 2 cores
     python benchmarks/algorithm/cold_start_parity.py --seeds 1 --steps 4   # a smoke run
 
 For every seed, three runs of the algorithm suite's cold start (``run_benchmark.COLD_START``:

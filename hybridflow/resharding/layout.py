@@ -57,6 +57,10 @@ class ReplicaLayout:
     tensors under the learner's own names (the ``hf`` engine)."""
     params: tuple[ParamLayout, ...]
     """One entry per learner parameter, sorted by name."""
+    dtype: str = ""
+    """The dtype the replica holds the weights in, which a weight sync sends them in (the
+    learner casts); "" unknown (the learner's own). Not part of the placement compared at
+    join or of the digest."""
 
     def digest(self) -> str:
         """sha256 over the family and every entry (what a log line shows)."""
@@ -83,7 +87,9 @@ def layout_of(family: str, topology: Topology) -> ReplicaLayout:
                 max_shards=part.max_shards or 0,
                 dest=dest.name,
             )
-    return ReplicaLayout(family, tuple(entries[n] for n in sorted(entries)))
+    dtypes = {p.dtype for p in topology.params}
+    dtype = dtypes.pop() if len(dtypes) == 1 else ""
+    return ReplicaLayout(family, tuple(entries[n] for n in sorted(entries)), dtype)
 
 
 def check_same_layout(expected: ReplicaLayout, reported: ReplicaLayout, replica: str) -> None:

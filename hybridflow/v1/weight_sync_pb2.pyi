@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WeightSyncInfo(_message.Message):
-    __slots__ = ("tensor_parallel_size", "policy_version", "family", "layout_digest", "layout")
+    __slots__ = ("tensor_parallel_size", "policy_version", "family", "layout_digest", "layout", "dtype")
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
     tensor_parallel_size: int
     policy_version: int
     family: str
     layout_digest: str
     layout: _containers.RepeatedCompositeFieldContainer[ParamLayout]
-    def __init__(self, tensor_parallel_size: _Optional[int] = ..., policy_version: _Optional[int] = ..., family: _Optional[str] = ..., layout_digest: _Optional[str] = ..., layout: _Optional[_Iterable[_Union[ParamLayout, _Mapping]]] = ...) -> None: ...
+    dtype: str
+    def __init__(self, tensor_parallel_size: _Optional[int] = ..., policy_version: _Optional[int] = ..., family: _Optional[str] = ..., layout_digest: _Optional[str] = ..., layout: _Optional[_Iterable[_Union[ParamLayout, _Mapping]]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class ParamLayout(_message.Message):
     __slots__ = ("name", "shape", "placement", "split_dim", "num_blocks", "max_shards", "dest")

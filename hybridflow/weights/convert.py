@@ -71,6 +71,7 @@ def replica_description_to_proto(
         policy_version=policy_version,
         family=layout.family,
         layout_digest=layout.digest(),
+        dtype=layout.dtype,
         layout=[
             weight_sync_pb2.ParamLayout(
                 name=p.name,
@@ -101,6 +102,7 @@ def replica_description_from_proto(msg: weight_sync_pb2.WeightSyncInfo) -> Repli
             )
             for p in msg.layout
         ),
+        dtype=msg.dtype,
     )
     if msg.layout_digest and msg.layout_digest != layout.digest():
         raise ValueError(

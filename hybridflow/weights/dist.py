@@ -38,6 +38,7 @@ from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
 from hybridflow.resharding.group import WeightSyncGroup, check_plan_hash, init_weight_sync_group
 from hybridflow.resharding.layout import ReplicaLayout, check_same_layout, layout_of
 from hybridflow.resharding.plan import TransferPlan, make_plan
+from hybridflow.resharding.reference import torch_dtype
 from hybridflow.resharding.topology import (
     DestParam,
     DestPart,
@@ -251,6 +252,8 @@ class DistPublisher:
     _executor: DistExecutor | NaiveExecutor | None = None
     _targets: tuple[str, ...] = ()
     _generation: int = 0
+    _wire_dtype: torch.dtype | None = None
+    """The replicas' dtype when it is not the learner's (shards are cast to it)."""
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "weight-sync"))
 
     @property
@@ -318,7 +321,7 @@ class DistPublisher:
             if self.rank == 0:
                 assert receive is not None
                 futures = [self._pool.submit(receive, t, version) for t in targets]
-            shards = {n: _local(p) for n, p in self.module.named_parameters()}
+            shards = {n: _local(p, self._wire_dtype) for n, p in self.module.named_parameters()}
             self._executor.sync(shards)
             deadline = time.monotonic() + self.config.timeout_s
             received = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
@@ -337,7 +340,9 @@ class DistPublisher:
     ) -> None:
         self._abort()
         self._generation += 1
-        tp_sizes_0, refusal = self._describe(targets, describe) if self.rank == 0 else ([], "")
+        tp_sizes_0, dtype_0, refusal = (
+            self._describe(targets, describe) if self.rank == 0 else ([], "", "")
+        )
         store_socket = None
         if self.rank == 0 and not refusal:
             store_socket = listen_socket(self.config.store_host)
@@ -346,6 +351,7 @@ class DistPublisher:
             f"ws{self._generation}-{uuid.uuid4().hex[:8]}",
             tp_sizes_0,
             refusal,
+            dtype_0,
         ]
         if dist.is_initialized() and self.world_size > 1:
             # Learner ranks agree on rank 0's meeting point and replicas over their own group.
@@ -353,8 +359,13 @@ class DistPublisher:
         if meeting[3]:  # every learner rank refuses, before any replica is asked to join
             raise ValueError(str(meeting[3]))
         port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
-        table = param_table(self.module)
-        topology = weight_sync_topology(table, tp_sizes, self._sliced_topology(tp_sizes))
+        # Sent in the replicas' dtype: a bf16 replica of an fp32 learner gets bf16 (half the
+        # bytes), cast from the learner's shards just before each sync.
+        own = param_table(self.module)
+        wire = str(meeting[4]) or own[0][2]
+        table = [(n, shape, wire) for n, shape, _ in own]
+        self._wire_dtype = None if wire == own[0][2] else torch_dtype(wire)
+        topology = weight_sync_topology(table, tp_sizes, self._sliced_topology(tp_sizes, wire))
         check_learner_covered(topology, table)
         plan = make_plan(topology, self.world_size, list(tp_sizes), self.config.bucket_bytes)
         spec = GroupSpec(
@@ -411,21 +422,33 @@ class DistPublisher:
 
     def _describe(
         self, targets: Sequence[str], describe: DescribeFn | None
-    ) -> tuple[list[int], str]:
-        """(every target's TP size, why a target is refused or ""): each replica's reported
-        layout must be the one this learner's model gives for the family it names."""
+    ) -> tuple[list[int], str, str]:
+        """(every target's TP size, the dtype they hold weights in ("" unknown), why a target
+        is refused or ""): each replica's reported layout must be the one this learner's model
+        gives for the family it names, and all must hold one dtype (one plan sends one)."""
         if describe is None:
-            return [1] * len(targets), ""
-        tp_sizes = []
+            return [1] * len(targets), "", ""
+        tp_sizes, dtypes = [], {}
         for target in targets:
             try:
                 reported = describe(target)
                 check_same_layout(self._expected_layout(reported.layout.family), reported.layout,
                                   target)  # fmt: skip
             except Exception as exc:  # noqa: BLE001 — every rank raises it after the broadcast
-                return [], str(exc) if isinstance(exc, ValueError) else _one_line(exc)
+                return [], "", str(exc) if isinstance(exc, ValueError) else _one_line(exc)
             tp_sizes.append(int(reported.tp_size))
-        return tp_sizes, ""
+            if reported.layout.dtype:
+                dtypes[target] = reported.layout.dtype
+        if len(set(dtypes.values())) > 1:
+            return (
+                [],
+                "",
+                (
+                    f"replicas hold their weights in different dtypes ({dtypes}); one weight-sync "
+                    "group sends one dtype: give every replica the same rollout.dtype"
+                ),
+            )
+        return tp_sizes, next(iter(dtypes.values()), ""), ""
 
     def _expected_layout(self, family_name: str) -> ReplicaLayout:
         """The layout this learner's model has in ``family_name`` ("" whole tensors): the
@@ -444,7 +467,7 @@ class DistPublisher:
         dtype = str(next(self.module.parameters()).dtype).removeprefix("torch.")
         return layout_of(family.model_type, family.sliced_topology(family.dims(config, dtype)))
 
-    def _sliced_topology(self, tp_sizes: Sequence[int]) -> Topology | None:
+    def _sliced_topology(self, tp_sizes: Sequence[int], dtype: str) -> Topology | None:
         """The model family's sliced topology for tensor-parallel replicas (the registry
         refuses a family it does not know); None when every replica is TP 1."""
         if all(int(t) == 1 for t in tp_sizes):
@@ -453,7 +476,6 @@ class DistPublisher:
 
         config = getattr(self.module, "config", None)
         family = family_of_config(config)
-        dtype = str(next(self.module.parameters()).dtype).removeprefix("torch.")
         return family.sliced_topology(family.dims(config, dtype))
 
     def _abort(self) -> None:
@@ -498,9 +520,10 @@ def _plan_params(plan: TransferPlan) -> dict[str, tuple[int, ...]]:
     return {p.name: p.shape for p in plan.topology.params}
 
 
-def _local(p: torch.Tensor) -> torch.Tensor:
+def _local(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """This rank's shard of ``p`` (in ``dtype`` when given: a copy)."""
     local = p.to_local() if hasattr(p, "to_local") else p
-    return local.detach()
+    return local.detach() if dtype is None else local.detach().to(dtype)
 
 
 def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:

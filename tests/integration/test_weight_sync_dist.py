@@ -135,3 +135,31 @@ def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_mode
     finally:
         for s in (learner_server, good, bad):
             s.stop(0)
+
+
+def test_a_bf16_replica_of_an_fp32_learner_gets_its_weights_in_bf16(tiny_model_path):
+    """The common real set-up (fp32 master weights, a bf16 engine): the learner sends in the
+    replica's dtype (half the bytes) and the replica ends with exactly the learner's weights
+    rounded to bf16. Replicas of two dtypes in one group are refused before any joins."""
+    import torch
+
+    cfg = WeightSyncConfig(transport="dist", timeout_s=30)
+    learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
+    bf16, rollout = start_rollout_server(tiny_model_path, dtype="bfloat16")
+    fp32, _ = start_rollout_server(tiny_model_path)
+    learner = GrpcLearnerClient(learner_server.address)
+    try:
+        train_once(GrpcRolloutClient(bf16.address), learner, 0)
+        report = learner.publish_weights([bf16.address])
+        weights = dict(core.full_weights())
+        fp32_bytes = sum(t.numel() * 4 for n, t in weights.items() if n != "lm_head.weight")
+        assert report.num_bytes <= fp32_bytes // 2 + 4096  # bf16 on the wire
+        held = rollout.engine.model.state_dict()
+        for name, tensor in weights.items():
+            assert held[name].dtype == torch.bfloat16
+            assert torch.equal(held[name], tensor.to(torch.bfloat16)), name
+        with pytest.raises(Exception, match="different dtypes"):
+            learner.publish_weights([bf16.address, fp32.address])
+    finally:
+        for s in (learner_server, bf16, fp32):
+            s.stop(0)

@@ -291,6 +291,10 @@ class LearnerWorker:
             out[f"{key}/mean"] = sum(values) / len(values)
             out[f"{key}/max"] = max(values)
             out[f"{key}/min"] = min(values)
+        if self.config.moe_router_replay:  # tokens whose routing the learner replays
+            out["training/router_replay_tokens"] = float(
+                sum(len(s.routed_experts) for s in samples if s.routed_experts is not None)
+            )
         return out
 
     def utilisation_metrics(self, samples: list[TrainSample], seconds: float) -> dict[str, float]:

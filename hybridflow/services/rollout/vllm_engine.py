@@ -467,8 +467,10 @@ class VLLMEngine:
 
         reported = self._rpc("hf_weight_layout")
         layouts = {
-            ReplicaLayout(family, tuple(ParamLayout(n, tuple(s), *rest) for n, s, *rest in rows))
-            for family, rows in reported
+            ReplicaLayout(
+                family, tuple(ParamLayout(n, tuple(s), *rest) for n, s, *rest in rows), dtype
+            )
+            for family, rows, dtype in reported
         }
         if len(layouts) != 1:
             raise RuntimeError(f"TP workers report {len(layouts)} different weight layouts")

@@ -84,14 +84,14 @@ class WeightSyncWorker(RoutingCaptureWorker):
             "keep its old values",
         )
 
-    def hf_weight_layout(self) -> tuple[str, list[tuple[Any, ...]]]:
+    def hf_weight_layout(self) -> tuple[str, list[tuple[Any, ...]], str]:
         """(family, one row per learner parameter) of how this worker places the weights:
         the family of the config this worker's model was built from, at this TP size, once
         checked against the parameters the model holds (the learner compares it at join)."""
         self.hf_check_engine_params(self.parallel_config.tensor_parallel_size)
         family = self._hf_family()
         layout = layout_of(family.model_type, family.sliced_topology(self._hf_dims()))
-        return layout.family, [astuple(p) for p in layout.params]
+        return layout.family, [astuple(p) for p in layout.params], layout.dtype
 
     # ------------------------------------------------------------------ whole checkpoints
 
