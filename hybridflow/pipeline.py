@@ -125,8 +125,8 @@ class RLDataPipeline:
     def to_config(self, path: str | Path | None = None) -> Any:
         """The job config (``JobConfig``, validated); with ``path`` also written there as the
         YAML ``deploy/launch.sh --config`` takes."""
-        from hybridflow.config.job import load_job_config
         from hybridflow.config.loader import dump_yaml
+        from hybridflow.job_config import load_job_config
 
         job = load_job_config(self.base, self.overrides())
         if path is not None:

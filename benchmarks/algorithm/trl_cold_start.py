@@ -44,8 +44,8 @@ def run(seed: int, steps: int, out: Path, data_size: int = 2048) -> list[float]:
         from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
 
-    from hybridflow.config.job import load_job_config
     from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.job_config import load_job_config
     from hybridflow.models import resolve_model_path
     from hybridflow.services.reward.rules import score_arith
 

@@ -61,12 +61,12 @@ def _ints(ids: Any) -> list[int]:
 def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from transformers import AutoTokenizer
 
-    from hybridflow.config.job import load_job_config
     from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import PromptRecord
     from hybridflow.deploy.launcher import ServiceGroup
+    from hybridflow.job_config import load_job_config
     from hybridflow.models import resolve_model_path
     from hybridflow.rpc.token import export_run_token
     from hybridflow.services.learner.client import GrpcLearnerClient

@@ -100,7 +100,7 @@ def main() -> int:
             time.sleep(0.2)
         address = port_file.read_text().strip()
         sys.path.insert(0, str(REPO))
-        from hybridflow.config.job import load_job_config
+        from hybridflow.job_config import load_job_config
 
         server = load_job_config("deploy/configs/quickstart.yaml").rollout.server
         limit = server.max_concurrent_rpcs or server.max_workers

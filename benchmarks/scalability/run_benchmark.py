@@ -29,8 +29,8 @@ from benchmarks.scalability.scaling import scaling_ratios  # noqa: E402
 
 def variant_sizes(config_path: str, extra: list[str]) -> dict[str, tuple[int, int]]:
     """(rollout replicas, learner ranks) of every variant, from its resolved job config."""
-    from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import load_config
+    from hybridflow.job_config import load_job_config
 
     cfg = load_config(BenchmarkConfig, config_path)
     job_path = Path(cfg.job) if Path(cfg.job).is_absolute() else REPO / cfg.job

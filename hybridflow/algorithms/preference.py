@@ -38,7 +38,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hybridflow.preference.config import DPO_LOSS_TYPES
+DPO_MARGIN_LOSSES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")
+"""The losses on the DPO margin ``dpo_loss`` implements (the config's ``dpo_loss_type``
+names exactly these; a test keeps the two equal)."""
 
 
 @dataclass
@@ -90,8 +92,8 @@ def dpo_loss(
     sequence log-probs (token means for ipo). Label smoothing is sigmoid's only."""
     if not beta > 0:
         raise ValueError(f"beta must be > 0, got {beta}")
-    if loss_type not in DPO_LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {DPO_LOSS_TYPES}, got {loss_type!r}")
+    if loss_type not in DPO_MARGIN_LOSSES:
+        raise ValueError(f"loss_type must be one of {DPO_MARGIN_LOSSES}, got {loss_type!r}")
     if not 0.0 <= label_smoothing < 0.5:
         raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing}")
     if label_smoothing and loss_type != "sigmoid":

@@ -26,7 +26,7 @@ from hybridflow.coordinator.resume_policy import ResumeDecision, compare
 from hybridflow.errors import CheckpointCorrupt
 
 if TYPE_CHECKING:
-    from hybridflow.config.job import JobConfig
+    from hybridflow.job_config import JobConfig
 
 log = logging.getLogger(__name__)
 

@@ -66,9 +66,9 @@ def run_job(
     ``addresses_from_stdin``: the services' addresses arrive on stdin after the tokenizer
     and dataset are loaded (see :func:`read_address_overrides`)."""
     origin = launch_time(time.time() if started_at is None else started_at)
-    from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError, dump_yaml
     from hybridflow.deploy.lifeline import watch_parent
+    from hybridflow.job_config import load_job_config
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to stderr

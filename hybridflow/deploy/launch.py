@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from hybridflow.deploy.run_lock import RunDirBusy, RunLock, raise_if_busy
 
 if TYPE_CHECKING:
-    from hybridflow.config.job import JobConfig
+    from hybridflow.job_config import JobConfig
 
 DEFAULT_CONFIG = "deploy/configs/quickstart.yaml"
 TOKEN_ENV = "HYBRIDFLOW_TOKEN"
@@ -97,7 +97,7 @@ def resolve_launch(args: argparse.Namespace) -> tuple[str, list[str], Path | Non
     if args.run_dir:
         raise LaunchError("give --resume RUN_DIR or --run-dir, not both")
     if args.resume == "auto":
-        from hybridflow.config.job import load_job_config
+        from hybridflow.job_config import load_job_config
 
         root = Path(load_job_config(args.config or DEFAULT_CONFIG, args.set).deploy.run_root)
         run_dir = newest_run(root)
@@ -210,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError
     from hybridflow.coordinator.checkpoint_config import ResumeRefused
     from hybridflow.deploy.preflight import check_job, config_problems, report
     from hybridflow.deploy.run_dir_mode import run_umask
+    from hybridflow.job_config import load_job_config
 
     try:
         config_path, overrides, run_dir_arg = resolve_launch(args)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybridflow.config.job import JobConfig
 from hybridflow.deploy.gpu_memory import GpuMemorySampler
+from hybridflow.job_config import JobConfig
 
 log = logging.getLogger(__name__)
 

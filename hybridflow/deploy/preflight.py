@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from hybridflow.config.job import JobConfig, load_job_config
 from hybridflow.config.loader import ConfigError, apply_override, from_dict
+from hybridflow.job_config import JobConfig, load_job_config
 
 EXIT_PROBLEMS = 2
 """Exit status when preflight finds a problem."""

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hybridflow.config.job import JobConfig
+from hybridflow.job_config import JobConfig
 
 DEFAULT_LEARNER_PORT = 50051
 DEFAULT_REWARD_PORT = 50052
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = parser.parse_args(argv)
 
-    from hybridflow.config.job import load_job_config
+    from hybridflow.job_config import load_job_config
 
     job = load_job_config(args.config, args.set)
     config_args = ["--config", args.config] if args.config else []

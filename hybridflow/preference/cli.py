@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
-    from hybridflow.config.job import load_job_config
     from hybridflow.config.loader import ConfigError
+    from hybridflow.job_config import load_job_config
 
     try:
         job = load_job_config(args.config, args.set)

@@ -105,8 +105,8 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
     reason = _can_make_namespaces()
     if reason:
         pytest.skip(reason)
-    from hybridflow.config.job import load_job_config
     from hybridflow.deploy.launcher import ranks_command
+    from hybridflow.job_config import load_job_config
 
     cert, key = _certificate(tmp_path)
     py = sys.executable

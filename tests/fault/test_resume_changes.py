@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import JobConfig
 from hybridflow.coordinator.checkpoint_config import ResumeRefused
 from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
 from hybridflow.coordinator.job import TrainingJob
+from hybridflow.job_config import JobConfig
 from hybridflow.services.learner.config import LearnerConfig
 from tests.fault.harness import audit
 

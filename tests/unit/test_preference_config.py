@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hybridflow.config.job import load_job_config
+from hybridflow.job_config import load_job_config
 from hybridflow.preference.config import PreferenceConfig
 
 

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     watch_parent()
 
-    from hybridflow.config.job import load_job_config
+    from hybridflow.job_config import load_job_config
 
     job = load_job_config(args.config, args.set)
     cfg = job.learner

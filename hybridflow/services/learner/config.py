@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hybridflow.config.ranges import at_least, raise_problems
-from hybridflow.preference.config import DPOLossType
 from hybridflow.rpc.config import ServerConfig
+from hybridflow.services.learner.preference_config import DPOLossType
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 """Loss aggregation modes (verl's names); mirrors ``hybridflow.algorithms.LOSS_AGG_MODES``."""

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from hybridflow.algorithms.online_preference import best_worst_pairs, rft_kept
 from hybridflow.data.preference import LabelledCompletion, PreferencePair
-from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.preference import preference_step
+from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.types import TrainSample
 
 if TYPE_CHECKING:

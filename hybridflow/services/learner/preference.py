@@ -36,7 +36,6 @@ from hybridflow.algorithms.preference import (
 )
 from hybridflow.arrays import TokenArray
 from hybridflow.data.preference import LabelledCompletion, PreferencePair
-from hybridflow.preference.config import PAIR_LOSSES, PreferenceConfig
 from hybridflow.services.learner.batching import (
     MicroBatch,
     PaddedBatch,
@@ -49,6 +48,7 @@ from hybridflow.services.learner.distributed import all_reduce_sum
 from hybridflow.services.learner.forward import policy_forward
 from hybridflow.services.learner.fsdp import clip_grad_norm
 from hybridflow.services.learner.metrics import StepMetrics
+from hybridflow.services.learner.preference_config import PAIR_LOSSES, PreferenceConfig
 
 if TYPE_CHECKING:
     from hybridflow.services.learner.worker import LearnerWorker

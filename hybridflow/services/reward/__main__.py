@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     watch_parent()
     log = setup_logging("reward")
 
-    from hybridflow.config.job import load_job_config
+    from hybridflow.job_config import load_job_config
     from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
     from hybridflow.services.reward.scorers import RewardScorer
     from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer

@@ -59,7 +59,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     watch_parent()
     log = setup_logging(f"rollout{args.replica_index}")
 
-    from hybridflow.config.job import load_job_config
+    from hybridflow.job_config import load_job_config
 
     job = load_job_config(args.config, args.set)
     cfg = job.rollout

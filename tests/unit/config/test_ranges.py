@@ -3,8 +3,8 @@ section's at once, naming the key (finding 9: num_threads -3 and health_timeout_
 
 import pytest
 
-from hybridflow.config.job import load_job_config
 from hybridflow.config.loader import ConfigError
+from hybridflow.job_config import load_job_config
 
 BAD = [
     ("rollout.num_threads", "-3"),

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import JobConfig, load_job_config
+from hybridflow.job_config import JobConfig, load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = sorted(
@@ -73,7 +73,7 @@ def test_config_modules_import_without_torch_or_grpc():
     import sys
 
     code = (
-        "import sys, hybridflow.config.job;"
+        "import sys, hybridflow.job_config;"
         "bad = [m for m in ('torch', 'grpc', 'transformers') if m in sys.modules];"
         "assert not bad, bad"
     )

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import JobConfig, load_job_config
 from hybridflow.coordinator.checkpoint_config import ResumeRefused
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.resume_policy import Policy, compare, flatten, rule_for
 from hybridflow.coordinator.services import Services
+from hybridflow.job_config import JobConfig, load_job_config
 from tests.fault.harness import audit
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records

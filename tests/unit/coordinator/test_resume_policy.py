@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import JobConfig
 from hybridflow.coordinator.resume_policy import (
     RULES,
     UNCLASSIFIED,
@@ -16,6 +15,7 @@ from hybridflow.coordinator.resume_policy import (
     rebased_num_started,
     rule_for,
 )
+from hybridflow.job_config import JobConfig
 
 SECTIONS_BY_KEY = ("coordinator", "learner")
 """Sections whose keys are classified one by one (sub-configs like ``server`` by prefix)."""

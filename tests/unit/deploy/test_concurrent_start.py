@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import JobConfig
 from hybridflow.deploy.launcher import ServiceGroup, ServiceProcess
+from hybridflow.job_config import JobConfig
 
 # serve: a real gRPC server with health, its address in the port file; die: exits 3 at once;
 # silent: never writes its port file. Each waits on stdin otherwise (ended by group.stop()).

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hybridflow.config.job import JobConfig, load_job_config
+from hybridflow.job_config import JobConfig, load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
 OVERLAYS = ("cpu", "gpu")

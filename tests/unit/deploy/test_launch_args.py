@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import JobConfig
 from hybridflow.deploy.launch import (
     LaunchError,
     _run_token_env,
@@ -21,6 +20,7 @@ from hybridflow.deploy.launch import (
     write_launch_record,
 )
 from hybridflow.deploy.launcher import ServiceGroup, ServiceProcess
+from hybridflow.job_config import JobConfig
 
 CONFIG = "deploy/configs/quickstart.yaml"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import load_job_config
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.services import Services
 from hybridflow.deploy.run_dir_mode import prepare_run_dir
+from hybridflow.job_config import load_job_config
 from tests.unit.coordinator.fakes import FakeLearner, FakeReward, FakeRollout, records
 
 

@@ -142,9 +142,9 @@ def test_launcher_refuses_a_live_run_dir_at_once(
 def test_launcher_refuses_a_resume_the_checkpoint_cannot_honour(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hybridflow.config.job import load_job_config
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.coordinator.services import Services
+    from hybridflow.job_config import load_job_config
     from tests.unit.coordinator.fakes import FakeLearner, FakeReward, FakeRollout, records
 
     run_dir = previous_run(tmp_path / "run", [])

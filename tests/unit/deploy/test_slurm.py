@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.config.job import load_job_config
 from hybridflow.deploy.slurm import expand_nodelist, plan_job
+from hybridflow.job_config import load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = "deploy/configs/quickstart.yaml"

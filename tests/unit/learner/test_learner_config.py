@@ -88,7 +88,7 @@ def test_presets_pick_the_estimator_and_names_or_paths_pass() -> None:
 
 
 def test_job_config_checks_max_new_tokens_for_overlong_shaping() -> None:
-    from hybridflow.config.job import JobConfig
+    from hybridflow.job_config import JobConfig
 
     job = JobConfig()
     job.learner.overlong_buffer, job.learner.max_new_tokens = 2, 4
@@ -137,9 +137,9 @@ def test_preference_presets_validate_and_dpo_needs_the_reference() -> None:
 @pytest.mark.parametrize("algorithm", ["dpo", "rft"])
 def test_launch_overrides_load_the_preference_presets(algorithm: str) -> None:
     """What ``deploy/launch.sh --set learner.algorithm=...`` loads and preflight checks."""
-    from hybridflow.config.job import load_job_config
     from hybridflow.deploy.launch import DEFAULT_CONFIG
     from hybridflow.deploy.preflight import config_problems
+    from hybridflow.job_config import load_job_config
 
     config = Path(__file__).resolve().parents[3] / DEFAULT_CONFIG
     overrides = [f"learner.algorithm={algorithm}", "learner.dpo_beta=0.2"]
@@ -150,8 +150,8 @@ def test_launch_overrides_load_the_preference_presets(algorithm: str) -> None:
 
 
 def test_online_dpo_takes_a_loss_type_and_refuses_an_unknown_one() -> None:
-    from hybridflow.config.job import load_job_config
     from hybridflow.deploy.launch import DEFAULT_CONFIG
+    from hybridflow.job_config import load_job_config
 
     config = Path(__file__).resolve().parents[3] / DEFAULT_CONFIG
     dpo = ["learner.algorithm=dpo"]
@@ -202,7 +202,7 @@ def test_critic_ranks_add_to_the_learner_ranks_and_devices() -> None:
 
 
 def test_job_config_refuses_critic_ranks_for_an_offline_preference_job() -> None:
-    from hybridflow.config.job import JobConfig
+    from hybridflow.job_config import JobConfig
     from hybridflow.preference.config import PreferenceConfig
     from hybridflow.services.learner.config import LearnerConfig as Learner
 

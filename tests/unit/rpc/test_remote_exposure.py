@@ -4,8 +4,8 @@ neither. Checked before anything listens (start_server) and before anything star
 
 import pytest
 
-from hybridflow.config.job import load_job_config
 from hybridflow.deploy.preflight import check_job
+from hybridflow.job_config import load_job_config
 from hybridflow.rpc.config import ServerConfig, is_loopback_host, remote_exposure_problem
 from hybridflow.rpc.server import start_server
 

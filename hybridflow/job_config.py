@@ -13,8 +13,8 @@ from pathlib import Path
 from hybridflow.config.loader import load_config
 from hybridflow.config.ranges import above, at_least, raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
-from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.rollout.config import RolloutConfig
 from hybridflow.weights.config import WeightSyncConfig
