@@ -122,10 +122,8 @@ class PreferenceTrainer:
 
     def step(self, batch: Sequence[Any] | None = None) -> dict[str, float]:
         """One optimizer step on ``batch`` (default: the next one); train metrics."""
-        from hybridflow.services.learner.preference import preference_step
-
-        metrics = preference_step(
-            self.worker, list(batch) if batch is not None else self.next_batch(), self.config
+        metrics = self.worker.preference_step(
+            list(batch) if batch is not None else self.next_batch(), self.config
         )
         self.num_steps += 1
         metrics["step"] = float(self.num_steps)

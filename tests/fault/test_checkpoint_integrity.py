@@ -21,7 +21,7 @@ import torch
 
 from hybridflow.errors import CheckpointCorrupt, CheckpointRejected, ResourceExhausted
 from hybridflow.services.learner.config import LearnerConfig
-from hybridflow.services.learner.train_state import load_train_state, save_train_state
+from hybridflow.services.learner.train_state import save_train_state
 from hybridflow.services.learner.worker import LearnerWorker
 from tests.helpers import build_tiny_checkpoint, start_learner_server
 
@@ -100,7 +100,7 @@ def test_damaged_train_state_is_refused_naming_the_file(saved, tmp_path, kind):
     worker = _worker(model)
     before = {k: v.clone() for k, v in worker.actor.state_dict().items()}
     with pytest.raises(CheckpointCorrupt) as err:
-        load_train_state(worker, state)
+        worker.load_train_state(state)
     message = str(err.value)
     assert message.startswith(str(damaged)) and "\n" not in message, message
     for key, tensor in worker.actor.state_dict().items():  # nothing was loaded
@@ -111,7 +111,7 @@ def test_a_model_of_another_shape_is_refused_naming_the_key_and_both_shapes(save
     _, good = saved
     other = build_tiny_checkpoint(tmp_path / "wider", intermediate_size=96)
     with pytest.raises(CheckpointRejected) as err:
-        load_train_state(_worker(other), good)
+        _worker(other).load_train_state(good)
     assert not isinstance(err.value, CheckpointCorrupt)
     message = str(err.value)
     assert "mlp" in message and "(64, 32) in the checkpoint, (96, 32) in this model" in message
@@ -120,12 +120,12 @@ def test_a_model_of_another_shape_is_refused_naming_the_key_and_both_shapes(save
 def test_ppo_on_a_grpo_checkpoint_is_refused_naming_the_critic(saved):
     model, good = saved
     with pytest.raises(CheckpointRejected, match="has no critic.*learner.algorithm=ppo"):
-        load_train_state(_worker(model, "ppo"), good)
+        _worker(model, "ppo").load_train_state(good)
 
 
 def test_the_intact_checkpoint_still_loads(saved):
     model, good = saved
-    assert load_train_state(_worker(model), good) == 0
+    assert _worker(model).load_train_state(good) == 0
 
 
 def _stub(address: str):
@@ -188,7 +188,7 @@ def test_a_checkpoint_exception_from_dcp_is_a_named_error(saved, monkeypatch):
 
     monkeypatch.setattr(dcp, "load", broken)
     with pytest.raises(ResourceExhausted, match="no space left writing"):
-        load_train_state(_worker(model), good)
+        _worker(model).load_train_state(good)
 
 
 def test_torch_save_on_a_full_disk_is_resource_exhausted(saved, tmp_path, monkeypatch):

@@ -202,7 +202,6 @@ def test_colocated_learner_resumes_a_split_learners_checkpoint(
 ) -> None:
     """Actor entries come from the actor rank, critic entries from the critic rank: a single
     co-located process restores both and takes the same second step."""
-    from hybridflow.services.learner.train_state import load_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
     tmp_path, ckpt, split = split_run
@@ -214,7 +213,7 @@ def test_colocated_learner_resumes_a_split_learners_checkpoint(
         "rank1.pt",
     ]
     worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
-    assert load_train_state(worker, tmp_path / "split" / "state") == 2
+    assert worker.load_train_state(tmp_path / "split" / "state") == 2
     second = worker.train_step(list(reversed(_samples())))
     _assert_metrics_close(second.metrics, split["metrics"][1], "co-located resume")
     _assert_weights_close(dict(worker.full_state_dict_items()), split["weights"])

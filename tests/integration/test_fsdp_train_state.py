@@ -28,7 +28,7 @@ def _full(worker: Any) -> dict[str, torch.Tensor]:
 
 def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None:
     _join_group(rank, port)
-    from hybridflow.services.learner.train_state import load_train_state, save_train_state
+    from hybridflow.services.learner.train_state import save_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
     worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
@@ -39,7 +39,7 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
         save_train_state(worker, state_dir)
         worker.train_step(list(reversed(samples)))
     else:
-        load_train_state(worker, state_dir)
+        worker.load_train_state(state_dir)
         worker.train_step(list(reversed(samples)))
     weights = _full(worker)
     if rank == 0:
@@ -48,7 +48,6 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
 
 
 def test_fsdp2_train_state_resumes_on_two_ranks_and_on_one(tmp_path: Path) -> None:
-    from hybridflow.services.learner.train_state import load_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
     ckpt = build_tiny_checkpoint(tmp_path / "tiny")
@@ -69,7 +68,7 @@ def test_fsdp2_train_state_resumes_on_two_ranks_and_on_one(tmp_path: Path) -> No
         torch.testing.assert_close(two_ranks[key], tensor, atol=0, rtol=0)
 
     single = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
-    assert load_train_state(single, tmp_path / "state") == 1
+    assert single.load_train_state(tmp_path / "state") == 1
     single.train_step(list(reversed(_samples())))
     one_rank = _full(single)
     for key, tensor in straight.items():  # FSDP vs one process: reduction order only

@@ -18,7 +18,7 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
     _join_group(rank, port)
     from hybridflow.errors import CheckpointCorrupt
     from hybridflow.services.learner.config import LearnerConfig
-    from hybridflow.services.learner.train_state import load_train_state, save_train_state
+    from hybridflow.services.learner.train_state import save_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
     worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
@@ -27,12 +27,12 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
         save_train_state(worker, out / "state")
     else:
         try:
-            load_train_state(worker, out / "damaged")
+            worker.load_train_state(out / "damaged")
             message = "loaded"
         except CheckpointCorrupt as exc:
             message = str(exc)
         (out / f"refusal{rank}.txt").write_text(message)
-        assert load_train_state(worker, out / "state") == 0
+        assert worker.load_train_state(out / "state") == 0
     _leave_group()
 
 

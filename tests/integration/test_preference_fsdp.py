@@ -29,7 +29,7 @@ STEPS = (("dpo", 2), ("kto", 2), ("sft", 1), ("orpo", 2))
 
 def _run(ckpt: str) -> dict[str, Any]:
     from hybridflow.data.preference import read_preference_dataset
-    from hybridflow.services.learner.preference import preference_eval, preference_step
+    from hybridflow.services.learner.preference import preference_eval
     from hybridflow.services.learner.worker import LearnerWorker
 
     out: dict[str, Any] = {}
@@ -38,7 +38,7 @@ def _run(ckpt: str) -> dict[str, Any]:
         cfg = PreferenceConfig(loss=loss, orpo_nll_prompt=True)  # type: ignore[arg-type]
         kind = cfg.record_kind
         records = read_preference_dataset(f"builtin:arith_{kind}", worker.tokenizer, kind, num=7)
-        metrics = [preference_step(worker, records, cfg) for _ in range(num_steps)]
+        metrics = [worker.preference_step(records, cfg) for _ in range(num_steps)]
         pairs = read_preference_dataset("builtin:arith_dpo:test", worker.tokenizer, "dpo", num=5)
         metrics.append(preference_eval(worker, pairs, cfg.beta))
         weights = {k: v.clone() for k, v in worker.full_state_dict_items()}

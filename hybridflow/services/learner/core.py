@@ -110,9 +110,7 @@ class LearnerCore:
 
     def load_train_state(self, name: str) -> int:
         """Restores a train state saved under ``name``; returns the restored policy version."""
-        from hybridflow.services.learner.train_state import load_train_state
-
-        return load_train_state(self.worker, self.checkpoint_path(name, must_exist=True))
+        return self.worker.load_train_state(self.checkpoint_path(name, must_exist=True))
 
     def checkpoint_path(self, name: str, must_exist: bool = False) -> Path:
         """``name`` resolved inside ``learner.checkpoint_dir``: ValueError if it leaves it,

@@ -23,7 +23,7 @@ from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.types import TrainSample
 
 if TYPE_CHECKING:
-    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.services.learner.preference import PolicyModels
 
 _DPO_METRICS: dict[str, tuple[str, ...]] = {
     "train/loss": ("actor/dpo_loss", "actor/pg_loss"),
@@ -41,7 +41,7 @@ _STEP_METRICS = ("actor/grad_norm", "actor/num_skipped_steps")
 """preference_step metrics passed through unchanged."""
 
 
-def online_dpo_step(worker: LearnerWorker, samples: list[TrainSample]) -> dict[str, float]:
+def online_dpo_step(worker: PolicyModels, samples: list[TrainSample]) -> dict[str, float]:
     """One DPO step on each group's best-vs-worst pair (all ranks call); metrics."""
     selection = best_worst_pairs([s.reward for s in samples], [s.group_id for s in samples])
     pairs = [
@@ -62,7 +62,7 @@ def online_dpo_step(worker: LearnerWorker, samples: list[TrainSample]) -> dict[s
     return out
 
 
-def rft_step(worker: LearnerWorker, samples: list[TrainSample]) -> dict[str, float]:
+def rft_step(worker: PolicyModels, samples: list[TrainSample]) -> dict[str, float]:
     """One SFT step on the samples with reward >= ``learner.rft_threshold`` (all ranks call)."""
     kept = rft_kept([s.reward for s in samples], worker.config.rft_threshold)
     examples = [
@@ -78,14 +78,13 @@ def rft_step(worker: LearnerWorker, samples: list[TrainSample]) -> dict[str, flo
 
 
 def _step(
-    worker: LearnerWorker,
+    worker: PolicyModels,
     records: list[PreferencePair] | list[LabelledCompletion],
     cfg: PreferenceConfig,
     names: dict[str, tuple[str, ...]],
 ) -> dict[str, float]:
     """``preference_step`` on ``records`` with its metrics renamed; no step when empty."""
     if not records:
-        worker.policy_version += 1
         return {name: 0.0 for targets in names.values() for name in targets} | {
             name: 0.0 for name in _STEP_METRICS
         }

@@ -1,5 +1,8 @@
 """Learner-side preference steps: DPO, KTO, ORPO or SFT on the worker's actor, and held-out eval.
 
+Each step reads what ``PolicyModels`` names and returns its metrics; the worker that calls it
+(``LearnerWorker.preference_step``) counts the policy version.
+
 One ``preference_step`` is one optimizer step of the worker's actor on a batch of records
 (``PreferencePair`` for DPO and ORPO, ``LabelledCompletion`` for KTO and SFT), the same on every rank of
 the SPMD group, laid out like the RL train step (``batching``): every rank receives the whole
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -51,7 +54,41 @@ from hybridflow.services.learner.metrics import StepMetrics
 from hybridflow.services.learner.preference_config import PAIR_LOSSES, PreferenceConfig
 
 if TYPE_CHECKING:
-    from hybridflow.services.learner.worker import LearnerWorker
+    from torch import nn
+
+    from hybridflow.services.learner.config import LearnerConfig
+    from hybridflow.services.learner.distributed import DistInfo
+
+
+class PolicyModels(Protocol):
+    """What a preference step reads of the learner (``LearnerWorker`` is one): the actor and
+    its optimizer, the frozen reference, the config and where they live. A step writes only
+    the actor's parameters and optimizer state; the policy version is the worker's to bump."""
+
+    @property
+    def actor(self) -> nn.Module: ...
+
+    @property
+    def actor_optim(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def reference(self) -> nn.Module | None: ...
+
+    @property
+    def config(self) -> LearnerConfig: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dist(self) -> DistInfo: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def pad_id(self) -> int: ...
+
 
 LOGPROB_TEMPERATURE = 1.0
 """Preference losses score completions under the model's own distribution (no sampling)."""
@@ -68,7 +105,7 @@ def validate_records(records: Sequence[Any], loss: str, vocab_size: int) -> None
 
 
 def preference_step(
-    worker: LearnerWorker, records: Sequence[Any], cfg: PreferenceConfig
+    worker: PolicyModels, records: Sequence[Any], cfg: PreferenceConfig
 ) -> dict[str, float]:
     """One actor optimizer step of ``cfg.loss`` on ``records`` (all ranks call); metrics."""
     cfg.validate()
@@ -116,11 +153,9 @@ def preference_step(
     if math.isfinite(grad_norm):
         worker.actor_optim.step()
     worker.actor_optim.zero_grad(set_to_none=True)
-    worker.policy_version += 1
     out = metrics.reduce()
     out["actor/grad_norm"] = grad_norm
     out["actor/num_skipped_steps"] = 0.0 if math.isfinite(grad_norm) else 1.0
-    out["training/policy_version"] = float(worker.policy_version)
     if z0 is not None:
         out["kl"] = float(z0)
         for name in ("chosen", "rejected"):
@@ -131,7 +166,7 @@ def preference_step(
 
 @torch.no_grad()
 def preference_eval(
-    worker: LearnerWorker, pairs: Sequence[PreferencePair], beta: float
+    worker: PolicyModels, pairs: Sequence[PreferencePair], beta: float
 ) -> dict[str, float]:
     """Held-out pair metrics (all ranks call): TRL's ``rewards/*`` with the implicit reward
     ``beta * (log pi - log pi_ref)``, the DPO loss, and the chosen responses' token-mean NLL.
@@ -183,7 +218,7 @@ def _rows(records: Sequence[Any], indices: Sequence[int]) -> tuple[list[Any], li
     return [r.prompt_ids for r in picked], [r.completion_ids for r in picked]
 
 
-def _batch(worker: LearnerWorker, records: Sequence[Any], micro: MicroBatch) -> PaddedBatch:
+def _batch(worker: PolicyModels, records: Sequence[Any], micro: MicroBatch) -> PaddedBatch:
     prompts, completions = _rows(records, micro.indices)
     repeat = len(prompts) // len(micro.indices)
     return build_padded_batch(
@@ -191,7 +226,7 @@ def _batch(worker: LearnerWorker, records: Sequence[Any], micro: MicroBatch) -> 
     )
 
 
-def _ref_logp(worker: LearnerWorker, batch: PaddedBatch) -> torch.Tensor:
+def _ref_logp(worker: PolicyModels, batch: PaddedBatch) -> torch.Tensor:
     assert worker.reference is not None
     return policy_forward(worker.reference, batch, LOGPROB_TEMPERATURE, with_entropy=False)[0]
 
@@ -252,7 +287,7 @@ def _kto_micro(
 
 
 def _orpo_micro(
-    worker: LearnerWorker,
+    worker: PolicyModels,
     cfg: PreferenceConfig,
     records: Sequence[Any],
     micro: MicroBatch,
@@ -293,7 +328,7 @@ def _orpo_micro(
 
 @torch.no_grad()
 def _kto_reference_point(
-    worker: LearnerWorker, records: Sequence[Any], micro_batches: list[MicroBatch]
+    worker: PolicyModels, records: Sequence[Any], micro_batches: list[MicroBatch]
 ) -> torch.Tensor:
     """z0 = max(0, mean over the batch of log pi - log pi_ref on mismatched pairs)."""
     n = len(records)

@@ -136,7 +136,8 @@ def _owner(name: str, world_size: int) -> int:
 
 
 def load_train_state(worker: LearnerWorker, directory: Path) -> int:
-    """Restores weights, optimizer states, RNG and policy version; returns the version."""
+    """Restores weights, optimizer states and RNG; returns the saved policy version (which
+    the worker, its one writer, sets: ``LearnerWorker.load_train_state``)."""
     if not (directory / COMPLETE).exists():
         raise FileNotFoundError(f"{directory} is not a complete learner checkpoint")
     entries = manifest.read_manifest(directory)
@@ -168,8 +169,7 @@ def load_train_state(worker: LearnerWorker, directory: Path) -> int:
     torch.set_rng_state(extras["torch_rng"])
     if extras["cuda_rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(extras["cuda_rng"])
-    worker.policy_version = int(extras["policy_version"])
-    return worker.policy_version
+    return int(extras["policy_version"])  # the worker sets it (LearnerWorker.load_train_state)
 
 
 def _refuse_on_every_rank(problems: list[str], kind: type[CheckpointRejected]) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -70,6 +70,8 @@ from hybridflow.services.learner.models import (
 )
 from hybridflow.services.learner.online_preference import online_dpo_step, rft_step
 from hybridflow.services.learner.optim_hparams import adamw_hparams, optimizer_lr
+from hybridflow.services.learner.preference import preference_step
+from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.services.learner.roles import RankRole, rank_role
 from hybridflow.services.learner.updates import UpdateContext, compute_advantages, precompute
 from hybridflow.types import TrainSample, TrainStepResult
@@ -268,9 +270,25 @@ class LearnerWorker:
         metrics = self._batch_metrics(samples)
         step = online_dpo_step if cfg.algorithm == "dpo" else rft_step
         metrics.update(step(self, samples))
+        self.policy_version += 1  # a step on no pair or kept sample counts too
         metrics["actor/lr"] = self._lr_in_use()
         metrics["training/policy_version"] = float(self.policy_version)
         return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
+
+    def preference_step(self, records: Sequence[Any], cfg: PreferenceConfig) -> dict[str, float]:
+        """One offline preference (or SFT) optimizer step on ``records`` (all ranks call:
+        ``preference.preference_step``); its metrics. The version rises by one."""
+        metrics = preference_step(self, records, cfg)
+        self.policy_version += 1
+        metrics["training/policy_version"] = float(self.policy_version)
+        return metrics
+
+    def load_train_state(self, directory: Path) -> int:
+        """Restores what ``save_train_state`` saved in ``directory`` (every rank); the version."""
+        from hybridflow.services.learner.train_state import load_train_state
+
+        self.policy_version = load_train_state(self, directory)
+        return self.policy_version
 
     def _lr_in_use(self) -> float:
         """The actor optimizer's lr (a critic rank has none: the config's)."""

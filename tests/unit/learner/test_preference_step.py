@@ -13,7 +13,7 @@ import torch
 from hybridflow.data.preference import read_preference_dataset
 from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.config import LearnerConfig
-from hybridflow.services.learner.preference import preference_eval, preference_step
+from hybridflow.services.learner.preference import preference_eval
 from hybridflow.services.learner.worker import LearnerWorker
 
 NUM_STEPS = 5
@@ -42,7 +42,7 @@ def test_loss_starts_at_its_reference_value_and_decreases(
     worker = _worker(tiny_checkpoint)
     batch = _records(worker, loss)
     cfg = PreferenceConfig(loss=loss)  # type: ignore[arg-type]
-    history = [preference_step(worker, batch, cfg) for _ in range(NUM_STEPS)]
+    history = [worker.preference_step(batch, cfg) for _ in range(NUM_STEPS)]
     losses = [h["train/loss"] for h in history]
     if first_loss is not None:
         assert losses[0] == pytest.approx(first_loss, abs=1e-6)
@@ -69,7 +69,7 @@ def test_dpo_variants_start_at_their_reference_value_and_widen_the_margin(
     worker = _worker(tiny_checkpoint)
     batch = _records(worker, "dpo")
     cfg = PreferenceConfig(loss="dpo", dpo_loss_type=loss_type)  # type: ignore[arg-type]
-    history = [preference_step(worker, batch, cfg) for _ in range(NUM_STEPS)]
+    history = [worker.preference_step(batch, cfg) for _ in range(NUM_STEPS)]
     losses = [h["train/loss"] for h in history]
     assert losses[0] == pytest.approx(first_loss, rel=1e-5)
     assert losses[-1] < losses[0]
@@ -90,8 +90,8 @@ def test_micro_batches_give_the_one_batch_step(
         torch.manual_seed(0)
         worker = _worker(tiny_checkpoint, micro_batch_size=micro)
         batch = _records(worker, cfg.record_kind)
-        preference_step(worker, batch, cfg)
-        metrics = preference_step(worker, batch, cfg)
+        worker.preference_step(batch, cfg)
+        metrics = worker.preference_step(batch, cfg)
         results.append(
             (metrics, {k: v.detach().clone() for k, v in worker.actor.named_parameters()})
         )
@@ -110,7 +110,7 @@ def test_orpo_needs_no_reference_and_widens_the_log_odds(
     worker = _worker(tiny_checkpoint, use_reference=False)
     batch = _records(worker, "dpo")
     cfg = PreferenceConfig(loss="orpo", orpo_lambda=1.0, orpo_nll_prompt=nll_prompt)
-    history = [preference_step(worker, batch, cfg) for _ in range(NUM_STEPS)]
+    history = [worker.preference_step(batch, cfg) for _ in range(NUM_STEPS)]
     losses = [h["train/loss"] for h in history]
     assert losses[-1] < losses[0]
     first = history[0]  # loss = nll - lambda * mean log sigma(log OR)
@@ -126,14 +126,14 @@ def test_orpo_needs_no_reference_and_widens_the_log_odds(
 def test_refusals_name_the_problem(tiny_checkpoint: Path) -> None:
     worker = _worker(tiny_checkpoint)
     with pytest.raises(ValueError, match=r"records\[0\]: dpo needs PreferencePair"):
-        preference_step(worker, _records(worker, "kto"), PreferenceConfig(loss="dpo"))
+        worker.preference_step(_records(worker, "kto"), PreferenceConfig(loss="dpo"))
     no_ref = _worker(tiny_checkpoint, use_reference=False)
     with pytest.raises(ValueError, match="needs learner.use_reference"):
-        preference_step(no_ref, _records(no_ref, "dpo"), PreferenceConfig(loss="dpo"))
+        no_ref.preference_step(_records(no_ref, "dpo"), PreferenceConfig(loss="dpo"))
     with pytest.raises(ValueError, match="KTO needs >= 2 examples"):
-        preference_step(worker, _records(worker, "kto", num=1), PreferenceConfig(loss="kto"))
+        worker.preference_step(_records(worker, "kto", num=1), PreferenceConfig(loss="kto"))
     with pytest.raises(ValueError, match="preference.beta"):
-        preference_step(worker, _records(worker, "dpo"), PreferenceConfig(beta=0.0))
+        worker.preference_step(_records(worker, "dpo"), PreferenceConfig(beta=0.0))
 
 
 def test_eval_starts_neutral_and_sees_training(tiny_checkpoint: Path) -> None:
@@ -146,7 +146,7 @@ def test_eval_starts_neutral_and_sees_training(tiny_checkpoint: Path) -> None:
     assert before["eval/nll"] > 0
     train = _records(worker, "dpo", num=16)
     for _ in range(NUM_STEPS):
-        preference_step(worker, train, PreferenceConfig(loss="dpo"))
+        worker.preference_step(train, PreferenceConfig(loss="dpo"))
     after = preference_eval(worker, pairs, beta=0.1)
     assert after["eval/rewards/margins"] != pytest.approx(0.0, abs=1e-6)
     assert worker.policy_version == NUM_STEPS  # eval takes no step

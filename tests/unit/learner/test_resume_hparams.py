@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from hybridflow.services.learner.config import LearnerConfig
-from hybridflow.services.learner.train_state import load_train_state, save_train_state
+from hybridflow.services.learner.train_state import save_train_state
 from hybridflow.services.learner.worker import LearnerWorker
 
 SAVED = {"lr": 1e-2, "critic_lr": 1e-5, "betas": (0.9, 0.999), "weight_decay": 0.01}
@@ -38,7 +38,7 @@ def test_resumed_optimizer_follows_the_new_config(
     ]
 
     resumed = _worker(tiny_checkpoint, **RESUMED)
-    load_train_state(resumed, tmp_path / "ckpt")
+    resumed.load_train_state(tmp_path / "ckpt")
     assert resumed.critic_optim is not None
     assert set(_groups(resumed.actor_optim)) == {(1e-3, (0.8, 0.99), 0.0)}
     assert set(_groups(resumed.critic_optim)) == {(1e-4, (0.8, 0.99), 0.0)}
@@ -51,7 +51,7 @@ def test_resumed_optimizer_follows_the_new_config(
 
     # The same resume under the saved config trains other weights: the lr is really used.
     unchanged = _worker(tiny_checkpoint, **SAVED)
-    load_train_state(unchanged, tmp_path / "ckpt")
+    unchanged.load_train_state(tmp_path / "ckpt")
     assert unchanged.train_step(second).metrics["actor/lr"] == 1e-2
     differ = [
         not torch.equal(a, b)

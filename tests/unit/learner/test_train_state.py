@@ -10,7 +10,6 @@ import torch
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.train_state import (
     COMPLETE,
-    load_train_state,
     save_train_state,
 )
 from hybridflow.services.learner.worker import LearnerWorker
@@ -43,7 +42,7 @@ def test_restored_worker_continues_like_the_original(
     original.train_step(second)
 
     restored = _worker(tiny_checkpoint, algorithm)
-    assert load_train_state(restored, tmp_path / "ckpt") == 1
+    assert restored.load_train_state(tmp_path / "ckpt") == 1
     restored.train_step(second)
 
     assert restored.policy_version == original.policy_version == 2
@@ -64,7 +63,7 @@ def test_partial_checkpoint_is_refused_and_complete_one_not_overwritten(
     partial = tmp_path / "partial"
     (partial / "dcp").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="not a complete"):
-        load_train_state(worker, partial)
+        worker.load_train_state(partial)
     save_train_state(worker, partial)  # a partial directory is cleared and rewritten
     assert (partial / COMPLETE).exists()
     with pytest.raises(FileExistsError):
