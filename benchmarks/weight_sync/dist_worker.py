@@ -61,11 +61,11 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
     import torch
 
     from benchmarks.weight_sync.models import full_tensors, get_model, param_rows, topology_of
-    from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
-    from hybridflow.resharding.group import check_plan_hash, init_weight_sync_group
     from hybridflow.resharding.plan import make_plan
-    from hybridflow.resharding.reference import allocate_destination, tp_shards
     from hybridflow.resharding.topology import fsdp_dim0_rows
+    from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
+    from hybridflow.weights.transport.group import check_plan_hash, init_weight_sync_group
+    from hybridflow.weights.transport.reference import allocate_destination, tp_shards
 
     topology = topology_of(get_model(spec.model))
     plan = make_plan(topology, spec.num_src, [spec.tp], spec.bucket_bytes)

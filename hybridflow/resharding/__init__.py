@@ -1,9 +1,9 @@
 """Resharding: move learner (FSDP2 dim-0) shards into rollout replicas' tensor-parallel layout.
 
-Pure planning (``topology``, ``coverage``, ``plan``, ``buckets``) imports numpy only; the torch
-side (``reference``, ``replay``, ``group``, ``executors``, and for same-host pairs ``shm``,
-``staging``, ``same_host``) is imported from its modules. What a model's parameters are and how
-vLLM places them is each model family's (``hybridflow.models.families``); this package is generic.
+Pure planning only (``topology``, ``coverage``, ``layout``, ``plan``, ``buckets``): numpy, no
+torch. The torch side that runs a plan (the weight-sync group, executors, same-host links)
+is ``hybridflow.weights.transport``. What a model's parameters are and how vLLM places them is
+each model family's (``hybridflow.models.families``); this package is generic.
 """
 
 from hybridflow.resharding.plan import TransferPlan, make_plan

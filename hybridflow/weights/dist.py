@@ -34,11 +34,8 @@ import torch.distributed as dist
 from torch import nn
 
 from hybridflow.resharding.coverage import check_learner_covered, check_same_params
-from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
-from hybridflow.resharding.group import WeightSyncGroup, check_plan_hash, init_weight_sync_group
 from hybridflow.resharding.layout import ReplicaLayout, check_same_layout, layout_of
 from hybridflow.resharding.plan import TransferPlan, make_plan
-from hybridflow.resharding.reference import torch_dtype
 from hybridflow.resharding.topology import (
     DestParam,
     DestPart,
@@ -51,6 +48,13 @@ from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient
 from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
+from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
+from hybridflow.weights.transport.group import (
+    WeightSyncGroup,
+    check_plan_hash,
+    init_weight_sync_group,
+)
+from hybridflow.weights.transport.reference import torch_dtype
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +143,7 @@ class DistReceiver:
     """Rollout side, one per destination rank (a replica's TP rank): joins groups and
     receives that rank's part of the weights (whole tensors at TP 1): into fresh tensors over
     sockets, or, from learner ranks on this host, into a shared staging buffer whose tensors
-    stay valid while referenced (``resharding.same_host``)."""
+    stay valid while referenced (``weights.transport.same_host``)."""
 
     def __init__(
         self,

@@ -12,7 +12,6 @@ import psutil
 import pytest
 import torch
 
-from hybridflow.resharding.group import init_weight_sync_group
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.codec import pack_tokens
 from hybridflow.types import SamplingParams
@@ -20,6 +19,7 @@ from hybridflow.v1 import learner_pb2, learner_pb2_grpc
 from hybridflow.weights.client import GrpcWeightSyncClient
 from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.dist import listen_socket
+from hybridflow.weights.transport.group import init_weight_sync_group
 from tests.helpers import start_learner_server, start_rollout_server
 
 

@@ -48,7 +48,7 @@ def _topology() -> Topology:
 
 
 def _full_tensors(topology: Topology, scale: float) -> dict[str, torch.Tensor]:
-    from hybridflow.resharding.reference import torch_dtype
+    from hybridflow.weights.transport.reference import torch_dtype
 
     gen = torch.Generator().manual_seed(SEED)
     return {
@@ -89,9 +89,9 @@ def _worker(rank: int, port: int, results: Any) -> None:
 
 
 def _run(rank: int, port: int) -> dict[str, Any]:
-    from hybridflow.resharding.executors import DistExecutor, NaiveExecutor
-    from hybridflow.resharding.group import check_plan_hash, init_weight_sync_group
-    from hybridflow.resharding.reference import fsdp_shards, tp_shards
+    from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
+    from hybridflow.weights.transport.group import check_plan_hash, init_weight_sync_group
+    from hybridflow.weights.transport.reference import fsdp_shards, tp_shards
 
     topology = _topology()
     plan = make_plan(topology, NUM_SOURCES, REPLICAS, BUCKET_BYTES)

@@ -29,8 +29,8 @@ import torch.multiprocessing as mp
 from hybridflow.models.families import DecoderDims
 from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.plan import make_plan
-from hybridflow.resharding.shm import SHM_DIR
 from hybridflow.resharding.topology import Topology
+from hybridflow.weights.transport.shm import SHM_DIR
 
 NUM_SOURCES = 2
 BUCKET_BYTES = 4096
@@ -62,7 +62,7 @@ def _worker(rank: int, port: int, name: str, mode: str, results: Any) -> None:
 
 def _die_at_the_start_of_sync_2() -> None:
     """Replica only: the process exits as sync 2 begins (before its sources may write)."""
-    from hybridflow.resharding import same_host
+    from hybridflow.weights.transport import same_host
 
     real, calls = same_host.SharedSources.begin, []
 
@@ -76,9 +76,9 @@ def _die_at_the_start_of_sync_2() -> None:
 
 
 def _run(rank: int, port: int, name: str, mode: str) -> dict[str, Any]:
-    from hybridflow.resharding.executors import DistExecutor
-    from hybridflow.resharding.group import check_plan_hash, init_weight_sync_group
-    from hybridflow.resharding.reference import fsdp_shards
+    from hybridflow.weights.transport.executors import DistExecutor
+    from hybridflow.weights.transport.group import check_plan_hash, init_weight_sync_group
+    from hybridflow.weights.transport.reference import fsdp_shards
 
     topology = _topology()
     plan = make_plan(topology, NUM_SOURCES, [1], BUCKET_BYTES)
@@ -95,7 +95,7 @@ def _run(rank: int, port: int, name: str, mode: str) -> dict[str, Any]:
         _die_at_the_start_of_sync_2()
     own = None
     if mode == "given" and not role.is_source:
-        from hybridflow.resharding.reference import allocate_destination
+        from hybridflow.weights.transport.reference import allocate_destination
 
         own = allocate_destination(plan, 0, 0)
     held: dict[str, torch.Tensor] | None = None  # the previous sync's result, still in use

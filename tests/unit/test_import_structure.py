@@ -45,3 +45,16 @@ def test_the_dpo_loss_names_the_config_offers_are_the_ones_the_math_implements()
     from hybridflow.services.learner.preference_config import DPO_LOSS_TYPES
 
     assert DPO_LOSS_TYPES == DPO_MARGIN_LOSSES
+
+
+def test_the_planner_is_pure_and_loads_without_torch() -> None:
+    """``hybridflow.resharding`` plans with numpy alone; the torch side that runs its plans
+    is ``hybridflow.weights.transport``."""
+    import subprocess
+
+    code = (
+        "import sys, hybridflow.resharding, hybridflow.resharding.layout, "
+        "hybridflow.resharding.coverage; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

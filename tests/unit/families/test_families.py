@@ -194,8 +194,8 @@ def test_moe_tp2_slices_are_vllms_w13_and_w2() -> None:
     w13), of down_proj its dim-2 slice (w2): replayed through the plan from 3 FSDP ranks."""
     import torch
 
-    from hybridflow.resharding.reference import fsdp_shards
-    from hybridflow.resharding.replay import replay_in_process
+    from hybridflow.weights.transport.reference import fsdp_shards
+    from hybridflow.weights.transport.replay import replay_in_process
 
     topology = FAMILIES["qwen3_moe"].sliced_topology(MOE_DIMS)
     full = {p.name: torch.randn(p.shape) for p in topology.params}

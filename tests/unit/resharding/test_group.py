@@ -10,10 +10,10 @@ import torch
 
 from hybridflow.models.families import DecoderDims
 from hybridflow.models.families.decoder import decoder_topology
-from hybridflow.resharding.group import check_plan_hash, init_weight_sync_group
 from hybridflow.resharding.plan import make_plan
-from hybridflow.resharding.reference import allocate_destination, fsdp_shards
-from hybridflow.resharding.replay import check_destination, check_source_shards
+from hybridflow.weights.transport.group import check_plan_hash, init_weight_sync_group
+from hybridflow.weights.transport.reference import allocate_destination, fsdp_shards
+from hybridflow.weights.transport.replay import check_destination, check_source_shards
 
 TOPO = decoder_topology(DecoderDims(8, 12, 2, 1, 4, 10, 1, True, "float32"))
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch.distributed as dist
 
-from hybridflow.resharding.group import arrive
+from hybridflow.weights.transport.group import arrive
 
 
 @pytest.fixture

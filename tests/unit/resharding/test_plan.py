@@ -14,8 +14,6 @@ from hybridflow.models.families import DecoderDims
 from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.buckets import assign_buckets
 from hybridflow.resharding.plan import ALIGN_BYTES, TransferPlan, make_plan
-from hybridflow.resharding.reference import fsdp_shards, torch_dtype, tp_shards
-from hybridflow.resharding.replay import replay_in_process
 from hybridflow.resharding.topology import (
     DestParam,
     DestPart,
@@ -26,6 +24,8 @@ from hybridflow.resharding.topology import (
     fsdp_dim0_rows,
     part_region,
 )
+from hybridflow.weights.transport.reference import fsdp_shards, torch_dtype, tp_shards
+from hybridflow.weights.transport.replay import replay_in_process
 
 DTYPES = ["float32", "bfloat16", "float16", "int8", "float64"]
 

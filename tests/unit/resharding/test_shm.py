@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hybridflow.resharding.same_host import check_token
-from hybridflow.resharding.shm import (
+from hybridflow.weights.transport.same_host import check_token
+from hybridflow.weights.transport.shm import (
     SHM_DIR,
     Segment,
     aligned,

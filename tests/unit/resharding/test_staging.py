@@ -18,9 +18,9 @@ import torch
 from hybridflow.models.families import DecoderDims
 from hybridflow.models.families.decoder import decoder_topology
 from hybridflow.resharding.plan import make_plan
-from hybridflow.resharding.reference import allocate_destination
-from hybridflow.resharding.shm import Segment, segment_name
-from hybridflow.resharding.staging import (
+from hybridflow.weights.transport.reference import allocate_destination
+from hybridflow.weights.transport.shm import Segment, segment_name
+from hybridflow.weights.transport.staging import (
     HEADER_BYTES,
     StagingBuffers,
     layout_views,

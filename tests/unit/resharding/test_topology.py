@@ -8,7 +8,6 @@ from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
 
 from hybridflow.models.families import DecoderDims
 from hybridflow.models.families.decoder import decoder_topology
-from hybridflow.resharding.reference import tp_shards
 from hybridflow.resharding.topology import (
     DestParam,
     DestPart,
@@ -19,6 +18,7 @@ from hybridflow.resharding.topology import (
     fsdp_dim0_rows,
     validate_replicas,
 )
+from hybridflow.weights.transport.reference import tp_shards
 
 DIMS = DecoderDims(
     hidden=8, intermediate=12, num_heads=4, num_kv_heads=2, head_dim=2, vocab=20, num_layers=1,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from hybridflow.resharding.plan import TransferPlan
-from hybridflow.resharding.reference import allocate_destination, torch_dtype
 from hybridflow.resharding.topology import fsdp_dim0_rows, part_col_dim
+from hybridflow.weights.transport.reference import allocate_destination, torch_dtype
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from hybridflow.resharding.plan import TransferPlan
-from hybridflow.resharding.reference import allocate_destination
-from hybridflow.resharding.shm import ALIGN_BYTES, Segment, aligned
+from hybridflow.weights.transport.reference import allocate_destination
+from hybridflow.weights.transport.shm import ALIGN_BYTES, Segment, aligned
 
 log = logging.getLogger(__name__)
 

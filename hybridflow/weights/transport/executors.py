@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridflow.resharding.group import WeightSyncGroup
 from hybridflow.resharding.plan import TransferPlan
-from hybridflow.resharding.reference import allocate_destination, torch_dtype
-from hybridflow.resharding.replay import (
+from hybridflow.resharding.topology import fsdp_dim0_rows, part_slices
+from hybridflow.weights.transport.group import WeightSyncGroup
+from hybridflow.weights.transport.reference import allocate_destination, torch_dtype
+from hybridflow.weights.transport.replay import (
     RankBucket,
     check_destination,
     check_source_shards,
@@ -38,8 +39,7 @@ from hybridflow.resharding.replay import (
     rank_buckets,
     unpack,
 )
-from hybridflow.resharding.same_host import SharedDestinations, SharedSources, connect_shared
-from hybridflow.resharding.topology import fsdp_dim0_rows, part_slices
+from hybridflow.weights.transport.same_host import SharedDestinations, SharedSources, connect_shared
 
 Tensors = Mapping[str, torch.Tensor]
 

@@ -60,12 +60,17 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridflow.resharding.group import WeightSyncGroup
 from hybridflow.resharding.plan import TransferPlan
-from hybridflow.resharding.reference import allocate_destination
-from hybridflow.resharding.replay import RankBucket, rank_buckets
-from hybridflow.resharding.shm import Segment, host_identity, remove_stale_segments, segment_name
-from hybridflow.resharding.staging import (
+from hybridflow.weights.transport.group import WeightSyncGroup
+from hybridflow.weights.transport.reference import allocate_destination
+from hybridflow.weights.transport.replay import RankBucket, rank_buckets
+from hybridflow.weights.transport.shm import (
+    Segment,
+    host_identity,
+    remove_stale_segments,
+    segment_name,
+)
+from hybridflow.weights.transport.staging import (
     HEADER_BYTES,
     StagingBuffers,
     TensorSlot,
