@@ -124,6 +124,7 @@ class RLTrainer:
             sampling=SamplingConfig(
                 temperature=self.params.temperature,
                 top_p=self.params.top_p,
+                top_k=self.params.top_k,
                 max_new_tokens=self.params.max_new_tokens,
             ),
             max_staleness=0,

@@ -44,6 +44,8 @@ class SamplingParams:
     """Softmax temperature; 0 means greedy."""
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]."""
+    top_k: int = 0
+    """Sample among the k most likely tokens only (before top-p); 0 means off."""
     max_new_tokens: int = 16
     """Upper bound on generated tokens per completion."""
     n: int = 1
@@ -61,6 +63,8 @@ class SamplingParams:
             raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"sampling.top_k must be >= 0 (0: off), got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.n < 1:

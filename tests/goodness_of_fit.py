@@ -40,17 +40,29 @@ def nucleus_size(probs: np.ndarray, top_p: float) -> int:
     return max(1, int((mass_before < top_p).sum())) if top_p < 1.0 else probs.size
 
 
-def intended(
-    logits: np.ndarray, temperature: float, top_p: float, keep: int | None = None
-) -> torch.Tensor:
-    """The contract's distribution over ``logits [vocab]``: softmax(logits / T), cut to the
-    nucleus (``nucleus_size``; ``keep`` overrides its size, for near misses), renormalised."""
-    probs = tempered(logits, temperature)
-    size = nucleus_size(probs, top_p) if keep is None else keep
+def truncated(probs: np.ndarray, size: int) -> np.ndarray:
+    """``probs`` cut to its ``size`` most likely entries, renormalised."""
     order = np.argsort(-probs, kind="stable")
     out = np.zeros_like(probs)
     out[order[:size]] = probs[order[:size]]
-    return torch.from_numpy(out / out.sum())
+    return out / out.sum()
+
+
+def intended(
+    logits: np.ndarray,
+    temperature: float,
+    top_p: float,
+    keep: int | None = None,
+    top_k: int = 0,
+) -> torch.Tensor:
+    """The contract's distribution over ``logits [vocab]``: softmax(logits / T), cut to the
+    ``top_k`` most likely tokens (0: all) and renormalised, then cut to the nucleus of that
+    (``nucleus_size``; ``keep`` overrides its size, for near misses), renormalised."""
+    probs = tempered(logits, temperature)
+    if 0 < top_k < probs.size:
+        probs = truncated(probs, top_k)
+    size = nucleus_size(probs, top_p) if keep is None else keep
+    return torch.from_numpy(truncated(probs, size))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ class SamplingConfig:
     """Softmax temperature (the learner must use the same for its log-probs)."""
     top_p: float = 1.0
     """Nucleus mass."""
+    top_k: int = 0
+    """Sample among the k most likely tokens (then top-p within them); 0 is off. The hf
+    engine only: the vllm engine refuses top_k > 0, as it refuses top_p < 1."""
     max_new_tokens: int = 8
     """Longest response."""
 
@@ -27,6 +30,7 @@ class SamplingConfig:
                 above("coordinator.sampling.temperature", self.temperature, 0),
                 above("coordinator.sampling.top_p", self.top_p, 0)
                 or within("coordinator.sampling.top_p", self.top_p, 0, 1),
+                at_least("coordinator.sampling.top_k", self.top_k, 0),
                 at_least("coordinator.sampling.max_new_tokens", self.max_new_tokens, 1),
             ]
         )
@@ -34,6 +38,8 @@ class SamplingConfig:
             raise ValueError("coordinator.sampling.temperature must be > 0 for RL training")
         if not 0 < self.top_p <= 1:
             raise ValueError("coordinator.sampling.top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("coordinator.sampling.top_k must be >= 0 (0: off)")
         if self.max_new_tokens < 1:
             raise ValueError("coordinator.sampling.max_new_tokens must be >= 1")
 

@@ -272,13 +272,14 @@ class ReplicaDispatcher(threading.Thread):
         self, prompts: list[Prompt], params: SamplingParams, request_id: str
     ) -> tuple[list[list[Completion]], list[list[Completion]] | None]:
         """The request's groups, and with ``greedy_baseline`` one greedy completion per
-        prompt (temperature 0, n 1, same max_new_tokens; top-p has no say under argmax, so 1)
-        from the same replica; None without. Either call failing fails the request."""
+        prompt (temperature 0, n 1, same max_new_tokens; top-p and top-k have no say under
+        argmax, so 1 and 0) from the same replica; None without. Either call failing fails the
+        request."""
         prompt_ids = [p.prompt_ids for p in prompts]
         groups = self.rollout.generate(prompt_ids, params, request_id)
         if not self.greedy_baseline:
             return groups, None
-        greedy_params = replace(params, temperature=0.0, top_p=1.0, n=1)
+        greedy_params = replace(params, temperature=0.0, top_p=1.0, top_k=0, n=1)
         return groups, self.rollout.generate(prompt_ids, greedy_params, f"{request_id}-greedy")
 
     def _score(self, items: list[Any]) -> list[ScoreResult]:

@@ -135,6 +135,7 @@ class TrainingJob:
         self.params = SamplingParams(
             temperature=config.sampling.temperature,
             top_p=config.sampling.top_p,
+            top_k=config.sampling.top_k,
             max_new_tokens=config.sampling.max_new_tokens,
             n=config.group_size,
             seed=config.seed,

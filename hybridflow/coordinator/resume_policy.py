@@ -82,6 +82,7 @@ RULES: dict[str, Rule] = {
     ),
     "coordinator.sampling.temperature": _SCHEDULE,
     "coordinator.sampling.top_p": _SCHEDULE,
+    "coordinator.sampling.top_k": _SCHEDULE,
     "coordinator.sampling.max_new_tokens": _SCHEDULE,
     "coordinator.prompts_per_request": _SCHEDULE,
     "coordinator.sync_every": _SCHEDULE,

@@ -24,33 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahybridflow/v1/common.proto\x12\rhybridflow.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"0\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x01(\x0c\x12\x0f\n\x07offsets\x18\x02 \x03(\x03\"\xae\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x01\x12\r\n\x05top_p\x18\x02 \x01(\x01\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\x05\x12\t\n\x01n\x18\x04 \x01(\x05\x12\x10\n\x08has_seed\x18\x05 \x01(\x08\x12\x0c\n\x04seed\x18\x06 \x01(\x04\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x1d\n\x15return_routed_experts\x18\x08 \x01(\x08\"\x94\x02\n\x0b\x43ompletions\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12\'\n\x08logprobs\x18\x02 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x33\n\x0e\x66inish_reasons\x18\x03 \x03(\x0e\x32\x1b.hybridflow.v1.FinishReason\x12\x17\n\x0fpolicy_versions\x18\x04 \x03(\x03\x12-\n\x0etoken_versions\x18\x05 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x34\n\x0erouted_experts\x18\x06 \x01(\x0b\x32\x1c.hybridflow.v1.RoutedExperts\"H\n\rRoutedExperts\x12&\n\x07\x65xperts\x18\x01 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x0f\n\x07offsets\x18\x02 \x03(\x03\":\n\x05\x43hunk\x12\x13\n\x0btotal_bytes\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"a\n\nTensorMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x14\n\x0coffset_bytes\x18\x04 \x01(\x03\x12\x11\n\tnum_bytes\x18\x05 \x01(\x03\"g\n\x0cWeightHeader\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12*\n\x07tensors\x18\x02 \x03(\x0b\x32\x19.hybridflow.v1.TensorMeta\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x03\"W\n\x0bWeightChunk\x12-\n\x06header\x18\x01 \x01(\x0b\x32\x1b.hybridflow.v1.WeightHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"\x07\n\x05\x45mpty*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahybridflow/v1/common.proto\x12\rhybridflow.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"0\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x01(\x0c\x12\x0f\n\x07offsets\x18\x02 \x03(\x03\"\xbd\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x01\x12\r\n\x05top_p\x18\x02 \x01(\x01\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\x05\x12\t\n\x01n\x18\x04 \x01(\x05\x12\x10\n\x08has_seed\x18\x05 \x01(\x08\x12\x0c\n\x04seed\x18\x06 \x01(\x04\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x1d\n\x15return_routed_experts\x18\x08 \x01(\x08\x12\r\n\x05top_k\x18\t \x01(\x05\"\x94\x02\n\x0b\x43ompletions\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12\'\n\x08logprobs\x18\x02 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x33\n\x0e\x66inish_reasons\x18\x03 \x03(\x0e\x32\x1b.hybridflow.v1.FinishReason\x12\x17\n\x0fpolicy_versions\x18\x04 \x03(\x03\x12-\n\x0etoken_versions\x18\x05 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x34\n\x0erouted_experts\x18\x06 \x01(\x0b\x32\x1c.hybridflow.v1.RoutedExperts\"H\n\rRoutedExperts\x12&\n\x07\x65xperts\x18\x01 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x0f\n\x07offsets\x18\x02 \x03(\x03\":\n\x05\x43hunk\x12\x13\n\x0btotal_bytes\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"a\n\nTensorMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x14\n\x0coffset_bytes\x18\x04 \x01(\x03\x12\x11\n\tnum_bytes\x18\x05 \x01(\x03\"g\n\x0cWeightHeader\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12*\n\x07tensors\x18\x02 \x03(\x0b\x32\x19.hybridflow.v1.TensorMeta\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x03\"W\n\x0bWeightChunk\x12-\n\x06header\x18\x01 \x01(\x0b\x32\x1b.hybridflow.v1.WeightHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"\x07\n\x05\x45mpty*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hybridflow.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=1041
-  _globals['_FINISHREASON']._serialized_end=1136
+  _globals['_FINISHREASON']._serialized_start=1056
+  _globals['_FINISHREASON']._serialized_end=1151
   _globals['_TENSOR']._serialized_start=45
   _globals['_TENSOR']._serialized_end=97
   _globals['_TOKENBATCH']._serialized_start=99
   _globals['_TOKENBATCH']._serialized_end=147
   _globals['_SAMPLINGPARAMS']._serialized_start=150
-  _globals['_SAMPLINGPARAMS']._serialized_end=324
-  _globals['_COMPLETIONS']._serialized_start=327
-  _globals['_COMPLETIONS']._serialized_end=603
-  _globals['_ROUTEDEXPERTS']._serialized_start=605
-  _globals['_ROUTEDEXPERTS']._serialized_end=677
-  _globals['_CHUNK']._serialized_start=679
-  _globals['_CHUNK']._serialized_end=737
-  _globals['_TENSORMETA']._serialized_start=739
-  _globals['_TENSORMETA']._serialized_end=836
-  _globals['_WEIGHTHEADER']._serialized_start=838
-  _globals['_WEIGHTHEADER']._serialized_end=941
-  _globals['_WEIGHTCHUNK']._serialized_start=943
-  _globals['_WEIGHTCHUNK']._serialized_end=1030
-  _globals['_EMPTY']._serialized_start=1032
-  _globals['_EMPTY']._serialized_end=1039
+  _globals['_SAMPLINGPARAMS']._serialized_end=339
+  _globals['_COMPLETIONS']._serialized_start=342
+  _globals['_COMPLETIONS']._serialized_end=618
+  _globals['_ROUTEDEXPERTS']._serialized_start=620
+  _globals['_ROUTEDEXPERTS']._serialized_end=692
+  _globals['_CHUNK']._serialized_start=694
+  _globals['_CHUNK']._serialized_end=752
+  _globals['_TENSORMETA']._serialized_start=754
+  _globals['_TENSORMETA']._serialized_end=851
+  _globals['_WEIGHTHEADER']._serialized_start=853
+  _globals['_WEIGHTHEADER']._serialized_end=956
+  _globals['_WEIGHTCHUNK']._serialized_start=958
+  _globals['_WEIGHTCHUNK']._serialized_end=1045
+  _globals['_EMPTY']._serialized_start=1047
+  _globals['_EMPTY']._serialized_end=1054
 # @@protoc_insertion_point(module_scope)

@@ -28,7 +28,7 @@ from hybridflow.services.rollout.engines import ENGINES, build_engine
 from hybridflow.services.rollout.local import LocalRollout
 from hybridflow.services.rollout.requests import Cancelled
 from hybridflow.types import Completion, SamplingParams
-from tests.goodness_of_fit import P_ACCEPT, counts_of, goodness_of_fit, intended
+from tests.goodness_of_fit import P_ACCEPT, P_REJECT, counts_of, goodness_of_fit, intended
 
 ENGINE_NAMES = ["hf", "vllm"]
 LEAKY = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -147,6 +147,42 @@ def test_first_tokens_fit_the_model_distribution_and_stop_at_eos(
                 assert c.token_ids.tolist() == [eos] and c.finish_reason == "stop"
                 assert abs(c.logprobs[0] - eos_logprob) < 1e-4
     assert first[eos] > FIT_DRAWS / 2  # the EOS prompt did stop most completions at once
+
+
+REFUSES_TRUNCATION = {"vllm"}
+"""Engines whose library reports log-probs after top-k / top-p truncation: they refuse both."""
+
+
+def test_top_k_truncates_the_draw_not_the_logprob_or_is_refused(
+    engine, reference, tiny_model_path, request: pytest.FixtureRequest
+) -> None:
+    """First tokens with top-k 4 (T = 2) fit the reference's softmax(logits / T) cut to its 4
+    most likely tokens, renormalised, and each log-prob is the untruncated tempered one
+    (``tests/unit/rollout/test_sampler_fit.py`` checks the sampler itself, with top-p too).
+    An engine that cannot report log-probs that way refuses top_k > 0 and top_p < 1 by name."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    prompt = tok.encode(FIT_PROMPTS[0], add_special_tokens=False)
+    params = SamplingParams(temperature=2.0, top_k=4, max_new_tokens=1, n=FIT_DRAWS, seed=23)
+    if request.node.callspec.params["engine"] in REFUSES_TRUNCATION:
+        with pytest.raises(ValueError, match=r"sampling\.top_k > 0 is not supported"):
+            engine.generate([prompt], params)
+        with pytest.raises(ValueError, match=r"sampling\.top_p < 1 is not supported"):
+            engine.generate([prompt], SamplingParams(top_p=0.9))
+        assert len(engine.generate([prompt], SamplingParams(max_new_tokens=1))[0]) == 1
+        return
+    (group,) = engine.generate([prompt], params)
+    with torch.no_grad():
+        logits = reference(input_ids=torch.tensor([prompt])).logits[0, -1].double()
+    exact = intended(logits.numpy(), 2.0, 1.0, top_k=4)
+    first = counts_of([int(c.token_ids[0]) for c in group], engine.vocab_size)
+    fit = goodness_of_fit(first, exact)
+    assert fit.p_value > P_ACCEPT, fit
+    assert int((first > 0).sum()) == 4  # all four drawn, nothing else
+    near = [goodness_of_fit(first, intended(logits.numpy(), 2.0, 1.0, top_k=k)) for k in (3, 5)]
+    assert all(miss.p_value < P_REJECT for miss in near), near  # the same draws tell k apart
+    print(f"top_k 4: {fit}; top_k 3: {near[0]}; top_k 5: {near[1]}")
+    untruncated = torch.log_softmax(logits / 2.0, dim=-1)
+    assert max(abs(c.logprobs[0] - float(untruncated[c.token_ids[0]])) for c in group) < 1e-4
 
 
 def test_loaded_weights_take_effect_with_their_version(engine, prompts, reference) -> None:

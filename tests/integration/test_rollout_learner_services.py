@@ -100,6 +100,7 @@ def test_logprob_parity_before_and_after_a_weight_push(services, tiny_model_path
         (lambda r: setattr(r.sampling, "n", 0), "sampling.n"),
         (lambda r: setattr(r.sampling, "temperature", -1.0), "sampling.temperature"),
         (lambda r: setattr(r.sampling, "top_p", 0.0), "sampling.top_p"),
+        (lambda r: setattr(r.sampling, "top_k", -1), "sampling.top_k"),
         (lambda r: r.prompts.offsets.append(7), "prompts.offsets"),
     ],
 )

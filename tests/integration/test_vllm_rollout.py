@@ -159,6 +159,7 @@ def test_generation_semantics(vllm_services: dict[int, VLLMService], probe) -> N
     "params, words",
     [
         (SamplingParams(top_p=0.9), "top_p"),
+        (SamplingParams(top_k=5), "sampling.top_k"),
         (SamplingParams(temperature=1e-7), "temperature"),
         (SamplingParams(max_new_tokens=500), "max_model_len"),
         (SamplingParams(stop_token_ids=(10_000,)), "stop_token_ids"),

@@ -110,6 +110,8 @@ def test_validation_names_the_problem() -> None:
     engine, _ = fake_engine()
     with pytest.raises(ValueError, match="top_p"):
         engine.generate([[5]], SamplingParams(top_p=0.0))
+    with pytest.raises(ValueError, match="sampling.top_k"):
+        engine.generate([[5]], SamplingParams(top_k=-1))
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate([[5]], SamplingParams(max_new_tokens=0))
     with pytest.raises(ValueError, match=r"prompts\[1\] has token id 101"):
@@ -162,10 +164,16 @@ def full_forward_logprobs(
     return out
 
 
-def test_logprobs_before_top_p_match_a_full_forward(tiny_engine: HFEngine) -> None:
-    # (At top_p = 1 every engine's log-probs are checked in test_engine_conformance.py.)
+@pytest.mark.parametrize(("top_p", "top_k"), [(0.95, 0), (0.95, 5), (1.0, 3)])
+def test_logprobs_before_top_k_and_top_p_match_a_full_forward(
+    tiny_engine: HFEngine, top_p: float, top_k: int
+) -> None:
+    # (At top_p = 1, top_k = 0 every engine's log-probs are checked in
+    # test_engine_conformance.py.) Truncation changes what is drawn, not the reported log-prob.
     prompts = encode(tiny_engine, ["3+4=", "12+7=", "5+5=", "hello "])
-    params = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=5, n=3, seed=11)
+    params = SamplingParams(
+        temperature=0.7, top_p=top_p, top_k=top_k, max_new_tokens=5, n=3, seed=11
+    )
     groups = tiny_engine.generate(prompts, params)
     flat_prompts = [p for p, g in zip(prompts, groups, strict=True) for _ in g]
     flat = [c for g in groups for c in g]

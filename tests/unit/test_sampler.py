@@ -5,7 +5,12 @@ import math
 import pytest
 import torch
 
-from hybridflow.services.rollout.sampler import sample_tokens, scale_logits, top_p_filter
+from hybridflow.services.rollout.sampler import (
+    sample_tokens,
+    scale_logits,
+    top_k_filter,
+    top_p_filter,
+)
 
 # probabilities 0.5, 0.3, 0.15, 0.05, placed out of order to exercise the sort
 PROBS = [0.15, 0.5, 0.05, 0.3]
@@ -54,6 +59,44 @@ def test_top_p_is_per_row() -> None:
         top_p_filter(logits, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("top_k", "kept"),
+    [
+        (0, {0, 1, 2, 3}),
+        (1, {1}),
+        (2, {1, 3}),
+        (3, {0, 1, 3}),
+        (4, {0, 1, 2, 3}),
+        (9, {0, 1, 2, 3}),
+    ],
+)
+def test_top_k_keeps_the_k_most_likely(top_k: int, kept: set[int]) -> None:
+    filtered = top_k_filter(LOGITS, top_k)
+    assert {i for i in range(4) if math.isfinite(filtered[0, i].item())} == kept
+    for i in kept:
+        assert filtered[0, i].item() == LOGITS[0, i].item()
+
+
+def test_top_k_is_per_row_and_refuses_a_negative_k() -> None:
+    logits = torch.tensor([[3.0, 2.0, 1.0], [1.0, 2.0, 3.0]])
+    assert torch.isfinite(top_k_filter(logits, 2)).tolist() == [
+        [True, True, False],
+        [False, True, True],
+    ]
+    with pytest.raises(ValueError, match="top_k"):
+        top_k_filter(logits, -1)
+
+
+def test_top_p_applies_to_the_top_k_renormalised() -> None:
+    # top-k 2 keeps 0.5 and 0.3, renormalised 0.625 and 0.375: top_p 0.6 keeps token 1 alone
+    # (0.625 >= 0.6), although over all four tokens it would keep two (0.5 < 0.6).
+    gen = torch.Generator().manual_seed(0)
+    tokens, _ = sample_tokens(LOGITS.repeat(200, 1), 1.0, 0.6, gen, top_k=2)
+    assert set(tokens.tolist()) == {1}
+    tokens, _ = sample_tokens(LOGITS.repeat(200, 1), 1.0, 0.6, gen)
+    assert set(tokens.tolist()) == {1, 3}
+
+
 def test_greedy_picks_argmax_with_temperature_one_logprob() -> None:
     logits = torch.tensor([[0.0, math.log(3.0)], [2.0, 1.0]])
     tokens, logprobs = sample_tokens(logits, temperature=0.0, top_p=1.0, generator=None)
@@ -73,6 +116,19 @@ def test_reported_logprob_is_tempered_and_before_top_p() -> None:
     tempered = [p**0.5 for p in PROBS]
     expected = math.log(tempered[1] / sum(tempered))
     assert logprobs.tolist() == pytest.approx([expected] * 3, abs=1e-6)
+
+
+def test_reported_logprob_is_before_top_k() -> None:
+    # top-k 1 forces token 1 (0.5); its reported log-prob is log 0.5 at T=1, not log 1.
+    gen = torch.Generator().manual_seed(0)
+    tokens, logprobs = sample_tokens(LOGITS.repeat(3, 1), 1.0, 1.0, gen, top_k=1)
+    assert tokens.tolist() == [1, 1, 1]
+    assert logprobs.tolist() == pytest.approx([math.log(0.5)] * 3, abs=1e-6)
+    tokens, logprobs = sample_tokens(LOGITS.repeat(400, 1), 1.0, 1.0, gen, top_k=2)
+    assert set(tokens.tolist()) == {1, 3}
+    assert logprobs[tokens == 3].tolist() == pytest.approx(
+        [math.log(0.3)] * int((tokens == 3).sum()), abs=1e-6
+    )
 
 
 def test_sampling_frequencies_follow_tempered_distribution() -> None:

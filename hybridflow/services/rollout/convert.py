@@ -32,6 +32,7 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
     return common_pb2.SamplingParams(
         temperature=params.temperature,
         top_p=params.top_p,
+        top_k=params.top_k,
         max_new_tokens=params.max_new_tokens,
         n=params.n,
         has_seed=params.seed is not None,
@@ -45,6 +46,7 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
     params = SamplingParams(
         temperature=msg.temperature,
         top_p=msg.top_p,
+        top_k=msg.top_k,
         max_new_tokens=msg.max_new_tokens,
         n=msg.n,
         seed=msg.seed if msg.has_seed else None,

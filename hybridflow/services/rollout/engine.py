@@ -2,8 +2,9 @@
 
 ``HFEngine.generate`` expands every prompt ``n`` times, left-pads the batch, runs one prefill
 forward and then one token per step through the model's ``DynamicCache``, drawing each token
-with ``sampler.sample_tokens``. It returns token ids, the per-token log-prob
-``log_softmax(logits / temperature)`` of each sampled token, a finish reason and the policy
+with ``sampler.sample_tokens`` (temperature, top-k, top-p). It returns token ids, the per-token
+log-prob ``log_softmax(logits / temperature)`` of each sampled token (before top-k and top-p
+truncation), a finish reason and the policy
 version of the weights that produced them. Position ids count real tokens only
 (``cumsum(attention_mask) - 1``), so padding never changes a real token's output and the
 learner's full forward over prompt+response reproduces the same log-probs.
@@ -208,7 +209,7 @@ class HFEngine:
                 raise Cancelled(step)
             step_versions.append(self.policy_version)  # the weights that made these logits
             token, logprob = sample_tokens(
-                out.logits[:, -1, :], params.temperature, params.top_p, generator
+                out.logits[:, -1, :], params.temperature, params.top_p, generator, params.top_k
             )
             active = ~finished
             step_tokens.append(token)

@@ -6,9 +6,11 @@ whichever engine it is, is checked by one conformance suite,
 (``engines.py``):
 
 - for each prompt, ``params.n`` completions: the sampled token ids, the log-prob of each
-  under the sampling distribution (temperature applied, before top-p), a finish reason
-  ("stop" on a stop or EOS token, which is kept; "length" at ``max_new_tokens``) and the
-  policy version the completion started on;
+  under the sampling distribution (temperature applied, before top-k and top-p: those two
+  truncate what is drawn, in that order, not the reported log-prob; an engine that cannot
+  report them that way, vllm, refuses ``top_k > 0`` and ``top_p < 1`` naming the field), a
+  finish reason ("stop" on a stop or EOS token, which is kept; "length" at
+  ``max_new_tokens``) and the policy version the completion started on;
 - log-probs equal to a full forward of the same weights (the learner's recomputation);
 - ``load_weights`` takes a whole HF state dict (or part of one) and its version, and later
   completions carry that version and those weights' log-probs;

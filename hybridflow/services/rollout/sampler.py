@@ -1,9 +1,14 @@
-"""Next-token sampling for the rollout engine: temperature, top-p, draw, reported log-prob.
+"""Next-token sampling for the rollout engine: temperature, top-k, top-p, draw, reported
+log-prob.
 
-Pure tensor functions over a ``[batch, vocab]`` logits matrix. The reported log-prob of a token
-is ``log_softmax(logits / temperature)`` at that token, taken *before* top-p truncation, because
-that is what the learner recomputes from a full forward pass. Temperature 0 means greedy
-(argmax), and its reported log-prob uses temperature 1.
+Pure tensor functions over a ``[batch, vocab]`` logits matrix. The draw is from
+``softmax(logits / temperature)`` cut to the ``top_k`` most likely tokens, then to the nucleus
+of mass ``top_p`` of that (renormalised) distribution, renormalised: the order of
+``transformers``' warpers and of vLLM. The reported log-prob of a token is
+``log_softmax(logits / temperature)`` at that token, taken *before* top-k and top-p
+truncation, because that is what the learner recomputes from a full forward pass. Temperature
+0 means greedy (argmax; top-k and top-p have no say), and its reported log-prob uses
+temperature 1.
 
 This module knows nothing about models, caches, tokenizers or requests.
 """
@@ -21,6 +26,22 @@ def scale_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature > 0.0 and temperature != 1.0:
         scaled = scaled / temperature
     return scaled
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Set to -inf every logit outside the ``top_k`` largest of its row; 0 (or ``top_k`` at
+    least the vocabulary) keeps every logit.
+
+    Exactly ``top_k`` logits are kept: ties at the boundary are broken by ``torch.topk``'s
+    order, so which of two equal tokens is kept is not part of the contract.
+    """
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0: off), got {top_k}")
+    if top_k == 0 or top_k >= logits.shape[-1]:
+        return logits
+    kept = torch.topk(logits, top_k, dim=-1).indices
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, kept, True)
+    return logits.masked_fill(~keep, float("-inf"))
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -48,10 +69,12 @@ def sample_tokens(
     temperature: float,
     top_p: float,
     generator: torch.Generator | None,
+    top_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; returns ``(token_ids [batch], logprobs [batch])``.
 
-    ``logprobs`` is ``log_softmax(logits / temperature)`` at the drawn token (before top-p).
+    The draw: temperature, then top-k (0: off), then top-p within the kept tokens. ``logprobs``
+    is ``log_softmax(logits / temperature)`` at the drawn token (before top-k and top-p).
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
@@ -60,7 +83,7 @@ def sample_tokens(
     if temperature == 0.0:
         tokens = torch.argmax(scaled, dim=-1)
     else:
-        probs = torch.softmax(top_p_filter(scaled, top_p), dim=-1)
+        probs = torch.softmax(top_p_filter(top_k_filter(scaled, top_k), top_p), dim=-1)
         tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     logprobs = logprobs_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return tokens, logprobs

@@ -11,7 +11,8 @@ Every completion is its own vLLM request (``n`` copies of a prompt, seeds ``seed
 sampled-token log-probs, finish reasons and versions are per completion, like the HF engine.
 Log-probs are vLLM's "processed" ones: ``log_softmax(logits / T)`` at the sampled token, and
 at T = 1 for greedy. Where vLLM reports something else our contract would silently change:
-with ``top_p < 1`` it reports log-probs after truncation, so such requests are refused.
+with ``top_p < 1`` or ``top_k > 0`` it reports log-probs after truncation, so such requests are
+refused.
 
 Weights arrive whole (``load_weights``: the in-process and gRPC transports) or into the
 workers directly from the torch.distributed weight-sync group (``weight_receiver``; see
@@ -251,6 +252,11 @@ class VLLMEngine:
             raise ValueError(
                 "sampling.top_p < 1 is not supported by the vllm engine: vLLM reports log-probs "
                 "after top-p truncation, the contract is before it (use top_p=1 or engine hf)"
+            )
+        if params.top_k > 0:
+            raise ValueError(
+                "sampling.top_k > 0 is not supported by the vllm engine: vLLM reports log-probs "
+                "after top-k truncation, the contract is before it (use top_k=0 or engine hf)"
             )
         if 0.0 < params.temperature < GREEDY_BELOW:
             raise ValueError(

@@ -21,7 +21,7 @@ from hybridflow.types import Completion, SamplingParams, ScoreItem, ScoreResult
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
 
-PARAMS = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=7, n=2, seed=5)
+PARAMS = SamplingParams(temperature=1.0, top_p=0.9, top_k=3, max_new_tokens=7, n=2, seed=5)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def test_greedy_baseline_is_generated_scored_together_and_attached() -> None:
     assert len(rollout.calls) == 4  # each request: its samples, then its greedy baseline
     for sampled, greedy in zip(rollout.calls[::2], rollout.calls[1::2], strict=True):
         assert sampled.params.temperature == 1.0 and sampled.params.n == 2
-        assert greedy.params == replace(sampled.params, temperature=0.0, top_p=1.0, n=1)
+        assert greedy.params == replace(sampled.params, temperature=0.0, top_p=1.0, top_k=0, n=1)
         assert greedy.params.max_new_tokens == PARAMS.max_new_tokens
         assert greedy.prompts == sampled.prompts
         assert greedy.request_id == f"{sampled.request_id}-greedy"

@@ -53,6 +53,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
         "learner.temperature=0.7",
     ),
     "coordinator.sampling.top_p": ("coordinator.sampling.top_p=0.9",),
+    "coordinator.sampling.top_k": ("coordinator.sampling.top_k=4",),
     "coordinator.sampling.max_new_tokens": ("coordinator.sampling.max_new_tokens=4",),
     "coordinator.prompts_per_request": ("coordinator.prompts_per_request=1",),
     "coordinator.sync_every": ("coordinator.sync_every=2",),

@@ -18,13 +18,36 @@ from hybridflow.types import (
     TrainSample,
     TrainStepResult,
 )
+from hybridflow.v1 import common_pb2
 
 
 def test_sampling_round_trip_keeps_seed_zero():
-    for params in (SamplingParams(0.7, 0.9, 5, 3, 0, (7, 9)), SamplingParams(seed=None)):
+    for params in (
+        SamplingParams(
+            temperature=0.7,
+            top_p=0.9,
+            top_k=5,
+            max_new_tokens=5,
+            n=3,
+            seed=0,
+            stop_token_ids=(7, 9),
+        ),
+        SamplingParams(seed=None),
+    ):
         assert (
             rollout_convert.sampling_from_proto(rollout_convert.sampling_to_proto(params)) == params
         )
+
+
+def test_sampling_top_k_crosses_the_wire_and_a_negative_one_is_refused():
+    msg = rollout_convert.sampling_to_proto(SamplingParams(top_k=40))
+    assert msg.top_k == 40
+    assert rollout_convert.sampling_from_proto(msg).top_k == 40
+    unset = common_pb2.SamplingParams(n=1, max_new_tokens=1, top_p=1)  # an older client's
+    assert rollout_convert.sampling_from_proto(unset).top_k == 0  # proto3 default: off
+    msg.top_k = -1
+    with pytest.raises(ValueError, match="sampling.top_k"):
+        rollout_convert.sampling_from_proto(msg)
 
 
 def test_completions_round_trip_with_and_without_token_versions():
