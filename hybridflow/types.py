@@ -177,6 +177,11 @@ class RolloutStatus:
     num_requests: int = 0
     num_generated_tokens: int = 0
     tensor_parallel_size: int = 1
+    engine_steps: int = 0
+    """Engine progress: rises with every engine step and weight receive/apply (a replica
+    holding a request whose count stands still made no progress; ``coordinator.liveness``)."""
+    num_active_requests: int = 0
+    """Requests the replica holds now (waiting for its engine or generating)."""
 
 
 @dataclass

@@ -109,11 +109,14 @@ class CoordinatorConfig:
     """How long a failed rollout replica is waited for (the launcher restarts it) before it
     stays out of the rotation; while no replica serves, the job waits this long."""
     replica_stall_timeout_s: float = 20.0
-    """A rollout replica that holds a request and answers no liveness probe (a status call,
-    probed every quarter of this) for this long has failed: its prompts go to the others and
-    it rejoins after a weight refit. A live replica answers in milliseconds even while it
-    generates, so this bounds host hiccups (GC, swap, an oversubscribed CPU), not generation
-    length. 0: never probed (only the call's deadline, coordinator.channel.timeout_s)."""
+    """A rollout replica that holds a request and shows no sign of life for this long has
+    failed: no answer to a liveness probe (a status call, probed every quarter of this), or
+    answers while its engine makes no progress (``engine_steps`` still; ``liveness.py``). Its
+    prompts go to the others and it rejoins after a weight refit. A live replica answers in
+    milliseconds and steps many times a second even while it generates, so this bounds host
+    hiccups (GC, swap, an oversubscribed CPU) and the longest single engine step or weight
+    apply, not generation length. 0: never probed (only the call's deadline,
+    coordinator.channel.timeout_s)."""
     service_wait_s: float = 120.0
     """How long an unreachable reward service is retried (it may be restarting)."""
     progress: bool = True

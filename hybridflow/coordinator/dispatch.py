@@ -31,7 +31,7 @@ from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.events import EventLog
-from hybridflow.coordinator.liveness import ReplicaStalled, StallWatch, probe_timing
+from hybridflow.coordinator.liveness import Reading, ReplicaStalled, StallWatch, probe_timing
 from hybridflow.errors import ResourceExhausted, ServiceError, Unavailable
 from hybridflow.types import Completion, SamplingParams, ScoreResult
 
@@ -238,35 +238,40 @@ class ReplicaDispatcher(threading.Thread):
         self, prompts: list[Prompt], params: SamplingParams, request_id: str
     ) -> tuple[list[list[Completion]], list[list[Completion]] | None]:
         """``_generate`` on a helper thread while this one probes the replica;
-        ``ReplicaStalled`` once it has been silent ``stall_timeout_s``. The abandoned call
-        ends on its own (its deadline, or the replica waking), and its result is dropped:
-        its prompts are re-queued by the caller, so each is trained once."""
+        ``ReplicaStalled`` once it has shown no sign of life (``liveness.py``: no answer, or
+        answers while its engine makes no progress on a request it holds) for
+        ``stall_timeout_s``. The abandoned call ends on its own (its deadline, or the
+        replica waking), and its result is dropped: its prompts are re-queued by the
+        caller, so each is trained once."""
         if self.stall_timeout_s <= 0:
             return self._generate(prompts, params, request_id)
         call = _Call(lambda: self._generate(prompts, params, request_id), f"{self.name}-call")
         watch = StallWatch(self.stall_timeout_s, self.clock())
         while not call.done.wait(self.probe_interval_s):
-            if self._answers_probe():
-                watch.answered(self.clock())
-            elif watch.stalled(self.clock()) and not call.done.is_set():
+            answered, reading = self._probe()
+            if answered:
+                watch.answered(self.clock(), reading)
+            else:
+                watch.unanswered()
+            if watch.stalled(self.clock()) and not call.done.is_set():
                 self.num_stalled += 1
                 raise ReplicaStalled(
-                    "stopped answering: no answer to a liveness probe "
-                    f"for {watch.silent_s(self.clock()):.0f}s "
+                    f"{watch.verdict(self.clock())} "
                     f"(coordinator.replica_stall_timeout_s={self.stall_timeout_s:g})"
                 )
         return call.result()
 
-    def _answers_probe(self) -> bool:
-        """Whether the replica answers a status call within the probe's deadline. Shedding
-        it (``ResourceExhausted``: at its concurrency limit) is busy, not gone."""
+    def _probe(self) -> tuple[bool, Reading | None]:
+        """(whether the replica answered a status call within the probe's deadline, what
+        it said of its engine's progress). Shedding it (``ResourceExhausted``: at its
+        concurrency limit) is busy, not gone: an answer without a reading."""
         try:
-            self.rollout.status(timeout_s=self.probe_timeout_s)
+            status = self.rollout.status(timeout_s=self.probe_timeout_s)
         except ResourceExhausted:
-            return True
+            return True, None
         except ServiceError:
-            return False
-        return True
+            return False, None
+        return True, Reading(status.engine_steps, status.num_active_requests > 0)
 
     def _generate(
         self, prompts: list[Prompt], params: SamplingParams, request_id: str

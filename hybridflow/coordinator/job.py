@@ -26,7 +26,8 @@ Invariants (tested in tests/unit/coordinator/):
   version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
   when it is back; with no replica serving, the job waits ``replica_rejoin_timeout_s``
-  (shown in ``status``) instead of hanging. A replica that stops answering fails within
+  (shown in ``status``) instead of hanging. A replica that stops answering, or answers
+  while its engine makes no progress on the request it holds, fails within
   ``replica_stall_timeout_s`` (``liveness.py``), so a hung one holds neither a batch nor a
   publish. Liveness probes never run inside the learner's critical section.
 """

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hybridflow.v1 import common_pb2 as hybridflow_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhybridflow/v1/rollout.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x82\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12*\n\x07prompts\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12/\n\x08sampling\x18\x03 \x01(\x0b\x32\x1d.hybridflow.v1.SamplingParams\"\x88\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1a\n\x12\x66irst_prompt_index\x18\x02 \x01(\x03\x12\x13\n\x0bnum_prompts\x18\x03 \x01(\x03\x12/\n\x0b\x63ompletions\x18\x04 \x01(\x0b\x32\x1a.hybridflow.v1.Completions\"\xc0\x01\n\x0bRolloutInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x14\n\x0c\x65os_token_id\x18\x04 \x01(\x05\x12\x12\n\nvocab_size\x18\x05 \x01(\x03\x12\x14\n\x0cnum_requests\x18\x06 \x01(\x03\x12\x1c\n\x14num_generated_tokens\x18\x07 \x01(\x03\x12\x1c\n\x14tensor_parallel_size\x18\x08 \x01(\x05\x32\x9c\x01\n\x0eRolloutService\x12M\n\x08Generate\x12\x1e.hybridflow.v1.GenerateRequest\x1a\x1f.hybridflow.v1.GenerateResponse0\x01\x12;\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.RolloutInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhybridflow/v1/rollout.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x82\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12*\n\x07prompts\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12/\n\x08sampling\x18\x03 \x01(\x0b\x32\x1d.hybridflow.v1.SamplingParams\"\x88\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1a\n\x12\x66irst_prompt_index\x18\x02 \x01(\x03\x12\x13\n\x0bnum_prompts\x18\x03 \x01(\x03\x12/\n\x0b\x63ompletions\x18\x04 \x01(\x0b\x32\x1a.hybridflow.v1.Completions\"\xf3\x01\n\x0bRolloutInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x14\n\x0c\x65os_token_id\x18\x04 \x01(\x05\x12\x12\n\nvocab_size\x18\x05 \x01(\x03\x12\x14\n\x0cnum_requests\x18\x06 \x01(\x03\x12\x1c\n\x14num_generated_tokens\x18\x07 \x01(\x03\x12\x1c\n\x14tensor_parallel_size\x18\x08 \x01(\x05\x12\x14\n\x0c\x65ngine_steps\x18\t \x01(\x03\x12\x1b\n\x13num_active_requests\x18\n \x01(\x05\x32\x9c\x01\n\x0eRolloutService\x12M\n\x08Generate\x12\x1e.hybridflow.v1.GenerateRequest\x1a\x1f.hybridflow.v1.GenerateResponse0\x01\x12;\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.RolloutInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,7 +37,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATERESPONSE']._serialized_start=208
   _globals['_GENERATERESPONSE']._serialized_end=344
   _globals['_ROLLOUTINFO']._serialized_start=347
-  _globals['_ROLLOUTINFO']._serialized_end=539
-  _globals['_ROLLOUTSERVICE']._serialized_start=542
-  _globals['_ROLLOUTSERVICE']._serialized_end=698
+  _globals['_ROLLOUTINFO']._serialized_end=590
+  _globals['_ROLLOUTSERVICE']._serialized_start=593
+  _globals['_ROLLOUTSERVICE']._serialized_end=749
 # @@protoc_insertion_point(module_scope)

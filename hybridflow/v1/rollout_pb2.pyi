@@ -29,7 +29,7 @@ class GenerateResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., first_prompt_index: _Optional[int] = ..., num_prompts: _Optional[int] = ..., completions: _Optional[_Union[_common_pb2.Completions, _Mapping]] = ...) -> None: ...
 
 class RolloutInfo(_message.Message):
-    __slots__ = ("model", "engine", "policy_version", "eos_token_id", "vocab_size", "num_requests", "num_generated_tokens", "tensor_parallel_size")
+    __slots__ = ("model", "engine", "policy_version", "eos_token_id", "vocab_size", "num_requests", "num_generated_tokens", "tensor_parallel_size", "engine_steps", "num_active_requests")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,8 @@ class RolloutInfo(_message.Message):
     NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     NUM_GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     model: str
     engine: str
     policy_version: int
@@ -46,4 +48,6 @@ class RolloutInfo(_message.Message):
     num_requests: int
     num_generated_tokens: int
     tensor_parallel_size: int
-    def __init__(self, model: _Optional[str] = ..., engine: _Optional[str] = ..., policy_version: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ...) -> None: ...
+    engine_steps: int
+    num_active_requests: int
+    def __init__(self, model: _Optional[str] = ..., engine: _Optional[str] = ..., policy_version: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ..., engine_steps: _Optional[int] = ..., num_active_requests: _Optional[int] = ...) -> None: ...

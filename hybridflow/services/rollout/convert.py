@@ -177,6 +177,8 @@ def status_to_proto(status: RolloutStatus) -> rollout_pb2.RolloutInfo:
         num_requests=status.num_requests,
         num_generated_tokens=status.num_generated_tokens,
         tensor_parallel_size=status.tensor_parallel_size,
+        engine_steps=status.engine_steps,
+        num_active_requests=status.num_active_requests,
     )
 
 
@@ -190,4 +192,6 @@ def status_from_proto(msg: rollout_pb2.RolloutInfo) -> RolloutStatus:
         num_requests=msg.num_requests,
         num_generated_tokens=msg.num_generated_tokens,
         tensor_parallel_size=msg.tensor_parallel_size or 1,
+        engine_steps=msg.engine_steps,
+        num_active_requests=msg.num_active_requests,
     )

@@ -33,6 +33,12 @@ class LocalRollout:
     New weights never wait for a request in flight: they are applied at once when the engine
     is idle, else staged and applied before the next request starts (in-flight requests
     finish on the weights they started with, so each completion has one policy version).
+
+    Its status reports engine progress for the coordinator's liveness rule
+    (``coordinator.liveness``): ``engine_steps`` rises when a request enters or leaves the
+    engine, at every decode step (the engine polls its stop flag there, which this class
+    counts; so every engine that keeps the contract is counted, none has to report it) and
+    around every weight receive and apply; ``num_active_requests`` counts the requests held.
     """
 
     def __init__(
@@ -56,6 +62,9 @@ class LocalRollout:
         self._pending: tuple[StagedWeights, int] | None = None
         self._num_requests = 0
         self._num_tokens = 0
+        self._progress_lock = threading.Lock()
+        self._engine_steps = 0
+        self._num_active = 0
         self.num_cancelled = 0
         """Requests ended early because their caller went away."""
         self.last_cancelled_steps: int | None = None
@@ -63,9 +72,20 @@ class LocalRollout:
         if in_flight_weights == "continue_new":
             engine.between_steps = self._take_pending
 
+    def _step(self) -> None:
+        """The engine made progress (``engine_steps``)."""
+        with self._progress_lock:
+            self._engine_steps += 1
+
+    def _held(self, delta: int) -> None:
+        with self._progress_lock:
+            self._num_active += delta
+
     def _take_pending(self) -> tuple[StagedWeights, int] | None:
         with self._pending_lock:
             pending, self._pending = self._pending, None
+        if pending is not None:
+            self._step()  # between decode steps the engine applies them next
         return pending
 
     def _apply_pending(self) -> None:
@@ -73,6 +93,7 @@ class LocalRollout:
         pending = self._take_pending()
         if pending is not None:
             self.engine.load_weights(*pending)
+            self._step()
 
     def generate(
         self,
@@ -84,18 +105,30 @@ class LocalRollout:
         """Runs one request; ``Cancelled`` when ``should_stop`` turns true before it is done
         (while it waited for the engine or between decode steps)."""
         params.validate()
-        with self._lock:
-            self._apply_pending()
-            try:
-                if should_stop is not None and should_stop():
-                    raise Cancelled(0)  # its caller left while it queued
-                groups = self.engine.generate([as_tokens(p) for p in prompts], params, should_stop)
-            except Cancelled as exc:
-                self.num_cancelled += 1
-                self.last_cancelled_steps = exc.num_steps
-                raise
-            self._num_requests += 1
-            self._num_tokens += sum(len(c.token_ids) for g in groups for c in g)
+
+        def polled() -> bool:  # before every decode step: one step of progress
+            self._step()
+            return should_stop is not None and should_stop()
+
+        self._held(1)
+        try:
+            with self._lock:
+                self._apply_pending()
+                try:
+                    if should_stop is not None and should_stop():
+                        raise Cancelled(0)  # its caller left while it queued
+                    self._step()
+                    groups = self.engine.generate([as_tokens(p) for p in prompts], params, polled)
+                except Cancelled as exc:
+                    self.num_cancelled += 1
+                    self.last_cancelled_steps = exc.num_steps
+                    raise
+                finally:
+                    self._step()
+                self._num_requests += 1
+                self._num_tokens += sum(len(c.token_ids) for g in groups for c in g)
+        finally:
+            self._held(-1)
         return groups
 
     def load_weights(self, named_tensors: StagedWeights, policy_version: int) -> WeightUpdateReport:
@@ -157,7 +190,9 @@ class LocalRollout:
     def receive_weights(self, policy_version: int) -> WeightUpdateReport:
         """Receives one sync over the group and stages it like ``load_weights``."""
         start = time.perf_counter()
+        self._step()
         staged, num_bytes = self.engine.receive_weights()
+        self._step()
         received = time.perf_counter()
         self.load_weights(staged, policy_version)
         done = time.perf_counter()
@@ -176,6 +211,8 @@ class LocalRollout:
         dead_reason = getattr(self.engine, "dead_reason", None)
         if dead_reason is not None:
             raise Unavailable(dead_reason)
+        with self._progress_lock:
+            engine_steps, num_active = self._engine_steps, self._num_active
         return RolloutStatus(
             model=self.model,
             engine=self.engine_name,
@@ -185,4 +222,6 @@ class LocalRollout:
             num_requests=self._num_requests,
             num_generated_tokens=self._num_tokens,
             tensor_parallel_size=self.engine.tensor_parallel_size,
+            engine_steps=engine_steps,
+            num_active_requests=num_active,
         )

@@ -75,7 +75,7 @@ def test_generate_request_round_trip_and_validation():
 
 
 def test_status_round_trip():
-    status = RolloutStatus("m", "hf", 3, 2, 101, 7, 70)
+    status = RolloutStatus("m", "hf", 3, 2, 101, 7, 70, engine_steps=12, num_active_requests=1)
     assert rollout_convert.status_from_proto(rollout_convert.status_to_proto(status)) == status
 
 
