@@ -13,6 +13,7 @@ SHIPPED = sorted(
     if ".venv" not in p.parts
     and "runs" not in p.parts
     and "results" not in p.parts
+    and not p.name.startswith(".")  # tool configs (.pre-commit-config.yaml), not jobs
     # deploy/k8s holds Kubernetes manifests (tests/unit/deploy/test_k8s_manifests.py); only its
     # job.yaml files are job configs.
     and (p.name == "job.yaml" or "k8s" not in p.relative_to(REPO).parts)
