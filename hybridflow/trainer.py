@@ -50,6 +50,10 @@ class StepResult:
 
 
 class RLTrainer:
+    """The whole RL step in one process: the coordinator's own schedule (``TrainingJob``)
+    over the in-process twins of the rollout, reward and learner services, one ``step`` at a
+    time. Knows no sockets; ``deploy/launch.sh`` runs the same schedule over services."""
+
     def __init__(
         self,
         actor: str | Path,

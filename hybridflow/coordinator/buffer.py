@@ -36,6 +36,9 @@ from hybridflow.coordinator.pacing import Pacer, StepObservation
 
 @dataclass
 class BufferStats:
+    """Counters of the buffer for the step metrics: groups dropped as too stale and the
+    staleness histogram of trained groups."""
+
     dropped_stale: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
     """Trained groups by staleness (learner version at training - generating version)."""

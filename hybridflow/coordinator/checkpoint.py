@@ -50,6 +50,9 @@ _LEARNER_MANIFEST = f"{LEARNER_DIR}/{manifest.MANIFEST}"
 
 @dataclass
 class CoordinatorState:
+    """The schedule's half of a checkpoint: step, versions, the data cursor and every prompt
+    handed out and not yet trained, so a resume trains each prompt of an epoch exactly once."""
+
     step: int
     """Last trained step."""
     policy_version: int

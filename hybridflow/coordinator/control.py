@@ -15,6 +15,8 @@ STATES = ("starting", "running", "paused", "stopping", "done", "failed")
 
 @dataclass
 class JobStatus:
+    """A snapshot of the running job as the control API reports it."""
+
     state: str
     step: int
     total_steps: int
@@ -27,6 +29,9 @@ class JobStatus:
 
 
 class JobControl:
+    """The job's status and its pause / stop requests, shared between the trainer loop and
+    the control API, under one condition variable."""
+
     def __init__(self, total_steps: int, run_dir: str = "") -> None:
         self._cond = threading.Condition()
         self._status = JobStatus("starting", 0, total_steps, 0, run_dir=run_dir)

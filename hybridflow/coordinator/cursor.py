@@ -58,6 +58,10 @@ class Handout:
 
 
 class PromptCursor(Generic[T]):
+    """Hands out the dataset's rows in a seeded order, epoch after epoch, and takes back
+    those not trained (a failed request, a resume) to hand out again first; its ``state`` is
+    what a checkpoint saves."""
+
     def __init__(self, rows: Sequence[T], seed: int, state: CursorState | None = None) -> None:
         if not rows:
             raise ValueError("the prompt dataset is empty")

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 
 class ReplicaDispatcher(threading.Thread):
+    """The thread that keeps one rollout replica busy (module docstring): it owns that
+    replica's in-flight requests and liveness; groups go to the shared ``GroupBuffer``, errors
+    to the trainer loop through ``error``."""
+
     def __init__(
         self,
         index: int,

@@ -11,6 +11,8 @@ from typing import Any
 
 
 class EventLog:
+    """Appends one timestamped line per event to ``events.jsonl`` (None: discards them)."""
+
     def __init__(self, path: Path | None) -> None:
         self._lock = threading.Lock()
         self._file = path.open("a") if path is not None else None

@@ -85,6 +85,12 @@ log = logging.getLogger(__name__)
 
 
 class TrainingJob:
+    """The coordinator's schedule for one job: it owns the buffer, the replicas'
+    dispatchers, the pacer and the step loop (admit, generate, score, train, publish,
+    checkpoint), and writes the run's metrics, audit log and summary. It talks to the
+    services only through ``Services`` (clients or in-process twins), so ``RLTrainer`` and
+    ``deploy/launch.sh`` run the same code."""
+
     def __init__(
         self,
         config: CoordinatorConfig,

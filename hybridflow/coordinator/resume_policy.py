@@ -31,6 +31,8 @@ from typing import Any
 
 
 class Policy(enum.Enum):
+    """What a resume does with a changed key: apply it, rebase the schedule on it, or refuse."""
+
     APPLY = "apply"
     REBASE = "rebase"
     REFUSE = "refuse"
@@ -38,6 +40,8 @@ class Policy(enum.Enum):
 
 @dataclass(frozen=True)
 class Rule:
+    """A key's resume policy and the reason for it."""
+
     policy: Policy
     why: str
     """One clause: why the key is what it is (the refusal message and docs/resume.md)."""
@@ -205,6 +209,9 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Change:
+    """One key whose value differs between the checkpoint's config and the resume's, with
+    its rule."""
+
     key: str
     old: Any
     new: Any
@@ -216,6 +223,8 @@ class Change:
 
 @dataclass(frozen=True)
 class ResumeDecision:
+    """Every changed key of a resume, split into refused and accepted."""
+
     changes: tuple[Change, ...]
     """Every key whose value differs (keys present in both configs only)."""
 

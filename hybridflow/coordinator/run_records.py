@@ -19,6 +19,8 @@ from hybridflow.types import TrainSample
 
 @dataclass
 class RunSummary:
+    """What ``summary.json`` holds at the end of a run."""
+
     num_steps: int
     reward_start: float
     """Mean reward of the first batch (samples from the initial policy)."""

@@ -38,6 +38,9 @@ def status_from_proto(msg: coordinator_pb2.CoordinatorStatus) -> JobStatus:
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
+    """The coordinator's control API over gRPC (status, pause, resume, stop): a thin
+    translation onto ``JobControl``; state-changing calls are authenticated by the server."""
+
     def __init__(self, control: JobControl) -> None:
         self._control = control
 

@@ -37,6 +37,8 @@ def model_positions(model_dir: str | Path) -> int | None:
 
 @dataclass(frozen=True)
 class PromptLimit:
+    """The longest prompt the job accepts, and the bound that set it."""
+
     tokens: int
     """Prompts with more tokens than this are dropped."""
     reason: str

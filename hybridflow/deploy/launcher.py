@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ServiceProcess:
+    """One service process the launcher started: its command (to restart it), log, port file
+    and address."""
+
     name: str
     popen: subprocess.Popen[Any]
     port_file: Path

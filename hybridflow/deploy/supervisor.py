@@ -43,6 +43,8 @@ RESTARTABLE_PREFIXES = ("rollout", "reward")
 
 
 class SupervisedProcess(Protocol):
+    """What the supervisor needs of one service process."""
+
     name: str
     popen: subprocess.Popen[Any]
     log_path: Path
@@ -110,6 +112,10 @@ class _Restart:
 
 @dataclass
 class Supervisor:
+    """Watches the services and the coordinator for the launcher: restarts a dead rollout or
+    reward service within its budget, stops the job when the learner or the coordinator dies,
+    and records every exit and restart in the event log."""
+
     group: SupervisedGroup
     coordinator: subprocess.Popen[Any]
     events: EventLog

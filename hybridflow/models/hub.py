@@ -25,6 +25,8 @@ _TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's truthy env values
 
 @dataclass(frozen=True)
 class HubId:
+    """A Hugging Face hub model id with an optional revision (``org/name[@revision]``)."""
+
     repo_id: str
     """``org/name``."""
     revision: str | None

@@ -52,6 +52,9 @@ class WeightReceiver(Protocol):
 
 
 class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
+    """A replica's weight-sync service over gRPC: whole-weight streams, ``Describe`` (its TP
+    size, layout and dtype), and joining / receiving over the learner's torch.distributed group."""
+
     def __init__(
         self, receiver: WeightReceiver, max_bytes: int, config: WeightSyncConfig | None = None
     ) -> None:

@@ -22,6 +22,9 @@ __all__ = ["GrpcLearnerClient", "LearnerClient"]
 
 
 class GrpcLearnerClient:
+    """The learner service as the coordinator calls it (``clients.Learner``): streams train
+    batches in chunks and translates gRPC errors into ``hybridflow.errors``."""
+
     service = "learner"
     """Names the service in failed calls' messages."""
 

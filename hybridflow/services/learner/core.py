@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 
 class LearnerCore:
+    """What the learner service does, transport-free: train steps, log-probs, weight publishes
+    and checkpoints on the ``LearnerWorker``, with the timings the coordinator reports. The
+    gRPC servicer and the in-process twin both call it."""
+
     def __init__(
         self,
         worker: LearnerWorker,

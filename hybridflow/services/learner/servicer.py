@@ -41,6 +41,9 @@ RETRY_PUSHBACK = "grpc-retry-pushback-ms"
 
 
 class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
+    """The learner service over gRPC on rank 0: decodes and checks each request, then runs
+    it through ``LearnerCore`` (which relays it to every rank)."""
+
     def __init__(
         self,
         dispatch: Dispatch,

@@ -17,6 +17,9 @@ __all__ = ["GrpcRewardClient", "RewardClient"]
 
 
 class GrpcRewardClient:
+    """The reward service as the coordinator calls it (``clients.Reward``), with gRPC errors
+    translated into ``hybridflow.errors``."""
+
     service = "reward"
     """Names the service in failed calls' messages."""
 

@@ -38,6 +38,9 @@ def check_score_limits(
 
 
 class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
+    """The reward service over gRPC: checks each request's bounds, scores its items with the
+    configured scorers and components; one item's failure is that item's error, not the batch's."""
+
     def __init__(self, scorer: RewardScorer, config: RewardConfig | None = None) -> None:
         self._scorer = scorer
         self._config = config or RewardConfig()

@@ -52,6 +52,10 @@ def message_spans(
 
 
 class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
+    """The rollout service over gRPC: validates each request's bounds before any work,
+    streams completions back in ``rollout.message_bytes`` messages, and cancels generation
+    when the caller goes away. The engine behind it is ``LocalRollout``'s."""
+
     def __init__(
         self,
         rollout: LocalRollout,
