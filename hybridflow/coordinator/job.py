@@ -567,9 +567,18 @@ class TrainingJob:
             mfu=mfu,
             tokens_per_s_per_device=mean_finite(run.utilisation["perf/tokens_per_s_per_device"]),
             mfu_note="" if mfu is not None else MFU_UNKNOWN,
+            coordinator_cpu_s=_own_cpu_s(),
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
+
+
+def _own_cpu_s() -> float:
+    """This process's CPU seconds so far (user + system)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _alive(dispatcher: ReplicaDispatcher, timeout_s: float = PROBE_TIMEOUT_S) -> bool:

@@ -231,7 +231,6 @@ def run_job(
             rollout.close()
         reward.close()
         learner.close()
-    _record_own_cpu(run_dir)
     write_report_logged(run_dir, log)
     print(
         f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
@@ -274,18 +273,6 @@ def _one_line(exc: BaseException) -> str:
 
     cause = exc.__cause__ if isinstance(exc.__cause__, (ServiceError, ValueError)) else exc
     return f"{type(cause).__name__}: {cause}".splitlines()[0]
-
-
-def _record_own_cpu(run_dir: Path) -> None:
-    """Adds the coordinator's own CPU seconds to summary.json (benchmarks read it)."""
-    import json
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    path = run_dir / "summary.json"
-    summary = json.loads(path.read_text())
-    summary["coordinator_cpu_s"] = usage.ru_utime + usage.ru_stime
-    path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def load_dataset(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> PromptDataset:

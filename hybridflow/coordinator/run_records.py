@@ -54,6 +54,9 @@ class RunSummary:
     """Mean of the learner's ``perf/tokens_per_s_per_device`` over this run's steps."""
     mfu_note: str = ""
     """Why ``mfu`` is None ("" when it is not)."""
+    coordinator_cpu_s: float | None = None
+    """CPU seconds (user + system) of the process that ran the schedule, up to the summary
+    (the benchmarks' coordinator cost); None when unknown."""
 
 
 @dataclass
