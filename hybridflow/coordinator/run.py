@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -23,7 +24,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from hybridflow.coordinator.config import CoordinatorConfig
 
 if TYPE_CHECKING:
+    from hybridflow.coordinator.control import JobControl
+    from hybridflow.coordinator.run_records import RunSummary
+    from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import PromptDataset
+    from hybridflow.job_config import JobConfig
 
 log = logging.getLogger("coordinator")
 
@@ -53,10 +58,30 @@ def read_address_overrides(stream: TextIO) -> list[str]:
     return overrides
 
 
+class _Exit(Exception):
+    """Ends ``run_job`` with exit ``code`` once ``lines`` are printed to stderr."""
+
+    def __init__(self, code: int, *lines: str) -> None:
+        super().__init__(code)
+        self.code, self.lines = code, lines
+
+
+@dataclass
+class _Prepared:
+    """What the job needs before it meets any service: its config, run dir (locked for this
+    process's life), tokenizer and dataset."""
+
+    job: JobConfig
+    run_dir: Path
+    run_lock: object
+    tokenizer: Any
+    dataset: PromptDataset
+
+
 def run_job(
     config_path: str | None,
     overrides: list[str],
-    run_dir_arg: str | None,
+    run_dir_arg: str | None = None,
     resume: bool = False,
     addresses_from_stdin: bool = False,
     started_at: float | None = None,
@@ -64,87 +89,102 @@ def run_job(
     """Runs (``resume``: continues from the newest complete checkpoint in the run dir) the
     job; returns the exit code: 0 done, 1 failed (one line names the cause), 2 bad config.
     ``addresses_from_stdin``: the services' addresses arrive on stdin after the tokenizer
-    and dataset are loaded (see :func:`read_address_overrides`)."""
+    and dataset are loaded (see :func:`read_address_overrides`). In parts: prepare, connect,
+    serve the control API, train, report."""
     origin = launch_time(time.time() if started_at is None else started_at)
-    from hybridflow.config.loader import ConfigError, dump_yaml
     from hybridflow.deploy.lifeline import watch_parent
-    from hybridflow.job_config import load_job_config
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to stderr
-
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"
     )
     try:
+        prepared = _prepare(config_path, overrides, run_dir_arg, addresses_from_stdin)
+        services, close_clients = _connect(prepared)
+        try:
+            control, server = _serve_control(prepared)
+            try:
+                summary = _train(prepared, services, control, resume, origin)
+            finally:
+                server.stop(1.0)
+        finally:
+            close_clients()
+    except _Exit as done:
+        for line in done.lines:
+            print(line, file=sys.stderr)
+        return done.code
+    _report(summary, prepared.run_dir)
+    return 0
+
+
+def _prepare(
+    config_path: str | None,
+    overrides: list[str],
+    run_dir_arg: str | None,
+    addresses_from_stdin: bool,
+) -> _Prepared:
+    """The config (checked by preflight), the run dir (made private, locked), the tokenizer
+    and the dataset; under the launcher, then the services' addresses from stdin. The
+    resolved config is written to the run dir. ``_Exit`` for anything refused."""
+    from hybridflow.config.loader import ConfigError, dump_yaml
+    from hybridflow.deploy.preflight import check_job, report
+    from hybridflow.deploy.run_dir_mode import prepare_run_dir
+    from hybridflow.deploy.run_lock import RunDirBusy, acquire_unless_parent_holds
+    from hybridflow.job_config import load_job_config
+    from hybridflow.models import resolve_model_path
+    from hybridflow.models.text_only import load_tokenizer
+
+    try:
         job = load_job_config(config_path, overrides)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    from hybridflow.deploy.preflight import check_job, report
-
+        raise _Exit(2, f"config error: {exc}") from exc
     if report(check_job(job, ports=["coordinator.server"])):  # services already hold theirs
-        return 2
-    cfg = job.coordinator
-    if not addresses_from_stdin and _report_missing_addresses(cfg):
-        return 2
+        raise _Exit(2)
+    if not addresses_from_stdin and _report_missing_addresses(job.coordinator):
+        raise _Exit(2)
     run_dir = (
         Path(run_dir_arg)
         if run_dir_arg
         else Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
     )
-    from hybridflow.deploy.run_dir_mode import prepare_run_dir
-    from hybridflow.deploy.run_lock import RunDirBusy, acquire_unless_parent_holds
-
     prepare_run_dir(run_dir, job.deploy.group_readable)  # 0700 / 0600 unless group-readable
     try:
         # Started by hand: one job per run dir, as under the launcher (which then holds it).
         # Held until this process exits; the kernel drops it, whatever the exit.
-        _run_lock = acquire_unless_parent_holds(run_dir)
+        run_lock = acquire_unless_parent_holds(run_dir)
     except RunDirBusy as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-    from hybridflow.coordinator.checkpoint_config import ResumeRefused
-    from hybridflow.coordinator.control import JobControl
-    from hybridflow.coordinator.job import TrainingJob
-    from hybridflow.coordinator.report import write_report_logged
-    from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
-    from hybridflow.coordinator.services import Services
-    from hybridflow.errors import CheckpointRejected
-    from hybridflow.models import resolve_model_path
-    from hybridflow.models.text_only import load_tokenizer
-    from hybridflow.rpc.channel import wait_healthy
-    from hybridflow.rpc.server import start_server, write_port_file
-    from hybridflow.services.learner.client import GrpcLearnerClient
-    from hybridflow.services.reward.client import GrpcRewardClient
-    from hybridflow.services.rollout.client import GrpcRolloutClient
-    from hybridflow.v1 import coordinator_pb2_grpc
-
+        raise _Exit(2, f"error: {exc}") from exc
     model_dir = resolve_model_path(job.model)
     tokenizer = load_tokenizer(model_dir)  # no torch in this process
     try:
-        dataset = load_dataset(cfg, model_dir, tokenizer)
+        dataset = load_dataset(job.coordinator, model_dir, tokenizer)
     except ValueError as exc:  # every prompt over the limit, or the model has no room
-        print(f"data error: {exc}", file=sys.stderr)
-        return 2
+        raise _Exit(2, f"data error: {exc}") from exc
     if addresses_from_stdin:
         try:
-            overrides = [*overrides, *read_address_overrides(sys.stdin)]
-            job = load_job_config(config_path, overrides)
+            job = load_job_config(config_path, [*overrides, *read_address_overrides(sys.stdin)])
         except ConfigError as exc:
-            print(f"config error: {exc}", file=sys.stderr)
-            return 2
+            raise _Exit(2, f"config error: {exc}") from exc
         except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        cfg = job.coordinator
-        if _report_missing_addresses(cfg):
-            return 2
+            raise _Exit(1, f"error: {exc}") from exc
+        if _report_missing_addresses(job.coordinator):
+            raise _Exit(2)
     dump_yaml(job, run_dir / "config.yaml")
+    return _Prepared(job, run_dir, run_lock, tokenizer, dataset)
+
+
+def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
+    """Waits for every service's health check, then its clients; and how to close them."""
+    from hybridflow.coordinator.services import Services
+    from hybridflow.rpc.channel import wait_healthy
+    from hybridflow.services.learner.client import GrpcLearnerClient
+    from hybridflow.services.reward.client import GrpcRewardClient
+    from hybridflow.services.rollout.client import GrpcRolloutClient
+
+    job, cfg, tokenizer = prepared.job, prepared.job.coordinator, prepared.tokenizer
     for address in [*cfg.rollout_addresses, cfg.reward_address, cfg.learner_address]:
         wait_healthy(address, job.deploy.health_timeout_s, config=cfg.channel)
-
     rollouts = [GrpcRolloutClient(a, cfg.channel) for a in cfg.rollout_addresses]
     reward = GrpcRewardClient(cfg.reward_address, cfg.channel)
     learner = GrpcLearnerClient(cfg.learner_address, cfg.channel)
@@ -155,6 +195,25 @@ def run_job(
         weight_targets=list(cfg.rollout_addresses),
         decode=lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
     )
+
+    def close() -> None:
+        for rollout in rollouts:
+            rollout.close()
+        reward.close()
+        learner.close()
+
+    return services, close
+
+
+def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:
+    """The job's control (status, pause, stop) over gRPC, its port file and metrics, and
+    SIGINT / SIGTERM: stop after the current step (a second one aborts)."""
+    from hybridflow.coordinator.control import JobControl
+    from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
+    from hybridflow.rpc.server import start_server, write_port_file
+    from hybridflow.v1 import coordinator_pb2_grpc
+
+    cfg, run_dir = prepared.job.coordinator, prepared.run_dir
     control = JobControl(cfg.num_steps, str(run_dir.resolve()))
     servicer = CoordinatorServicer(control)
     server = start_server(
@@ -185,6 +244,21 @@ def run_job(
         f"run dir: {run_dir}  (control: hybridflow-coordinator status --run-dir {run_dir})",
         file=sys.stderr,
     )
+    return control, server
+
+
+def _train(
+    prepared: _Prepared, services: Services, control: JobControl, resume: bool, origin: float
+) -> RunSummary:
+    """The schedule itself (``TrainingJob``), set by what the learner says it needs; a
+    refused resume or checkpoint exits 2, a failed job 1 (with the report drawn so far and
+    the resume command)."""
+    from hybridflow.coordinator.checkpoint_config import ResumeRefused
+    from hybridflow.coordinator.job import TrainingJob
+    from hybridflow.coordinator.report import write_report_logged
+    from hybridflow.errors import CheckpointRejected
+
+    job, run_dir = prepared.job, prepared.run_dir
     checkpoint_root = Path(job.learner.checkpoint_dir) if job.learner.checkpoint_dir else None
     if checkpoint_root is None:
         log.warning("learner.checkpoint_dir is not set: no checkpoints, no resume")
@@ -197,9 +271,9 @@ def run_job(
         if routed_experts:
             log.info("the learner replays MoE routing: the rollout reports routed experts")
         training = TrainingJob(
-            cfg,
+            job.coordinator,
             services,
-            dataset.records,
+            prepared.dataset.records,
             run_dir,
             control,
             resume,
@@ -209,28 +283,28 @@ def run_job(
             resolved_config=asdict(job),
         )
         training.launch_time = origin
-        summary = training.run()
+        return training.run()
     except ResumeRefused as exc:  # a config change the checkpoint cannot honour
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise _Exit(2, f"error: {exc}") from exc
     except CheckpointRejected as exc:  # not one checkpoint verifies and fits
-        print(f"error: {exc}", file=sys.stderr)
-        print(f"every checkpoint is listed with its reason by: hybridflow-coordinator verify "
-              f"{run_dir}", file=sys.stderr)  # fmt: skip
-        return 2
+        raise _Exit(
+            2,
+            f"error: {exc}",
+            f"every checkpoint is listed with its reason by: hybridflow-coordinator verify "
+            f"{run_dir}",
+        ) from exc
     except (RuntimeError, ValueError) as exc:  # ServiceError is a RuntimeError
         log.debug("job failed", exc_info=True)
         print(f"job failed: {_one_line(exc)}", file=sys.stderr)
         write_report_logged(run_dir, log)  # the steps done so far, for the post-mortem
-        if checkpoint_root is not None:
-            print(f"resume with: deploy/launch.sh --resume {run_dir}", file=sys.stderr)
-        return 1
-    finally:
-        server.stop(1.0)
-        for rollout in rollouts:
-            rollout.close()
-        reward.close()
-        learner.close()
+        lines = [f"resume with: deploy/launch.sh --resume {run_dir}"] if checkpoint_root else []
+        raise _Exit(1, *lines) from exc
+
+
+def _report(summary: RunSummary, run_dir: Path) -> None:
+    """The run's plots, then its outcome in a few lines."""
+    from hybridflow.coordinator.report import write_report_logged
+
     write_report_logged(run_dir, log)
     print(
         f"reward: start {summary.reward_start:.3f} -> end {summary.reward_end:.3f} "
@@ -243,7 +317,6 @@ def run_job(
     if summary.checkpoint:
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)
-    return 0
 
 
 def _report_missing_addresses(cfg: CoordinatorConfig) -> bool:

@@ -223,6 +223,7 @@ class VLLMEngine:
             proc = next(p for p in procs if p.sentinel == sentinel)
             if self._closing:
                 return
+            proc.join(timeout=1.0)  # reaped, so its exit code is known
             self.dead_reason = (
                 f"vLLM worker process {proc.name} (pid {proc.pid}) died with exit code "
                 f"{proc.exitcode}; this rollout replica cannot generate until restarted"
