@@ -55,11 +55,15 @@ def tree(pid: int) -> dict[int, tuple[int | None, str]]:
             continue
         try:
             cmdline = Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            for task in Path(f"/proc/{current}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except OSError:
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:  # the process is gone
             continue
         out[current] = (start, cmdline)
+        for task in tasks:
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:  # that thread ended meanwhile: its siblings still count
+                continue
     return out
 
 
