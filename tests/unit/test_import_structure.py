@@ -4,20 +4,13 @@ each other (directly or round a loop) when their modules load, and no modules do
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import_graph.py"
+from tests.scripts import load_script
 
 
 def _import_graph():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["import_graph"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_graph")
 
 
 def test_no_folder_imports_another_that_imports_it_back() -> None:

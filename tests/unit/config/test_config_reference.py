@@ -3,20 +3,11 @@ key has a docstring to put there."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gen_config_docs.py"
+from tests.scripts import load_script
 
 
 def _generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gen_config_docs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_config_docs"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gen_config_docs")
 
 
 def test_every_config_key_has_a_docstring() -> None:
