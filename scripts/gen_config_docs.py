@@ -14,8 +14,10 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 import sys
 import textwrap
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,10 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key, type, default, doc) of every leaf field under ``cls``, nested ones dotted."""
+    from hybridflow.config.fields import bound_of
+
     docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
@@ -74,8 +79,18 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             out.extend(rows(type(default), key + "."))
             continue
         shown = "required" if default is dataclasses.MISSING else f"`{default!r}`"
-        out.append((key, f"`{f.type}`", shown, docs.get(f.name, "")))
+        bound = bound_of(f)
+        kind = _type_name(hints[f.name]) + (f", {bound.describe()}" if bound else "")
+        out.append((key, kind, shown, docs.get(f.name, "")))
     return out
+
+
+def _type_name(tp: Any) -> str:
+    """``int``, ``list[str]``, ``'pace' | 'greedy'`` (a Literal shows its values)."""
+    if typing.get_origin(tp) is typing.Literal:
+        return " | ".join(f"`{v!r}`" for v in typing.get_args(tp))
+    text = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp)
+    return "`" + re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", text) + "`"
 
 
 def _cell(text: str) -> str:

@@ -2,13 +2,16 @@
 
 Unknown keys are errors naming the key and the file; values are checked against the field
 types; ``--set a.b=c`` overrides are applied before validation (the value is parsed as YAML,
-so ``--set coordinator.num_steps=5`` gives an int). This module imports neither torch nor
-grpc, and knows nothing of which service it configures.
+so ``--set coordinator.num_steps=5`` gives an int). A key a section has renamed (its class's
+``RENAMED_KEYS``: old name -> new dotted name, relative to the section) still loads, moved to
+its new place, with one notice line naming the new key. This module imports neither torch
+nor grpc, and knows nothing of which service it configures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import types
 import typing
@@ -19,6 +22,8 @@ from typing import Any, TypeVar
 import yaml
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+_noticed: set[str] = set()
 
 
 class ConfigError(ValueError):
@@ -73,6 +78,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], source: str = "<dict>", pre
         raise TypeError(f"{cls} is not a dataclass")
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: '{prefix.rstrip('.') or '<root>'}' must be a mapping")
+    data = _move_renamed(cls, data, source, prefix)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -95,6 +101,44 @@ def from_dict(cls: type[T], data: Mapping[str, Any], source: str = "<dict>", pre
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
     return obj
+
+
+def renamed_keys(cls: type) -> dict[str, str]:
+    """Old key -> new dotted key (both relative to ``cls``'s section) of a config section."""
+    return dict(getattr(cls, "RENAMED_KEYS", {}) or {})
+
+
+def _move_renamed(
+    cls: type, data: Mapping[str, Any], source: str, prefix: str
+) -> Mapping[str, Any]:
+    """``data`` with each old key of ``cls`` moved to its new place, one notice per key."""
+    renames = renamed_keys(cls)
+    if not isinstance(data, Mapping) or not renames.keys() & data.keys():
+        return data
+    moved: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    for old, new in renames.items():
+        if old not in moved:
+            continue
+        value = moved.pop(old)
+        *parents, leaf = new.split(".")
+        node = moved
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{source}: '{prefix}{part}' must be a mapping")
+            node[part] = child = dict(child)
+            node = child
+        if leaf in node:
+            raise ConfigError(
+                f"{source}: both '{prefix}{old}' and its new name '{prefix}{new}' are set; "
+                f"keep '{prefix}{new}'"
+            )
+        node[leaf] = value
+        line = f"config: '{prefix}{old}' is now '{prefix}{new}' (the old key still works, for now)"
+        if line not in _noticed:
+            _noticed.add(line)
+            log.warning(line)
+    return moved
 
 
 def _convert(tp: Any, value: Any, source: str, key: str) -> Any:

@@ -39,8 +39,11 @@ No threads, no clients, no clocks: numbers in, a lead out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-ADMISSION_POLICIES = ("pace", "greedy")
+AdmissionPolicy = Literal["pace", "greedy"]
+"""When generation may start within the staleness bound (``coordinator.admission``)."""
+ADMISSION_POLICIES: tuple[str, ...] = get_args(AdmissionPolicy)
 
 
 @dataclass(frozen=True)

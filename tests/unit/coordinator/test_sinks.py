@@ -116,5 +116,5 @@ def test_a_listed_logger_that_is_not_installed_names_the_key(tmp_path, monkeypat
 def test_unknown_logger_is_refused_naming_the_key():
     CoordinatorConfig(loggers=["jsonl", "tensorboard", "wandb", "mlflow"]).validate()
     CoordinatorConfig(loggers=[]).validate()  # jsonl is written anyway
-    with pytest.raises(ValueError, match=r"coordinator.loggers: unknown logger 'csv'"):
+    with pytest.raises(ValueError, match=r"coordinator.loggers: unknown 'csv'; known: jsonl"):
         CoordinatorConfig(loggers=["tensorboard", "csv"]).validate()
