@@ -19,7 +19,9 @@ LENGTH = f"{FIXTURES / 'user_scorers.py'}:length_score"
 
 def scorer(*components: RewardComponent, score_workers: int = 1) -> RewardScorer:
     return RewardScorer(
-        RewardConfig(scorers={"len": LENGTH}, components=list(components), score_workers=score_workers)
+        RewardConfig(
+            scorers={"len": LENGTH}, components=list(components), score_workers=score_workers
+        )
     )
 
 
