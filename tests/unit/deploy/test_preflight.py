@@ -123,7 +123,8 @@ def test_reward_model_components_need_a_known_builtin_or_a_checkpoint_dir(tmp_pa
         "known: ['tiny-rm']"
     ]
     assert problems(QUICKSTART, ["model=builtin:tiny-rm"]) == [
-        "config error: model: unknown builtin model 'tiny-rm'; known: ['tiny', 'tiny-qwen3', 'tiny-random']"
+        "config error: model: unknown builtin model 'tiny-rm'; known: "
+        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random']"
     ]
 
 
