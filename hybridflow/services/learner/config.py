@@ -13,6 +13,7 @@ from typing import Literal
 
 from hybridflow.config.ranges import at_least, raise_problems
 from hybridflow.rpc.config import ServerConfig
+from hybridflow.services.learner.memory_config import LearnerMemoryConfig
 from hybridflow.services.learner.preference_config import DPOLossType
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -181,6 +182,9 @@ class LearnerConfig:
     local_addr: str = ""
     """This node's address as the other nodes reach it (torchrun --local-addr; empty: its
     hostname). Set it where the hostname does not resolve to that address."""
+    memory: LearnerMemoryConfig = field(default_factory=LearnerMemoryConfig)
+    """Memory tools: precision, activation checkpointing, packing, token-budget
+    micro-batches, chunked log-probs, CPU offload (``memory_config.py``)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
     checkpoint_dir: str = ""
