@@ -38,12 +38,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hybridflow.deploy.run_lock import RunDirBusy, RunLock, raise_if_busy
 
 if TYPE_CHECKING:
+    from hybridflow.deploy.launcher import ServiceGroup
+    from hybridflow.deploy.supervisor import Outcome, Supervisor
     from hybridflow.job_config import JobConfig
 
 DEFAULT_CONFIG = "deploy/configs/quickstart.yaml"
@@ -198,148 +201,262 @@ def stop_unstarted(coordinator: subprocess.Popen[bytes], grace_s: float = 5.0) -
     coordinator.wait()
 
 
+class _Exit(Exception):
+    """Ends ``main`` with exit ``code`` once ``lines`` are printed to stderr."""
+
+    def __init__(self, code: int, *lines: str) -> None:
+        super().__init__(code)
+        self.code, self.lines = code, lines
+
+
+@dataclass
+class _Launch:
+    """What this launch runs, settled before any process starts: the config and overrides
+    every process gets, the loaded job, its run dir (locked by ``lock`` for this process's
+    life), whether it resumes, and what the children's environment adds."""
+
+    config_path: str
+    overrides: list[str]
+    job: JobConfig
+    run_dir: Path
+    resume: bool
+    lock: RunLock
+    env: dict[str, str]
+
+
+class _Run:
+    """The state the launcher's signal handler reads while the services run: the phase
+    (``starting``, ``running``, ``stopping``), the service group, the coordinator once
+    started and the supervisor once it has taken over."""
+
+    def __init__(self, group: ServiceGroup) -> None:
+        self.group = group
+        self.phase = "starting"
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.supervisor: Supervisor | None = None
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        """SIGINT / SIGTERM: while starting, abort the start; while running, the first asks
+        the supervisor to stop; a second, or one while stopping, kills what is left."""
+        if self.phase == "starting":
+            self.phase = "stopping"
+            raise KeyboardInterrupt  # abort the start; the finally-block stops services
+        if self.phase == "running" and self.supervisor is not None:
+            self.supervisor.request_stop()
+            if self.supervisor.num_stop_requests < 2:
+                return
+        self.group.kill_now = True  # a second request, or one while stopping: kill the rest now
+
+
 def main(argv: list[str] | None = None) -> int:
+    """deploy/launch.sh: settles and claims the launch (exit 2 for anything refused, before
+    any process starts), then runs it: the learner-only preference job, or the services and
+    the coordinator under supervision. Returns the exit code."""
     launch_time = time.time()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
+    try:
+        launch = _prepare(args)
+    except _Exit as done:
+        for line in done.lines:
+            print(line, file=sys.stderr)
+        return done.code
+    if launch.job.preference.data:  # learner-only offline job (hybridflow/preference)
+        from hybridflow.preference.launch import run_preference_job
+
+        return run_preference_job(
+            launch.job, launch.config_path, launch.overrides, launch.run_dir, launch.env
+        )
+    return _run_services(launch, launch_time)
+
+
+def _prepare(args: argparse.Namespace) -> _Launch:
+    """The launch, in this order: a live named run refused (before the config is even
+    imported), the config loaded, the umask set, the run dir claimed around the preflight,
+    the run token, ``launch.json`` written and the checkpoint dir defaulted into it.
+    ``_Exit`` for anything refused."""
     named = args.run_dir or (args.resume if args.resume != "auto" else None)
     try:
         if named:  # a live run is refused before the config is even imported: well under 1 s
             raise_if_busy(Path(named))
     except RunDirBusy as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise _Exit(2, f"error: {exc}") from exc
 
-    from hybridflow.config.loader import ConfigError
-    from hybridflow.coordinator.checkpoint_config import ResumeRefused
-    from hybridflow.deploy.preflight import check_job, config_problems, report
     from hybridflow.deploy.run_dir_mode import run_umask
+
+    config_path, overrides, run_dir_arg, job = _load(args)
+    run_dir = run_dir_arg or Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
+    resume = bool(args.resume)
+    os.umask(run_umask(job.deploy.group_readable))  # before anything is written; children too
+    lock = _claim(run_dir, job, resume)
+    log.debug("run dir %s locked by %s", run_dir, lock.holder.describe())
+    try:
+        env = _run_token_env(run_dir)
+    except LaunchError as exc:
+        raise _Exit(2, f"error: {exc}") from exc
+    write_launch_record(run_dir, config_path, overrides, resume)
+    if not job.learner.checkpoint_dir:  # the only place checkpoint RPCs may write
+        overrides = [*overrides, f"learner.checkpoint_dir={(run_dir / 'checkpoints').resolve()}"]
+    return _Launch(config_path, overrides, job, run_dir, resume, lock, env)
+
+
+def _load(args: argparse.Namespace) -> tuple[str, list[str], Path | None, JobConfig]:
+    """The launch's config path, overrides and named run dir (:func:`resolve_launch`) and
+    its job config; ``_Exit`` 2 for a refused command line or a live run, and every config
+    problem (one line each) for a config that does not load."""
+    from hybridflow.config.loader import ConfigError
+    from hybridflow.deploy.preflight import config_problems, report
     from hybridflow.job_config import load_job_config
 
     try:
         config_path, overrides, run_dir_arg = resolve_launch(args)
         job = load_job_config(config_path, overrides)
     except (LaunchError, RunDirBusy) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise _Exit(2, f"error: {exc}") from exc
     except ConfigError:
-        return report(config_problems(config_path, overrides))  # every problem, exit 2
-    run_dir = run_dir_arg or Path(job.deploy.run_root) / time.strftime("%Y%m%d_%H%M%S")
-    resume = bool(args.resume)
-    os.umask(run_umask(job.deploy.group_readable))  # before anything is written; children too
+        raise _Exit(report(config_problems(config_path, overrides))) from None  # exit 2
+    return config_path, overrides, run_dir_arg, job
+
+
+def _claim(run_dir: Path, job: JobConfig, resume: bool) -> RunLock:
+    """The run dir's lock, taken around the preflight (ports, model, TLS files, data): an
+    existing run dir is claimed first, so a live job's is refused at once; a new one is
+    created only once the preflight passed. ``_Exit`` 2 for a live run, a failed preflight
+    or a resume the newest checkpoint cannot honour."""
+    from hybridflow.coordinator.checkpoint_config import ResumeRefused
+    from hybridflow.deploy.preflight import check_job, report
+
     lock: RunLock | None = None
     try:
         if run_dir.exists():  # a live job's run dir: refused at once, before the preflight
             lock = claim_run_dir(run_dir, job, resume)
         if report(check_job(job)):  # ports, model, TLS files, data: before any service starts
-            return 2
+            raise _Exit(2)
         if lock is None:  # a new run dir: created only once the preflight passed
             lock = claim_run_dir(run_dir, job, resume)
     except (RunDirBusy, ResumeRefused) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    log.debug("run dir %s locked by %s", run_dir, lock.holder.describe())
-    try:
-        env = _run_token_env(run_dir)
-    except LaunchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    write_launch_record(run_dir, config_path, overrides, resume)
-    if not job.learner.checkpoint_dir:  # the only place checkpoint RPCs may write
-        overrides = [*overrides, f"learner.checkpoint_dir={(run_dir / 'checkpoints').resolve()}"]
-    if job.preference.data:  # learner-only offline job (hybridflow/preference)
-        from hybridflow.preference.launch import run_preference_job
+        raise _Exit(2, f"error: {exc}") from exc
+    return lock
 
-        return run_preference_job(job, config_path, overrides, run_dir, env)
 
+def _run_services(launch: _Launch, launch_time: float) -> int:
+    """Starts the services and the coordinator, waits until all serve, supervises them to
+    the end and reports the outcome. Owns SIGINT / SIGTERM from here on (``_Run``) and the
+    cleanup every path goes through once a process may have started: a coordinator never
+    handed to the supervisor is stopped, then every service. Exit 1 when the start fails,
+    130 when interrupted before the services were ready."""
     from hybridflow.deploy.launcher import ServiceGroup
     from hybridflow.deploy.lifeline import launcher_env
-    from hybridflow.deploy.supervisor import EventLog, Supervisor
-    from hybridflow.models import resolve_model_path
 
+    env = launch.env
     env.update(launcher_env())
     env[LAUNCH_TIME_ENV] = repr(launch_time)
-    resume_hint = f"resume with: deploy/launch.sh --resume {run_dir}"
-    group = ServiceGroup(job, config_path, overrides, run_dir, env=env)
-    phase = ["starting"]
-    supervisor: list[Supervisor] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if phase[0] == "starting":
-            phase[0] = "stopping"
-            raise KeyboardInterrupt  # abort the start; the finally-block stops services
-        if phase[0] == "running" and supervisor:
-            supervisor[0].request_stop()
-            if supervisor[0].num_stop_requests < 2:
-                return
-        group.kill_now = True  # a second request, or one while stopping: kill the rest now
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    coordinator: subprocess.Popen[bytes] | None = None
+    run = _Run(
+        ServiceGroup(launch.job, launch.config_path, launch.overrides, launch.run_dir, env=env)
+    )
+    signal.signal(signal.SIGINT, run.on_signal)
+    signal.signal(signal.SIGTERM, run.on_signal)
     try:
-        log.info(
-            "model %s -> %s", job.model, resolve_model_path(job.model)
-        )  # copies a builtin into the cache once
-        group.start()
-        # The coordinator starts alongside the services: its imports, tokenizer and dataset
-        # overlap their start; it reads their addresses from stdin once they all serve.
-        cmd = [sys.executable, "-m", "hybridflow.coordinator", "run"]
-        cmd += ["--config", config_path, "--run-dir", str(run_dir), "--addresses-from-stdin"]
-        for override in overrides:
-            cmd += ["--set", override]
-        if resume:
-            cmd.append("--resume")
-        # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
-        coordinator = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, env={**os.environ, **env}, start_new_session=True
-        )
-        log.info(
-            "waiting for %d services and the coordinator (logs in %s/logs)",
-            len(group.processes),
-            run_dir,
-        )
-        try:
-            addresses = group.wait_ready(
-                job.deploy.health_timeout_s, watch=[("coordinator", coordinator)]
-            )
-        except (RuntimeError, TimeoutError) as exc:
-            phase[0] = "stopping"
-            log.error("%s", exc)
+        coordinator = _start(launch, run)
+        if not _wait_ready(launch, run, coordinator):
             return 1
-        log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
-        send_addresses(coordinator, group.address_overrides())
-        deploy = job.deploy
-        supervisor.append(
-            Supervisor(
-                group,
-                coordinator,
-                EventLog(run_dir / "supervisor.jsonl"),
-                restart_budget=deploy.restart_budget,
-                restart_backoff_s=deploy.restart_backoff_s,
-                stop_timeout_s=deploy.stop_timeout_s,
-                health_timeout_s=deploy.health_timeout_s,
-            )
-        )
-        phase[0] = "running"
-        outcome = supervisor[0].run()
-        phase[0] = "stopping"
-        usage = group.resource_usage()
-        try:
-            (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
-        except OSError as exc:  # a full disk must not hide the outcome and the resume hint
-            from hybridflow.utils.disk import describe_write_error
-
-            log.error("service_usage.json not written: %s", describe_write_error(run_dir, exc))
-        log.info("coordinator exited with %d; stopping services", coordinator.returncode)
+        outcome = _supervise(launch, run, coordinator)
     except KeyboardInterrupt:
         log.warning("interrupted before the services were ready; stopping them")
         return 130
     finally:
-        phase[0] = "stopping"
-        if coordinator is not None and not supervisor:  # never handed to the supervisor
-            stop_unstarted(coordinator)
-        group.stop()
+        run.phase = "stopping"
+        if run.coordinator is not None and run.supervisor is None:  # never handed over
+            stop_unstarted(run.coordinator)
+        run.group.stop()
+    return _report(outcome, launch.run_dir)
+
+
+def _start(launch: _Launch, run: _Run) -> subprocess.Popen[bytes]:
+    """Starts every service, then the coordinator alongside them (``run.coordinator`` from
+    the moment it exists): its imports, tokenizer and dataset overlap the services' start;
+    it reads their addresses from stdin once they all serve."""
+    from hybridflow.models import resolve_model_path
+
+    job, run_dir = launch.job, launch.run_dir
+    log.info(
+        "model %s -> %s", job.model, resolve_model_path(job.model)
+    )  # copies a builtin into the cache once
+    run.group.start()
+    cmd = [sys.executable, "-m", "hybridflow.coordinator", "run"]
+    cmd += ["--config", launch.config_path, "--run-dir", str(run_dir), "--addresses-from-stdin"]
+    for override in launch.overrides:
+        cmd += ["--set", override]
+    if launch.resume:
+        cmd.append("--resume")
+    # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
+    run.coordinator = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, env={**os.environ, **launch.env}, start_new_session=True
+    )
+    log.info(
+        "waiting for %d services and the coordinator (logs in %s/logs)",
+        len(run.group.processes),
+        run_dir,
+    )
+    return run.coordinator
+
+
+def _wait_ready(launch: _Launch, run: _Run, coordinator: subprocess.Popen[bytes]) -> bool:
+    """Waits for every service's health check (each with its own deadline) while watching
+    the coordinator, then hands it their addresses; False (the failure logged, the phase
+    ``stopping``) when one exits or misses its deadline first."""
+    try:
+        addresses = run.group.wait_ready(
+            launch.job.deploy.health_timeout_s, watch=[("coordinator", coordinator)]
+        )
+    except (RuntimeError, TimeoutError) as exc:
+        run.phase = "stopping"
+        log.error("%s", exc)
+        return False
+    log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
+    send_addresses(coordinator, run.group.address_overrides())
+    return True
+
+
+def _supervise(launch: _Launch, run: _Run, coordinator: subprocess.Popen[bytes]) -> Outcome:
+    """Hands the job to the supervisor (restarts, stop requests; phase ``running``) until
+    the coordinator exits, then records the services' resource usage."""
+    from hybridflow.deploy.supervisor import EventLog, Supervisor
+
+    run_dir, deploy = launch.run_dir, launch.job.deploy
+    run.supervisor = Supervisor(
+        run.group,
+        coordinator,
+        EventLog(run_dir / "supervisor.jsonl"),
+        restart_budget=deploy.restart_budget,
+        restart_backoff_s=deploy.restart_backoff_s,
+        stop_timeout_s=deploy.stop_timeout_s,
+        health_timeout_s=deploy.health_timeout_s,
+    )
+    run.phase = "running"
+    outcome = run.supervisor.run()
+    run.phase = "stopping"
+    _write_usage(run.group, run_dir)
+    log.info("coordinator exited with %d; stopping services", coordinator.returncode)
+    return outcome
+
+
+def _write_usage(group: ServiceGroup, run_dir: Path) -> None:
+    """The services' resource usage to ``service_usage.json``; a failed write is logged."""
+    usage = group.resource_usage()
+    try:
+        (run_dir / "service_usage.json").write_text(json.dumps(usage, indent=2) + "\n")
+    except OSError as exc:  # a full disk must not hide the outcome and the resume hint
+        from hybridflow.utils.disk import describe_write_error
+
+        log.error("service_usage.json not written: %s", describe_write_error(run_dir, exc))
+
+
+def _report(outcome: Outcome, run_dir: Path) -> int:
+    """The job's end on stderr, once every process is stopped: its cause or a stop on
+    request, with the command to resume; the exit code (1 for a cause, else the
+    coordinator's)."""
+    resume_hint = f"resume with: deploy/launch.sh --resume {run_dir}"
     if outcome.cause is not None:
         print(f"{outcome.cause}; {resume_hint}", file=sys.stderr)
         return 1

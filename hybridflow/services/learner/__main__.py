@@ -7,10 +7,58 @@ the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+    import logging
+
+    from hybridflow.job_config import JobConfig
+    from hybridflow.rpc.config import ChannelConfig
+    from hybridflow.rpc.server import RunningServer
+    from hybridflow.services.learner.core import LearnerCore
+    from hybridflow.services.learner.distributed import CommandRelay, DistInfo
+    from hybridflow.services.learner.worker import LearnerWorker
+
+
+@dataclass
+class _Learner:
+    """This rank's learner, built before it serves: the job config, its place in the group,
+    its log, the model (``worker``), the ``core`` that runs each command and publishes
+    weights, the ``relay`` that runs each command on every rank, and the client settings
+    for the replicas' weight-sync services (``channel``)."""
+
+    job: JobConfig
+    dist_info: DistInfo
+    log: logging.Logger
+    worker: LearnerWorker
+    core: LearnerCore
+    relay: CommandRelay
+    channel: ChannelConfig
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The learner on every rank: its config and place in the group, then the model; rank 0
+    serves gRPC until a signal, the other ranks serve the commands it relays. Exit 2 when
+    the model does not load, else 0 once stopped."""
+    args, job, dist_info, log = _setup(argv)
+    learner = _build(job, dist_info, log)
+    if learner is None:
+        return 2
+    if dist_info.rank != 0:
+        _serve_relayed(learner)
+        return 0
+    _serve(learner, args.port_file)
+    return 0
+
+
+def _setup(
+    argv: list[str] | None,
+) -> tuple[argparse.Namespace, JobConfig, DistInfo, logging.Logger]:
+    """The command line (ends with the parent: ``watch_parent``), the job config, torch's
+    threads, this process's place in the torchrun group (none for a plain start) and its
+    log, named by rank."""
     from hybridflow.services.bootstrap import (
         service_arg_parser,
         set_torch_threads,
@@ -28,22 +76,29 @@ def main(argv: list[str] | None = None) -> int:
     cfg = job.learner
     set_torch_threads(cfg.num_threads)
 
-    from hybridflow.services.learner.distributed import CommandRelay, control_group, init_from_env
+    from hybridflow.services.learner.distributed import init_from_env
 
     dist_info = init_from_env(cfg.device)
     log = setup_logging(f"learner{dist_info.rank}")
+    return args, job, dist_info, log
 
+
+def _build(job: JobConfig, dist_info: DistInfo, log: logging.Logger) -> _Learner | None:
+    """Loads the model and wires this rank's core and command relay; None (the reason
+    logged) when the model cannot be loaded."""
     from hybridflow.models import resolve_model_path
     from hybridflow.services.learner.core import LearnerCore
+    from hybridflow.services.learner.distributed import CommandRelay, control_group
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.weights.client import GrpcWeightSyncClient
 
+    cfg = job.learner
     try:
         path = resolve_model_path(job.model)
         worker = LearnerWorker(cfg, path)
     except ValueError as exc:
         log.error("cannot load the model: %s", exc)
-        return 2
+        return None
     # The replicas' weight-sync services are called with the job's client settings (TLS
     # across hosts), with the learner's message limit.
     channel = replace(job.coordinator.channel, max_message_bytes=cfg.server.max_message_bytes)
@@ -54,33 +109,63 @@ def main(argv: list[str] | None = None) -> int:
         lambda address: GrpcWeightSyncClient(address, channel),
     )
     relay = CommandRelay(core.dispatch, group=control_group() if dist_info.is_distributed else None)
-    if dist_info.rank != 0:
-        import signal
+    return _Learner(job, dist_info, log, worker, core, relay, channel)
 
-        # torchrun forwards SIGTERM to every rank at once; the others must outlive rank 0's
-        # drain and leave on its relayed "shutdown", or rank 0's last broadcast fails.
-        signal.signal(signal.SIGTERM, lambda *_: log.info("SIGTERM: waiting for rank 0"))
-        log.info("rank %d serving relayed commands", dist_info.rank)
-        relay.serve()
-        return 0
 
-    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
+def _serve_relayed(learner: _Learner) -> None:
+    """Another rank than 0: runs the commands rank 0 relays until its "shutdown"."""
+    import signal
+
+    log = learner.log
+    # torchrun forwards SIGTERM to every rank at once; the others must outlive rank 0's
+    # drain and leave on its relayed "shutdown", or rank 0's last broadcast fails.
+    signal.signal(signal.SIGTERM, lambda *_: log.info("SIGTERM: waiting for rank 0"))
+    log.info("rank %d serving relayed commands", learner.dist_info.rank)
+    learner.relay.serve()
+
+
+def _serve(learner: _Learner, port_file: str | None) -> None:
+    """Rank 0: serves gRPC (its address to ``port_file``) until SIGTERM / SIGINT, then
+    drains, stops and relays "shutdown" to the other ranks."""
+    from hybridflow.rpc.server import serve_until_signal, write_port_file
+
+    cfg = learner.job.learner
+    running = _start_server(learner)
+    if port_file:
+        write_port_file(port_file, running.address)
+    learner.log.info(
+        "learner ready on %s (world %d, %d of them critic ranks, %s)",
+        running.address,
+        learner.dist_info.world_size,
+        cfg.critic_nproc_per_node,
+        cfg.algorithm,
+    )
+    serve_until_signal(running, cfg.server.grace_s, on_stop=learner.relay.shutdown)
+
+
+def _start_server(learner: _Learner) -> RunningServer:
+    """Rank 0's gRPC server (``LearnerService``: each command through the relay, the info
+    the coordinator asks for, checkpoints under ``checkpoint_dir``) and its metrics."""
+    from hybridflow.rpc.server import start_server
     from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
     from hybridflow.v1 import learner_pb2, learner_pb2_grpc
+
+    job, worker, core, channel = learner.job, learner.worker, learner.core, learner.channel
+    cfg = job.learner
 
     def info() -> learner_pb2.LearnerInfo:
         return learner_pb2.LearnerInfo(
             model=job.model,
             algorithm=cfg.algorithm,
             policy_version=worker.policy_version,
-            world_size=dist_info.world_size,
+            world_size=learner.dist_info.world_size,
             needs_greedy_baseline=core.needs_greedy_baseline(),
             needs_routed_experts=core.needs_routed_experts(),
             versions_per_step=worker.versions_per_step(),
         )
 
     servicer = LearnerServicer(
-        dispatch=relay.call,
+        dispatch=learner.relay.call,
         info=info,
         vocab_size=worker.vocab_size,
         max_bytes=cfg.server.max_message_bytes,
@@ -103,17 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             "Seconds of the last weight publish to the rollout replicas",
             lambda: servicer.last_publish_s,
         )
-    if args.port_file:
-        write_port_file(args.port_file, running.address)
-    log.info(
-        "learner ready on %s (world %d, %d of them critic ranks, %s)",
-        running.address,
-        dist_info.world_size,
-        cfg.critic_nproc_per_node,
-        cfg.algorithm,
-    )
-    serve_until_signal(running, cfg.server.grace_s, on_stop=relay.shutdown)
-    return 0
+    return running
 
 
 if __name__ == "__main__":
