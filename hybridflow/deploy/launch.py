@@ -308,6 +308,8 @@ def _load(args: argparse.Namespace) -> tuple[str, list[str], Path | None, JobCon
     from hybridflow.deploy.preflight import config_problems, report
     from hybridflow.job_config import load_job_config
 
+    # Until resolve_launch answers, a bad config is the command line's (--resume auto loads it).
+    config_path, overrides = args.config or DEFAULT_CONFIG, list(args.set)
     try:
         config_path, overrides, run_dir_arg = resolve_launch(args)
         job = load_job_config(config_path, overrides)

@@ -60,6 +60,14 @@ def test_a_config_error_names_the_key_and_creates_no_run_dir(tmp_path, capsys):
     assert not run_dir.exists()
 
 
+def test_resume_auto_with_a_config_error_names_the_key(tmp_path, capsys):
+    """``--resume auto`` loads the config to find the run root: its errors are the usual
+    config lines and exit 2 (this once crashed with an UnboundLocalError)."""
+    assert main(["--resume", "auto", "--config", CONFIG, "--set", "bogus.key=1"]) == 2
+    err = stderr_lines(capsys)
+    assert len(err) == 1 and err[0].startswith("config error: unknown key 'bogus'")
+
+
 def test_a_token_file_others_can_read_is_refused_before_launch_json(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("HYBRIDFLOW_TOKEN", raising=False)
     run_dir = tmp_path / "run"
