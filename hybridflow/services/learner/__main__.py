@@ -1,6 +1,6 @@
 """Learner process: ``python -m hybridflow.services.learner --config job.yaml``, or under
 ``torchrun --nproc-per-node N -m hybridflow.services.learner`` for FSDP2 over N ranks (with
-``learner.critic_nproc_per_node`` C > 0, N = nproc_per_node + C and the last C ranks hold only
+``learner.topology.critic_nproc_per_node`` C > 0, N = nproc_per_node + C and the last C ranks hold only
 the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the other ranks.
 """
 
@@ -26,11 +26,11 @@ def main(argv: list[str] | None = None) -> int:
 
     job = load_job_config(args.config, args.set)
     cfg = job.learner
-    set_torch_threads(cfg.num_threads)
+    set_torch_threads(cfg.topology.num_threads)
 
     from hybridflow.services.learner.distributed import CommandRelay, control_group, init_from_env
 
-    dist_info = init_from_env(cfg.device)
+    dist_info = init_from_env(cfg.topology.device)
     log = setup_logging(f"learner{dist_info.rank}")
 
     from hybridflow.models import resolve_model_path
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         "learner ready on %s (world %d, %d of them critic ranks, %s)",
         running.address,
         dist_info.world_size,
-        cfg.critic_nproc_per_node,
+        cfg.topology.critic_nproc_per_node,
         cfg.algorithm,
     )
     serve_until_signal(running, cfg.server.grace_s, on_stop=relay.shutdown)

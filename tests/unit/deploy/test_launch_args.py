@@ -193,7 +193,7 @@ def test_learner_spans_hosts_through_torchrun_rendezvous():
         "--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d",
         "--rdzv-endpoint=10.0.0.1:29400", "--nproc-per-node=1", "-m", "m",
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="learner.rdzv_endpoint: host:port"):
+    with pytest.raises(ValueError, match="learner.topology.rdzv_endpoint: host:port"):
         LearnerConfig(nnodes=2).validate()
-    with pytest.raises(ValueError, match=r"learner.node_rank must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"learner.topology.node_rank must be in \[0, 1\]"):
         LearnerConfig(nnodes=2, node_rank=2, rdzv_endpoint="h:1").validate()

@@ -18,26 +18,26 @@ def test_defaults_validate() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"lr": 0.0}, "learner.lr"),
-        ({"lr": float("nan")}, "learner.lr"),
+        ({"lr": 0.0}, "learner.optimizer.lr"),
+        ({"lr": float("nan")}, "learner.optimizer.lr"),
         ({"algorithm": "sac"}, "learner.algorithm"),
-        ({"dpo_beta": 0.0}, "learner.dpo_beta"),
-        ({"dpo_beta": float("inf")}, "learner.dpo_beta"),
-        ({"rft_threshold": float("nan")}, "learner.rft_threshold"),
-        ({"rft_threshold": float("-inf")}, "learner.rft_threshold"),
-        ({"betas": (0.9,)}, "learner.betas"),
-        ({"micro_batch_size": 0}, "learner.micro_batch_size"),
-        ({"ppo_epochs": 0}, "learner.ppo_epochs"),
-        ({"clip_ratio_low": 1.0}, "learner.clip_ratio_low"),
-        ({"clip_ratio_c": 1.0}, "learner.clip_ratio_c"),
-        ({"loss_agg_mode": "sum"}, "learner.loss_agg_mode"),
-        ({"kl_estimator": "k9"}, "learner.kl_estimator"),
-        ({"kl_coef": 0.1}, "learner.use_reference"),
-        ({"kl_coef": 0.1, "use_reference": True, "kl_mode": "reward"}, "learner.kl_mode"),
-        ({"gamma": 1.5}, "learner.gamma"),
-        ({"value_clip": -1.0}, "learner.value_clip"),
+        ({"dpo_beta": 0.0}, "learner.dpo.beta"),
+        ({"dpo_beta": float("inf")}, "learner.dpo.beta"),
+        ({"rft_threshold": float("nan")}, "learner.rft.threshold"),
+        ({"rft_threshold": float("-inf")}, "learner.rft.threshold"),
+        ({"betas": (0.9,)}, "learner.optimizer.betas"),
+        ({"micro_batch_size": 0}, "learner.update.micro_batch_size"),
+        ({"ppo_epochs": 0}, "learner.update.epochs"),
+        ({"clip_ratio_low": 1.0}, "learner.loss.clip_ratio_low"),
+        ({"clip_ratio_c": 1.0}, "learner.loss.clip_ratio_c"),
+        ({"loss_agg_mode": "sum"}, "learner.loss.agg_mode"),
+        ({"kl_estimator": "k9"}, "learner.kl.estimator"),
+        ({"kl_coef": 0.1}, "learner.kl.use_reference"),
+        ({"kl_coef": 0.1, "use_reference": True, "kl_mode": "reward"}, "learner.kl.mode"),
+        ({"gamma": 1.5}, "learner.advantage.gamma"),
+        ({"value_clip": -1.0}, "learner.critic.value_clip"),
         ({"temperature": -1.0}, "learner.temperature"),
-        ({"device": "tpu"}, "learner.device"),
+        ({"device": "tpu"}, "learner.topology.device"),
     ],
 )
 def test_bad_field_is_named(change: dict[str, object], field: str) -> None:
@@ -61,12 +61,12 @@ def test_config_imports_without_torch() -> None:
         ({"advantage_estimator": "rlo"}, "learner.advantage_estimator must be one of"),
         ({"advantage_estimator": "pkg.mod:"}, "learner.advantage_estimator must be one of"),
         ({"policy_loss": "ppo"}, "learner.policy_loss must be one of"),
-        ({"overlong_buffer": -1}, "learner.overlong_buffer"),
+        ({"overlong_buffer": -1}, "learner.overlong.buffer"),
         ({"overlong_buffer": 4}, "learner.max_new_tokens"),
         ({"overlong_buffer": 4, "max_new_tokens": 8, "overlong_penalty_factor": -1.0},
-         "learner.overlong_penalty_factor"),
+         "learner.overlong.penalty_factor"),
         ({"advantage_estimator": "dr_grpo", "kl_coef": 0.1, "use_reference": True,
-          "kl_mode": "reward"}, "learner.kl_mode"),
+          "kl_mode": "reward"}, "learner.kl.mode"),
     ],
 )  # fmt: skip
 def test_estimator_loss_and_overlong_keys(change: dict[str, object], message: str) -> None:
@@ -142,7 +142,7 @@ def test_launch_overrides_load_the_preference_presets(algorithm: str) -> None:
     from hybridflow.job_config import load_job_config
 
     config = Path(__file__).resolve().parents[3] / DEFAULT_CONFIG
-    overrides = [f"learner.algorithm={algorithm}", "learner.dpo_beta=0.2"]
+    overrides = [f"learner.algorithm={algorithm}", "learner.dpo.beta=0.2"]
     job = load_job_config(config, overrides)
     assert (job.learner.algorithm, job.learner.dpo_beta) == (algorithm, 0.2)
     assert config_problems(config, overrides) == []
@@ -155,27 +155,27 @@ def test_online_dpo_takes_a_loss_type_and_refuses_an_unknown_one() -> None:
 
     config = Path(__file__).resolve().parents[3] / DEFAULT_CONFIG
     dpo = ["learner.algorithm=dpo"]
-    assert load_job_config(config, [*dpo, "learner.dpo_loss_type=ipo"]).learner.dpo_loss_type == (
+    assert load_job_config(config, [*dpo, "learner.dpo.loss_type=ipo"]).learner.dpo_loss_type == (
         "ipo"
     )
-    with pytest.raises(ValueError, match="learner.dpo_loss_type"):
-        load_job_config(config, [*dpo, "learner.dpo_loss_type=orpo"])
+    with pytest.raises(ValueError, match="learner.dpo.loss_type"):
+        load_job_config(config, [*dpo, "learner.dpo.loss_type=orpo"])
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"critic_nproc_per_node": -1}, "learner.critic_nproc_per_node: must be >= 0"),
-        ({"critic_nproc_per_node": 1}, "learner.critic_nproc_per_node > 0 needs a critic"),
+        ({"critic_nproc_per_node": -1}, "learner.topology.critic_nproc_per_node: must be >= 0"),
+        ({"critic_nproc_per_node": 1}, "learner.topology.critic_nproc_per_node > 0 needs a critic"),
         ({"algorithm": "ppo", "advantage_estimator": "rloo", "critic_nproc_per_node": 1},
-         "learner.critic_nproc_per_node > 0 needs a critic"),
+         "learner.topology.critic_nproc_per_node > 0 needs a critic"),
         ({"algorithm": "dpo", "critic_nproc_per_node": 1},
-         "learner.critic_nproc_per_node > 0 needs a critic"),
-        ({"algorithm": "ppo", "critic_devices": "1"}, "learner.critic_devices needs"),
+         "learner.topology.critic_nproc_per_node > 0 needs a critic"),
+        ({"algorithm": "ppo", "critic_devices": "1"}, "learner.topology.critic_devices needs"),
         ({"algorithm": "ppo", "critic_nproc_per_node": 1, "critic_devices": "1"},
-         "learner.devices must list one device per rank"),
+         "learner.topology.devices must list one device per rank"),
         ({"algorithm": "ppo", "critic_nproc_per_node": 2, "devices": "0",
-          "critic_devices": "1"}, "learner.critic_devices must list one device per rank"),
+          "critic_devices": "1"}, "learner.topology.critic_devices must list one device per rank"),
     ],
 )  # fmt: skip
 def test_critic_ranks_need_a_critic_and_one_device_each(

@@ -128,7 +128,7 @@ def test_refusals_name_the_problem(tiny_checkpoint: Path) -> None:
     with pytest.raises(ValueError, match=r"records\[0\]: dpo needs PreferencePair"):
         worker.preference_step(_records(worker, "kto"), PreferenceConfig(loss="dpo"))
     no_ref = _worker(tiny_checkpoint, use_reference=False)
-    with pytest.raises(ValueError, match="needs learner.use_reference"):
+    with pytest.raises(ValueError, match="needs learner.kl.use_reference"):
         no_ref.preference_step(_records(no_ref, "dpo"), PreferenceConfig(loss="dpo"))
     with pytest.raises(ValueError, match="KTO needs >= 2 examples"):
         worker.preference_step(_records(worker, "kto", num=1), PreferenceConfig(loss="kto"))
