@@ -62,7 +62,9 @@ class JobConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Reward service."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    """Learner service."""
+    """Learner service. The flat keys of earlier versions (learner.lr, learner.kl_coef, ...)
+    still load, moved into these sections with a notice; learner.temperature and
+    learner.max_new_tokens are taken from coordinator.sampling."""
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     """Coordinator: data and schedule."""
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)

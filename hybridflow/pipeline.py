@@ -234,7 +234,10 @@ class RLDataPipeline:
             ]
         if "num_processes" in o:
             out.append(f"learner.topology.nproc_per_node={int(o.pop('num_processes'))}")
-        return out + [f"learner.{k}={_yaml_value(v)}" for k, v in o.items()]
+        from hybridflow.services.learner.config import LearnerConfig
+
+        renamed = LearnerConfig.RENAMED_KEYS  # a stage's options may use the flat names
+        return out + [f"learner.{renamed.get(k, k)}={_yaml_value(v)}" for k, v in o.items()]
 
     def _critic(self, stage: Stage) -> list[str]:
         """PPO's critic; with GPUs (or ``num_processes`` on CPU) on ranks of its own."""

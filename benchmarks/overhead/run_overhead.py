@@ -41,7 +41,7 @@ def run_in_process(batches: Rows, group: int, max_new: int, lr: float) -> float:
         algo="grpo",
         group_size=group,
         sampling=SamplingParams(max_new_tokens=max_new),
-        lr=lr,
+        optimizer={"lr": lr},
     )
     prompts = [[row["prompt"] for row in batch] for batch in batches]
     trainer.step(prompts[0])  # warm-up
