@@ -17,8 +17,9 @@ Three kinds of key (docs/resume.md lists them with the reasons):
 A key with no rule is refused ("not classified"), so a new key cannot slip through
 unexamined; tests/unit/coordinator/test_resume_policy.py fails until it is classified.
 
-Pure: plain dicts in (``dataclasses.asdict`` of two ``JobConfig``), a decision out. Knows
-nothing of files, services or which process reads a key.
+Pure: plain dicts in (``dataclasses.asdict`` of two ``JobConfig``), a decision out; a
+checkpoint's flat learner keys of before the sections (``learner.lr``) are compared under
+their new names. Knows nothing of files, services or which process reads a key.
 """
 
 from __future__ import annotations
@@ -255,13 +256,24 @@ class ResumeDecision:
 def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> ResumeDecision:
     """The checkpoint's resolved config (``old``) against the resuming job's (``new``). A key
     only one side has (a config written by another version) is not a change."""
-    before, after = flatten(old), flatten(new)
+    before, after = _current_keys(flatten(old)), _current_keys(flatten(new))
     changes = tuple(
         Change(key, before[key], after[key], rule_for(key))
         for key in sorted(before.keys() & after.keys())
         if before[key] != after[key]
     )
     return ResumeDecision(changes)
+
+
+def _current_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` with a section's renamed keys under their new names (a checkpoint written
+    before ``learner`` was nested has ``learner.lr``, compared as ``learner.optimizer.lr``)."""
+    from hybridflow.services.learner.config import LearnerConfig
+
+    renamed = {
+        f"learner.{old}": f"learner.{new}" for old, new in LearnerConfig.RENAMED_KEYS.items()
+    }
+    return {renamed.get(key, key): value for key, value in flat.items()}
 
 
 def rebased_num_started(
