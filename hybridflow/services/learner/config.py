@@ -302,10 +302,10 @@ class TopologyConfig:
 
     def _problems(self) -> Iterator[str | None]:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
-            yield f"learner.topology.device: must be 'cpu' or 'cuda[:N]', got {self.device!r}"
+            yield f"learner.topology.device must be 'cpu' or 'cuda[:N]', got {self.device!r}"
         if self.nnodes >= 1 and not 0 <= self.node_rank < self.nnodes:
             yield (
-                f"learner.topology.node_rank: must be in [0, {self.nnodes - 1}], "
+                f"learner.topology.node_rank must be in [0, {self.nnodes - 1}], "
                 f"got {self.node_rank}"
             )
         if self.nnodes > 1:

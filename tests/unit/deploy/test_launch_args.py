@@ -161,9 +161,9 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
         topology={
             "device": "cuda",
             "nproc_per_node": 2,
-            "devices": "0,1",
+            "devices": ["0", "1"],
             "critic_nproc_per_node": 1,
-            "critic_devices": "5",
+            "critic_devices": ["5"],
         },
     )
     cmd = ranks_command("py", "hybridflow.services.learner", learner)
