@@ -180,7 +180,7 @@ def derive_keys(
     out: dict[str, Any] | None = None
     for f in dataclasses.fields(cls):
         sub = hints.get(f.name)
-        section = data.get(f.name, {})
+        section = data.get(f.name) or {}
         if not (isinstance(sub, type) and dataclasses.is_dataclass(sub)):
             continue
         if not isinstance(section, Mapping):

@@ -50,7 +50,7 @@ def test_peak_table_matches_device_names_specific_first():
 
 
 def test_peak_tflops_config_must_be_positive():
-    with pytest.raises(ValueError, match="learner.peak_tflops must be a finite number > 0"):
+    with pytest.raises(ValueError, match="learner.peak_tflops: must be > 0"):
         LearnerConfig(peak_tflops=0.0).validate()
 
 
