@@ -86,4 +86,7 @@ def test_resume_rebases_the_batch_applies_the_lr_and_refuses_the_seed(
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["actor/lr"] for m in metrics] == [2e-3] * 3 + [1e-2] * 3
     saved = json.loads((run_dir / "checkpoints/step_00000006/config.json").read_text())
-    assert saved["learner"]["optimizer"]["lr"] == 1e-2 and saved["coordinator"]["prompts_per_step"] == 4
+    assert (
+        saved["learner"]["optimizer"]["lr"] == 1e-2
+        and saved["coordinator"]["prompts_per_step"] == 4
+    )
