@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from hybridflow.types import (
     Completion,
+    LearnerNeeds,
     RolloutStatus,
     SamplingParams,
     ScoreItem,
@@ -70,12 +71,7 @@ class LearnerClient(Protocol):
         """Restores the train state saved under ``name``; returns its policy version."""
         ...
 
-    def needs_greedy_baseline(self) -> bool:
-        """Whether samples must carry their prompt's greedy baseline score (``baseline``:
-        ReMax); the schedule then generates one greedy response per prompt."""
-        ...
-
-    def needs_routed_experts(self) -> bool:
-        """Whether samples must carry the rollout's MoE routing (``routed_experts``; the
-        learner replays it); the schedule then asks the rollout to report it."""
+    def schedule_needs(self) -> LearnerNeeds:
+        """What the schedule must know before the first step: greedy baselines (ReMax), MoE
+        routing to replay, and the versions one train step adds."""
         ...

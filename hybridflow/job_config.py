@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.loader import load_config
-from hybridflow.config.ranges import above, at_least, raise_problems
+from hybridflow.config.ranges import raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.preference_config import PreferenceConfig
@@ -24,29 +25,27 @@ from hybridflow.weights.config import WeightSyncConfig
 class DeployConfig:
     """How deploy/launch.sh runs the job."""
 
-    run_root: str = "runs"
+    run_root: str = knob("runs", free="a directory (non-empty: validate), made when a run starts")
     """Each run writes runs/<timestamp>/ under this directory."""
-    health_timeout_s: float = 600.0
+    health_timeout_s: float = knob(600.0, gt=0)
     """Seconds to wait for every service's health check."""
-    stop_timeout_s: float = 60.0
+    stop_timeout_s: float = knob(60.0, ge=0)
     """On SIGTERM / Ctrl-C: seconds the coordinator gets to finish its step and save before
     it is killed; the services then get their own drain grace."""
-    restart_budget: int = 3
+    restart_budget: int = knob(3, ge=0)
     """Restarts per rollout / reward service before the job stops."""
-    restart_backoff_s: float = 1.0
+    restart_backoff_s: float = knob(1.0, ge=0)
     """Delay before a service's first restart; doubles with each further restart."""
     group_readable: bool = False
     """Run directories, checkpoints and logs readable by the owner's group (0750 / 0640);
     false: by the owner only (0700 / 0600). Others never read them."""
 
     def validate(self) -> None:
+        """Each field's bound, plus: a non-empty run_root."""
         raise_problems(
             [
+                *field_problems(self, "deploy"),
                 None if self.run_root else "deploy.run_root: must be a non-empty path",
-                above("deploy.health_timeout_s", self.health_timeout_s, 0),
-                at_least("deploy.stop_timeout_s", self.stop_timeout_s, 0),
-                at_least("deploy.restart_budget", self.restart_budget, 0),
-                at_least("deploy.restart_backoff_s", self.restart_backoff_s, 0),
             ]
         )
 
@@ -55,7 +54,9 @@ class DeployConfig:
 class JobConfig:
     """Everything one training job needs; sections per service."""
 
-    model: str = "builtin:tiny"
+    model: str = knob(
+        "builtin:tiny", free="a model name or directory (required: validate), checked when it loads"
+    )
     """Policy checkpoint: builtin:tiny or a local Hugging Face checkpoint directory."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Rollout replicas."""

@@ -147,8 +147,7 @@ class RLTrainer:
             records,
             self.run_dir,
             continue_from=self._state,
-            greedy_baseline=self.learner.needs_greedy_baseline(),
-            routed_experts=self.learner.needs_routed_experts(),
+            needs=self.learner.schedule_needs(),
         )
         job.run()
         self._state = job.state

@@ -155,6 +155,21 @@ class TrainSample:
     __eq__ = arrays_equal
 
 
+@dataclass(frozen=True)
+class LearnerNeeds:
+    """What the schedule must know of the learner before its first step, asked once: the
+    learner's config fixes it for the whole run."""
+
+    greedy_baseline: bool = False
+    """Samples carry their prompt's greedy baseline score (ReMax): the schedule generates and
+    scores one greedy response per prompt."""
+    routed_experts: bool = False
+    """Samples carry the rollout's MoE routing (the learner replays it)."""
+    versions_per_step: int = 1
+    """Policy versions one train step adds (optimizer steps: ``ppo_epochs *
+    num_mini_batches``, 1 for dpo and rft): the staleness bound's unit of a step."""
+
+
 @dataclass
 class TrainStepResult:
     """What one learner optimizer step reports."""

@@ -66,6 +66,8 @@ def start_learner_server(
             policy_version=worker.policy_version,
             world_size=1,
             needs_greedy_baseline=core.needs_greedy_baseline(),
+            needs_routed_experts=core.needs_routed_experts(),
+            versions_per_step=worker.versions_per_step(),
         ),
         vocab_size=worker.vocab_size,
         max_bytes=max_bytes,

@@ -3,9 +3,9 @@
     lr: float = knob(1e-5, gt=0)
     devices: str = knob("", free="device list, checked when the service starts")
 
-``knob`` is ``dataclasses.field`` plus the bound (``ge`` / ``gt`` / ``le`` / ``lt``, or
-``choices`` for a list of names) in the field's metadata; ``free=`` says why a field has
-none. ``field_problems(obj, "learner")`` checks every bound of one section and returns the
+``knob`` is ``dataclasses.field`` plus the bound (``ge`` / ``gt`` / ``le`` / ``lt``,
+``finite=True`` for any finite number, or ``choices`` for a list of names) in the field's
+metadata; ``free=`` says why a field has none. ``field_problems(obj, "learner")`` checks every bound of one section and returns the
 problem lines ``ranges.raise_problems`` joins, so a ``validate()`` holds only the checks
 between fields. The type is the bound of bools, ``Literal``s and nested sections (the loader
 enforces those); every other field must have a bound or a reason, which
@@ -19,7 +19,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +30,15 @@ DERIVED = "derived"
 
 @dataclass(frozen=True)
 class Bound:
-    """The values one field may take: a range for numbers (each end optional), or a set of
-    names for a string or a list of strings. ``None`` passes when the field's type allows it."""
+    """The values one field may take: a range for numbers (each end optional; with neither,
+    ``finite`` says any finite number), or a set of names for a string or a list of strings.
+    ``None`` passes when the field's type allows it. NaN and infinities fail every range."""
 
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
+    finite: bool = False
     choices: tuple[str, ...] = ()
 
     def problem(self, key: str, value: Any) -> str | None:
@@ -92,14 +94,17 @@ def knob(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    finite: bool = False,
     choices: Sequence[str] = (),
     free: str = "",
 ) -> Any:
     """A dataclass field with its bound; ``free`` instead names why it has none."""
-    bound = Bound(ge=ge, gt=gt, le=le, lt=lt, choices=tuple(choices))
+    bound = Bound(ge=ge, gt=gt, le=le, lt=lt, finite=finite, choices=tuple(choices))
     has_bound = bound != Bound()
     if has_bound == bool(free):
-        raise TypeError("knob() needs a bound (ge/gt/le/lt/choices) or free='reason', not both")
+        raise TypeError(
+            "knob() needs a bound (ge/gt/le/lt/finite/choices) or free='reason', not both"
+        )
     metadata = {BOUND: bound} if has_bound else {FREE: free}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -120,19 +125,24 @@ def derived_from(f: dataclasses.Field[Any]) -> str | None:
     return f.metadata.get(DERIVED)
 
 
-def field_problems(obj: Any, prefix: str) -> Iterator[str | None]:
+def field_problems(obj: Any, prefix: str, skip: Collection[str] = ()) -> Iterator[str | None]:
     """The problem line (or None) of every bounded field of the dataclass ``obj``, each key
-    named ``prefix.field``, and of every ``Literal`` field (so a config built in code is held
-    to its type too). Nested sections check themselves in their own ``validate()``."""
+    named ``prefix.field`` (``field`` when ``prefix`` is empty: a top-level config), and of
+    every ``Literal`` field (so a config built in code is held to its type too). Fields named
+    in ``skip`` are not checked (ones that do not apply to this value of another field).
+    Nested sections check themselves in their own ``validate()``."""
     literals = _literal_fields(type(obj))  # type: ignore[arg-type]
     for f in dataclasses.fields(obj):
+        if f.name in skip:
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
         bound = f.metadata.get(BOUND)
         value = getattr(obj, f.name)
         if bound is not None:
-            yield bound.problem(f"{prefix}.{f.name}", value)
+            yield bound.problem(key, value)
         elif f.name in literals and value not in literals[f.name]:
             names = ", ".join(str(v) for v in literals[f.name])
-            yield f"{prefix}.{f.name}: must be one of {names}, got {value!r}"
+            yield f"{key}: must be one of {names}, got {value!r}"
 
 
 @functools.cache

@@ -4,6 +4,10 @@ Invariant: within one epoch every row is handed out exactly once, in the epoch's
 Each hand-out is stamped (``Handout``) with its epoch and global sequence number, so the
 coordinator can tell what was handed out but not trained when it checkpoints, and an audit
 can count each prompt once per epoch.
+
+Not thread-safe by itself: its owner is the job's ``GroupBuffer``. Dispatchers take
+hand-outs only inside ``GroupBuffer.admit``, under the buffer's lock, and a checkpoint reads
+the position under the same lock (``schedule_state.capture_schedule``).
 """
 
 from __future__ import annotations

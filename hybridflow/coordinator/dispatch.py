@@ -145,23 +145,13 @@ class ReplicaDispatcher(threading.Thread):
 
     # ------------------------------------------------------------------ serving
     def _admit(self) -> list[Prompt]:
-        """Blocks until the capacity rule lets some prompts start (or stop is set)."""
-        buf = self.buffer
-        with buf.lock:
-            while not self.stop_event.is_set():
-                size = self.request_size() if self.request_size else self.prompts_per_request
-                room = min(size, buf.admission.capacity())
-                if room > 0:
-                    buf.set_blocked(self.index, False)  # admission-blocked time: pacing.py
-                    prompts = buf.take_requeued(room)
-                    prompts += self.cursor.take_handouts(room - len(prompts))
-                    buf.admission.start(len(prompts))
-                    buf.start_flight(prompts)
-                    return prompts
-                buf.set_blocked(self.index, True)
-                buf.admit.wait(0.5)
-            buf.set_blocked(self.index, False)
-        return []
+        """Blocks until the buffer's capacity rule lets some prompts start ([] once stopped)."""
+        return self.buffer.admit(
+            self.index, self._request_size, self.cursor.take_handouts, self.stop_event
+        )
+
+    def _request_size(self) -> int:
+        return self.request_size() if self.request_size else self.prompts_per_request
 
     def run(self) -> None:
         try:

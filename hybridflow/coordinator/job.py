@@ -11,7 +11,9 @@ Invariants (tested in tests/unit/coordinator/):
   (``async/requeued``, ``async/dropped_stale``); what is still in flight or buffered when the
   run ends is reported in the summary.
 - Staleness: no sample trains more than ``max_staleness`` versions behind the learner
-  (admission control + oldest-first batches + a check at consumption).
+  (admission control + oldest-first batches + a check at consumption), one bound in
+  versions and steps (``staleness.StalenessBound``), fixed at the start from the learner's
+  versions per step, which every step checks.
 - ``max_staleness = 0`` with ``sync_every = 1`` is synchronous on-policy PPO on this path.
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
@@ -73,15 +75,18 @@ from hybridflow.coordinator.run_records import (
 from hybridflow.coordinator.schedule_state import capture_schedule, restore_schedule
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
+from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.errors import (
     CheckpointRejected,
     FailedPrecondition,
     ResourceExhausted,
     ServiceError,
 )
-from hybridflow.types import SamplingParams
+from hybridflow.types import LearnerNeeds, SamplingParams
 
 log = logging.getLogger(__name__)
+NO_NEEDS = LearnerNeeds()
+"""A learner that needs nothing extra and adds one version per step (fakes, twins)."""
 
 
 class TrainingJob:
@@ -101,27 +106,25 @@ class TrainingJob:
         resume: bool = False,
         checkpoint_root: Path | None = None,
         continue_from: CoordinatorState | None = None,
-        greedy_baseline: bool = False,
+        needs: LearnerNeeds = NO_NEEDS,
         resolved_config: Mapping[str, Any] | None = None,
-        routed_experts: bool = False,
     ) -> None:
         """``checkpoint_root``: the learner's ``checkpoint_dir`` as this process sees it
         (deploy/launch.sh makes it <run dir>/checkpoints); None: no checkpoints at all.
         ``continue_from``: the state a previous job over the same services ended with (its
         ``state``), so steps, versions and counters continue; the replicas already have the
         learner's weights. ``RLTrainer`` runs one job per step this way.
-        ``greedy_baseline``: the learner's estimator needs each prompt's greedy baseline
-        score (ReMax), so every request also generates and scores one greedy response.
+        ``needs``: what the learner asked for (``LearnerClient.schedule_needs``): greedy
+        baselines (every request also generates and scores one greedy response), routed
+        experts (every request asks the rollout for them) and the versions per step, which
+        fix the staleness bound in steps.
         ``resolved_config``: the job's whole resolved config as a dict (run.py: the
         ``JobConfig``), saved with each checkpoint and compared with it on resume
-        (``resume_policy``); None: the coordinator section alone.
-        ``routed_experts``: the learner replays MoE routing, so every request asks the
-        rollout for each completion's routed experts."""
-        if config.sync_every - 1 > config.max_staleness:
-            raise ValueError(
-                f"coordinator.sync_every={config.sync_every} lets samples lag "
-                f"{config.sync_every - 1} versions, over max_staleness={config.max_staleness}"
-            )
+        (``resume_policy``); None: the coordinator section alone."""
+        bound = StalenessBound(config.max_staleness, needs.versions_per_step)
+        bound.check_sync_every(config.sync_every)
+        if resume and checkpoint_root is None:
+            raise ValueError("resume needs checkpoints (learner.checkpoint_dir is not set)")
         self.config = config
         self.resolved_config = (
             resolved_config if resolved_config is not None else {"coordinator": asdict(config)}
@@ -136,38 +139,45 @@ class TrainingJob:
             if checkpoint_root is not None
             else None
         )
-        if resume and self.checkpoints is None:
-            raise ValueError("resume needs checkpoints (learner.checkpoint_dir is not set)")
         self.control = control or JobControl(config.num_steps, str(run_dir))
-        self.params = SamplingParams(
-            temperature=config.sampling.temperature,
-            top_p=config.sampling.top_p,
-            top_k=config.sampling.top_k,
-            max_new_tokens=config.sampling.max_new_tokens,
-            n=config.group_size,
-            seed=config.seed,
-            return_routed_experts=routed_experts,
-        )
+        self.params = _sampling_params(config, needs.routed_experts)
         # Admission lead (coordinator.admission: pace | greedy), fed after each step: pacing.py
-        self.pacer = Pacer(config.max_staleness, config.sync_every, config.admission == "greedy")
-        self.buffer = GroupBuffer(
-            Admission(
-                config.prompts_per_step,
-                config.max_staleness,
-                self.pacer.lead,
-                max_groups=config.num_steps * config.prompts_per_step,
-            ),
-            group_filter=GroupFilter(config.prompts_per_step, config.dynamic_sampling_max_rounds)
-            if config.dynamic_sampling
-            else None,
-        )
+        self.pacer = Pacer(bound.max_steps, config.sync_every, config.admission == "greedy")
+        self.buffer = self._make_buffer(bound)
         self._stop = threading.Event()
         self._learner_lock = threading.Lock()  # trainer loop and rejoining dispatchers
         self.events = EventLog(run_dir / "events.jsonl")
-        per_request = config.prompts_per_request or max(
-            1, config.prompts_per_step // len(services.rollouts)
+        self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
+        self.state = self._initial_state(continue_from)
+        self.last_metrics: dict[str, float] = {}
+        """The metrics of the last trained step."""
+        self._requeued_before = 0  # re-queues counted by the runs before a resume
+        self.launch_time = time.time()
+        """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
+
+    def _make_buffer(self, bound: StalenessBound) -> GroupBuffer:
+        """The buffer and its admission, under ``bound``; dynamic sampling filters groups."""
+        cfg = self.config
+        admission = Admission(
+            cfg.prompts_per_step,
+            bound,
+            self.pacer.lead,
+            max_groups=cfg.num_steps * cfg.prompts_per_step,
         )
-        self.dispatchers = [
+        group_filter = (
+            GroupFilter(cfg.prompts_per_step, cfg.dynamic_sampling_max_rounds)
+            if cfg.dynamic_sampling
+            else None
+        )
+        return GroupBuffer(admission, group_filter=group_filter)
+
+    def _make_dispatchers(self, greedy_baseline: bool) -> list[ReplicaDispatcher]:
+        """One dispatcher thread per rollout replica (not started yet)."""
+        cfg, services = self.config, self.services
+        per_request = cfg.prompts_per_request or max(
+            1, cfg.prompts_per_step // len(services.rollouts)
+        )
+        return [
             ReplicaDispatcher(
                 i,
                 r,
@@ -180,36 +190,37 @@ class TrainingJob:
                 self._stop,
                 self.events,
                 rejoin=self._rejoin,
-                rejoin_timeout_s=config.replica_rejoin_timeout_s,
-                service_wait_s=config.service_wait_s,
+                rejoin_timeout_s=cfg.replica_rejoin_timeout_s,
+                service_wait_s=cfg.service_wait_s,
                 greedy_baseline=greedy_baseline,
                 name=services.weight_targets[i],
-                stall_timeout_s=config.replica_stall_timeout_s,
-                request_size=None if config.prompts_per_request else self._request_size,
+                stall_timeout_s=cfg.replica_stall_timeout_s,
+                request_size=None if cfg.prompts_per_request else self._request_size,
             )
             for i, r in enumerate(services.rollouts)
         ]
-        self.state = continue_from or CoordinatorState(
-            step=0,
-            policy_version=0,
-            versions_per_step=1,
-            cursor_epoch=0,
-            cursor_position=0,
-            pending=[],
-            num_started=0,
-            num_rows=self.num_rows,
-        )
-        if continue_from is not None:  # every step trained and published, nothing pending
-            self.buffer.restore(
-                [], continue_from.step * config.prompts_per_step, continue_from.step
+
+    def _initial_state(self, continue_from: CoordinatorState | None) -> CoordinatorState:
+        """A fresh job's state, or the previous job's (``continue_from``): then every step was
+        trained and published and nothing is pending, so the buffer starts there."""
+        versions_per_step = self.buffer.bound.versions_per_step
+        if continue_from is None:
+            return CoordinatorState(
+                step=0,
+                policy_version=0,
+                versions_per_step=versions_per_step,
+                cursor_epoch=0,
+                cursor_position=0,
+                pending=[],
+                num_started=0,
+                num_rows=self.num_rows,
             )
-            for d in self.dispatchers:
-                d.note_published(continue_from.policy_version)
-        self.last_metrics: dict[str, float] = {}
-        """The metrics of the last trained step."""
-        self._requeued_before = 0  # re-queues counted by the runs before a resume
-        self.launch_time = time.time()
-        """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
+        step = continue_from.step
+        self.buffer.restore([], step * self.config.prompts_per_step, step)
+        for d in self.dispatchers:
+            d.note_published(continue_from.policy_version)
+        continue_from.versions_per_step = versions_per_step
+        return continue_from
 
     # ------------------------------------------------------------------ replicas
     def _request_size(self) -> int:
@@ -272,7 +283,7 @@ class TrainingJob:
         cfg = self.config
         waiting_since: float | None = None
         while True:
-            batch = self.buffer.take_batch(cfg.prompts_per_step, version, cfg.max_staleness, 0.5)
+            batch = self.buffer.take_batch(cfg.prompts_per_step, version, 0.5)
             if batch is not None:
                 self.control.set_waiting("")
                 return batch
@@ -339,7 +350,8 @@ class TrainingJob:
                 state.step,
                 len(refused),
             )
-        num_pending = restore_schedule(state, self.buffer, self.cursor, self.config.max_staleness)
+        num_pending = restore_schedule(state, self.buffer, self.cursor)
+        state.versions_per_step = self.buffer.bound.versions_per_step  # this learner's
         self._requeued_before = state.num_requeued
         rewind_jsonl(self.run_dir / "metrics.jsonl", state.step)
         rewind_jsonl(self.run_dir / "trained.jsonl", state.step)
@@ -451,9 +463,7 @@ class TrainingJob:
             result = self.services.learner.train_step(train_batch)
         t2, w2 = time.perf_counter(), time.time()
         self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
-        if step == run.first_step:  # re-measured on resume: ppo_epochs may have changed
-            st.versions_per_step = max(1, result.policy_version - st.policy_version)
-            self.buffer.admission.max_staleness_steps = cfg.max_staleness // st.versions_per_step
+        self._check_versions(result.policy_version - st.policy_version)
         version = result.policy_version
         if step % cfg.sync_every == 0:
             # A failed replica leaves the set: the weight-sync group is re-planned.
@@ -496,6 +506,16 @@ class TrainingJob:
         self.control.step_done(step, version, metrics)
         run.progress.update(step, st.rewards[-1], f"v{version}")
         return True
+
+    def _check_versions(self, added: int) -> None:
+        """The learner's step added the versions its info said (the staleness bound's unit);
+        a learner that says otherwise would let samples lag past the bound unnoticed."""
+        expected = self.buffer.bound.versions_per_step
+        if added != expected:
+            raise RuntimeError(
+                f"the learner's train step added {added} policy versions, its info said "
+                f"{expected} per step (versions_per_step): the staleness bound would be wrong"
+            )
 
     def _schedule_metrics(self, lead: int, wall: float) -> dict[str, float]:
         """The async schedule's counters after a step."""
@@ -571,6 +591,19 @@ class TrainingJob:
         )
         (self.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         return summary
+
+
+def _sampling_params(config: CoordinatorConfig, routed_experts: bool) -> SamplingParams:
+    """The sampling of every rollout request: ``coordinator.sampling``, one group each."""
+    return SamplingParams(
+        temperature=config.sampling.temperature,
+        top_p=config.sampling.top_p,
+        top_k=config.sampling.top_k,
+        max_new_tokens=config.sampling.max_new_tokens,
+        n=config.group_size,
+        seed=config.seed,
+        return_routed_experts=routed_experts,
+    )
 
 
 def _own_cpu_s() -> float:

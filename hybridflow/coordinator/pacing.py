@@ -2,10 +2,11 @@
 
 The admission rule (``buffer.Admission``) lets ``(published_step + lead + 1) * batch_groups``
 groups start. A group started under the weights of step p then belongs to a batch up to
-p + lead + 1, trained by a learner at version p + lead: it trains at most ``lead`` versions
-stale. ``max_staleness`` stays the hard bound: the lead never exceeds it.
+p + lead + 1, trained by a learner at step p + lead: it trains at most ``lead`` steps stale.
+The staleness bound in steps (``staleness.StalenessBound.max_steps``, k below) stays the hard
+bound: the lead never exceeds it.
 
-- **greedy** (``coordinator.admission: greedy``): lead = ``max_staleness_steps``. Every slot
+- **greedy** (``coordinator.admission: greedy``): lead = k. Every slot
   fills; when generation is faster than training nearly every group trains exactly k stale,
   for no throughput (the learner is the bottleneck either way).
 - **pace** (the default): the lead adapts in ``[min(1, k), k]`` and starts at the floor.
@@ -88,11 +89,6 @@ class Pacer:
     @property
     def min_lead(self) -> int:
         return min(1, self.max_lead)
-
-    def set_max_lead(self, max_lead: int) -> None:
-        """The bound in steps (``max_staleness // versions_per_step``, known after step 1)."""
-        self.max_lead = max_lead
-        self.lead = max_lead if self.greedy else min(max(self.lead, self.min_lead), max_lead)
 
     def observe(self, obs: StepObservation) -> int:
         """The lead for the steps to come, given what the last step saw."""

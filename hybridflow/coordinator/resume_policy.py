@@ -170,6 +170,22 @@ RULES: dict[str, Rule] = {
     "learner.topology.rdzv_endpoint": _ADDRESS,
     "learner.topology.local_addr": _ADDRESS,
     "learner.server.*": _PROCESS,
+    "learner.memory.dtype": _apply(
+        "master weights and optimizer state stay float32, as saved; compute precision is a setting"
+    ),
+    "learner.memory.activation_checkpointing": _apply(
+        "a memory tool: how a step is held, not what it computes"
+    ),
+    "learner.memory.packing": _apply("a memory tool: how a step is held, not what it computes"),
+    "learner.memory.max_tokens_per_micro_batch": _apply(
+        "a memory tool: the losses add up to the same batch loss"
+    ),
+    "learner.memory.logprob_chunk_tokens": _apply(
+        "a memory tool: how a step is held, not what it computes"
+    ),
+    "learner.memory.cpu_offload": _apply(
+        "a memory tool: where state lives between uses, not what it is"
+    ),
     "learner.checkpoint_dir": Rule(
         Policy.APPLY, "a path; the launcher sets it under the run directory", routine=True
     ),

@@ -263,12 +263,11 @@ def _train(
     if checkpoint_root is None:
         log.warning("learner.checkpoint_dir is not set: no checkpoints, no resume")
     try:
-        # Asked once: the learner's estimator is fixed by its config for the whole run.
-        greedy_baseline = services.learner.needs_greedy_baseline()
-        if greedy_baseline:
+        # Asked once: the learner's config fixes them for the whole run.
+        needs = services.learner.schedule_needs()
+        if needs.greedy_baseline:
             log.info("the learner's estimator needs greedy baselines: one greedy reply per prompt")
-        routed_experts = services.learner.needs_routed_experts()
-        if routed_experts:
+        if needs.routed_experts:
             log.info("the learner replays MoE routing: the rollout reports routed experts")
         training = TrainingJob(
             job.coordinator,
@@ -278,8 +277,7 @@ def _train(
             control,
             resume,
             checkpoint_root,
-            greedy_baseline=greedy_baseline,
-            routed_experts=routed_experts,
+            needs=needs,
             resolved_config=asdict(job),
         )
         training.launch_time = origin

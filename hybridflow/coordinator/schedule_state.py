@@ -33,15 +33,12 @@ def capture_schedule(
     state.staleness = {str(k): v for k, v in buffer.stats.staleness.items()}
 
 
-def restore_schedule(
-    state: CoordinatorState, buffer: GroupBuffer, cursor: PromptCursor, max_staleness: int
-) -> int:
+def restore_schedule(state: CoordinatorState, buffer: GroupBuffer, cursor: PromptCursor) -> int:
     """Put the schedule back as ``state`` left it; returns the number of prompts to regenerate
     (first in line)."""
     cursor.restore(CursorState(state.cursor_epoch, state.cursor_position))
     pending = [cursor.handout(index, epoch, seq) for epoch, index, seq in state.pending]
     buffer.restore(pending, state.num_started, state.step)
-    buffer.admission.max_staleness_steps = max_staleness // state.versions_per_step
     buffer.stats.dropped_stale = state.num_dropped_stale
     if buffer.group_filter is not None:
         buffer.group_filter.num_filtered = state.num_filtered

@@ -191,8 +191,9 @@ def _model_problems(model: str, key: str = "model", reward: bool = False) -> lis
     from hybridflow.models.builtin_policy import POLICY_SPECS
     from hybridflow.models.builtin_rm import REWARD_SPECS
     from hybridflow.models.hub import cached_snapshot, hub_offline, parse_hub_id
+    from hybridflow.models.shapes import SHAPES
 
-    known = sorted(REWARD_SPECS if reward else POLICY_SPECS)
+    known = sorted(REWARD_SPECS if reward else [*POLICY_SPECS, *SHAPES])
     if model.startswith(BUILTIN_PREFIX):
         name = model[len(BUILTIN_PREFIX) :]
         if name not in known:

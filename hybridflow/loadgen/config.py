@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from hybridflow.config.fields import field_problems, knob
+from hybridflow.config.ranges import raise_problems
+
 MAX_DURATION_S = 3600.0
 """No run sends for longer than this, whatever the flags say."""
 MAX_REQUESTS = 1_000_000
@@ -22,6 +25,8 @@ MAX_CONCURRENCY = 1024
 """Largest closed-loop concurrency."""
 MAX_RATE = 100_000.0
 """Largest open-loop rate in requests/s."""
+MAX_PROMPT_LEN = 100_000
+"""Longest generated prompt in tokens."""
 
 _UNSPECIFIED_HOSTS = {"", "*", "0.0.0.0", "::", "[::]"}
 
@@ -70,61 +75,48 @@ def is_loopback(address: str) -> bool:
 class RolloutLoadConfig:
     """Shape of each Generate request."""
 
-    prompt_len_min: int = 16
+    prompt_len_min: int = knob(16, ge=1, le=MAX_PROMPT_LEN)
     """Shortest prompt in tokens (ids drawn uniformly from the vocabulary, EOS excluded)."""
-    prompt_len_max: int = 16
+    prompt_len_max: int = knob(16, ge=1, le=MAX_PROMPT_LEN)
     """Longest prompt in tokens; equal to prompt_len_min for a fixed length."""
-    max_new_tokens: int = 16
+    max_new_tokens: int = knob(16, ge=1)
     """Upper bound on generated tokens per completion."""
-    temperature: float = 1.0
+    temperature: float = knob(1.0, ge=0)
     """Softmax temperature; 0 means greedy."""
-    top_p: float = 1.0
+    top_p: float = knob(1.0, gt=0, le=1)
     """Nucleus sampling mass in (0, 1]."""
-    n: int = 1
+    n: int = knob(1, ge=1)
     """Completions per prompt."""
-    prompts_per_request: int = 1
+    prompts_per_request: int = knob(1, ge=1)
     """Prompts in each request (the batch size)."""
 
     def validate(self) -> None:
-        if not 1 <= self.prompt_len_min <= self.prompt_len_max <= 100_000:
-            raise ValueError(
-                "rollout.prompt_len_min/prompt_len_max must satisfy 1 <= min <= max <= 100000, "
+        """Each field's bound, plus: the shortest prompt no longer than the longest."""
+        raise_problems(
+            [
+                *field_problems(self, "rollout"),
+                "rollout.prompt_len_min/prompt_len_max: must satisfy min <= max, "
                 f"got {self.prompt_len_min}..{self.prompt_len_max}"
-            )
-        if self.max_new_tokens < 1:
-            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if not self.temperature >= 0.0:
-            raise ValueError(f"rollout.temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
-        if self.n < 1:
-            raise ValueError(f"rollout.n must be >= 1, got {self.n}")
-        if self.prompts_per_request < 1:
-            raise ValueError(
-                f"rollout.prompts_per_request must be >= 1, got {self.prompts_per_request}"
-            )
+                if self.prompt_len_min > self.prompt_len_max
+                else None,
+            ]
+        )
 
 
 @dataclass
 class RewardLoadConfig:
     """Shape of each Score request (``arith`` items with random responses)."""
 
-    items_per_request: int = 8
+    items_per_request: int = knob(8, ge=1)
     """Items in each request."""
-    correct_fraction: float = 0.5
+    correct_fraction: float = knob(0.5, ge=0, le=1)
     """Probability that an item's response equals its ground truth."""
-    max_operand: int = 99
+    max_operand: int = knob(99, ge=0)
     """Operands of the arith prompts are drawn from 0..max_operand."""
 
     def validate(self) -> None:
-        if self.items_per_request < 1:
-            raise ValueError(f"reward.items_per_request must be >= 1, got {self.items_per_request}")
-        if not 0.0 <= self.correct_fraction <= 1.0:
-            raise ValueError(
-                f"reward.correct_fraction must be in [0, 1], got {self.correct_fraction}"
-            )
-        if self.max_operand < 0:
-            raise ValueError(f"reward.max_operand must be >= 0, got {self.max_operand}")
+        """Each field's bound (no checks between fields)."""
+        raise_problems(field_problems(self, "reward"))
 
 
 @dataclass
@@ -133,29 +125,29 @@ class LoadgenConfig:
 
     target: Target = "rollout"
     """Which service the address serves: "rollout" or "reward"."""
-    address: str = ""
+    address: str = knob("", free="one HOST:PORT, parsed by check_address (validate)")
     """HOST:PORT of the one service to load (required; never a wildcard, never a range)."""
-    rate: float = 0.0
+    rate: float = knob(0.0, ge=0, le=MAX_RATE)
     """Open loop: Poisson arrivals at this many requests/s (0 = not open loop)."""
-    concurrency: int = 0
+    concurrency: int = knob(0, ge=0, le=MAX_CONCURRENCY)
     """Closed loop: this many requests always in flight (0 = not closed loop)."""
-    duration_s: float = 0.0
+    duration_s: float = knob(0.0, ge=0, le=MAX_DURATION_S)
     """Stop sending after this many seconds, warm-up included (0 = only the request bound)."""
-    num_requests: int = 0
+    num_requests: int = knob(0, ge=0, le=MAX_REQUESTS)
     """Stop after sending this many requests, warm-up ones included (0 = only the duration)."""
-    warmup_s: float = 0.0
+    warmup_s: float = knob(0.0, ge=0)
     """Requests sent in the first warmup_s seconds are excluded from the statistics."""
-    timeout_s: float = 30.0
+    timeout_s: float = knob(30.0, gt=0, le=MAX_TIMEOUT_S)
     """Deadline of each request; it also bounds the drain after sending stops."""
-    seed: int = 0
+    seed: int = knob(0, free="any integer; it only seeds the generators")
     """Seeds the arrival schedule and the request contents."""
-    sweep_rates: list[float] = field(default_factory=list)
+    sweep_rates: list[float] = knob(default_factory=list, gt=0, le=MAX_RATE)
     """Run one open-loop point per rate (requests/s) instead of a single run."""
-    sweep_concurrency: list[int] = field(default_factory=list)
+    sweep_concurrency: list[int] = knob(default_factory=list, ge=1, le=MAX_CONCURRENCY)
     """Run one closed-loop point per concurrency instead of a single run."""
-    out: str = ""
+    out: str = knob("", free="a file path, written when the run ends")
     """Write the JSON report here (empty = print only)."""
-    plot: str = ""
+    plot: str = knob("", free="a file path (a .png: validate), written when a sweep ends")
     """Sweeps: write the latency-vs-throughput PNG here (default: ``out`` with .png)."""
     rollout: RolloutLoadConfig = field(default_factory=RolloutLoadConfig)
     """Request shape when target is "rollout"."""
@@ -163,42 +155,28 @@ class LoadgenConfig:
     """Request shape when target is "reward"."""
 
     def validate(self) -> None:
-        if self.target not in ("rollout", "reward"):
-            raise ValueError(f"target must be 'rollout' or 'reward', got {self.target!r}")
+        """One parsable address, then each field's bound, plus: exactly one load pattern, a
+        bound on the run (duration and/or requests), a warm-up shorter than the duration and
+        a .png plot path; then the request shapes."""
         check_address(self.address)
-        patterns = [
-            bool(self.rate),
-            bool(self.concurrency),
-            bool(self.sweep_rates),
-            bool(self.sweep_concurrency),
-        ]
-        if sum(patterns) != 1:
-            raise ValueError(
+        patterns = [self.rate, self.concurrency, self.sweep_rates, self.sweep_concurrency]
+        raise_problems(
+            [
+                *field_problems(self, ""),
                 "rate: give exactly one of rate, concurrency, sweep_rates, sweep_concurrency"
-            )
-        for mode, load in self.points():
-            if mode == "open" and not 0.0 < load <= MAX_RATE:
-                raise ValueError(f"rate must be in (0, {MAX_RATE:g}] requests/s, got {load}")
-            if mode == "closed" and not 1 <= load <= MAX_CONCURRENCY:
-                raise ValueError(f"concurrency must be in [1, {MAX_CONCURRENCY}], got {load:g}")
-        if not self.duration_s and not self.num_requests:
-            raise ValueError("duration_s: give duration_s and/or num_requests to bound the run")
-        if not 0.0 <= self.duration_s <= MAX_DURATION_S:
-            raise ValueError(
-                f"duration_s must be in [0, {MAX_DURATION_S:g}], got {self.duration_s}"
-            )
-        if not 0 <= self.num_requests <= MAX_REQUESTS:
-            raise ValueError(
-                f"num_requests must be in [0, {MAX_REQUESTS}], got {self.num_requests}"
-            )
-        if self.warmup_s < 0 or (self.duration_s and self.warmup_s >= self.duration_s):
-            raise ValueError(
-                f"warmup_s must be >= 0 and < duration_s, got {self.warmup_s} ({self.duration_s})"
-            )
-        if not 0.0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise ValueError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}], got {self.timeout_s}")
-        if self.plot and not self.plot.endswith(".png"):
-            raise ValueError(f"plot must be a .png path, got {self.plot!r}")
+                if sum(map(bool, patterns)) != 1
+                else None,
+                "duration_s: give duration_s and/or num_requests to bound the run"
+                if not self.duration_s and not self.num_requests
+                else None,
+                f"warmup_s: must be < duration_s, got {self.warmup_s} ({self.duration_s})"
+                if self.duration_s and self.warmup_s >= self.duration_s
+                else None,
+                f"plot: must be a .png path, got {self.plot!r}"
+                if self.plot and not self.plot.endswith(".png")
+                else None,
+            ]
+        )
         self.rollout.validate()
         self.reward.validate()
 

@@ -1,7 +1,9 @@
 """Model locations: the built-in checkpoints and the resolution of a model spec to a directory.
 
 ``resolve_model_path("builtin:tiny")`` returns the built-in checkpoint, shipped and cached (also
-``builtin:tiny-random``, ``builtin:tiny-qwen3`` and the reward model ``builtin:tiny-rm``);
+``builtin:tiny-random``, ``builtin:tiny-qwen3`` and the reward model ``builtin:tiny-rm``;
+``builtin:qwen2.5-0.5b-shape`` is a random-init model of a real checkpoint's dims, built on
+first use: ``shapes.py``);
 a local Hugging Face checkpoint directory is used as it is; a hub id ``org/name[@revision]``
 (not an existing path) resolves through the Hugging Face cache, downloading where the network
 allows (``hub.py``). Importing this package does not import torch, transformers or
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from hybridflow.models.builtin import ensure_builtin_model
 from hybridflow.models.hub import parse_hub_id, resolve_hub_model
+from hybridflow.models.shapes import SHAPES, ensure_shape_model
 
 BUILTIN_PREFIX = "builtin:"
 """Model specs starting with this name a built-in model (``builtin:tiny``, ``builtin:tiny-rm``)."""
@@ -23,7 +26,10 @@ def resolve_model_path(spec: str) -> Path:
     """Directory of the checkpoint named by ``spec`` (built-in name, local directory or hub
     id); ValueError naming the spec when there is none with a config.json."""
     if spec.startswith(BUILTIN_PREFIX):
-        return ensure_builtin_model(spec[len(BUILTIN_PREFIX) :])
+        name = spec[len(BUILTIN_PREFIX) :]
+        if name in SHAPES:
+            return ensure_shape_model(name)
+        return ensure_builtin_model(name)
     hub_id = parse_hub_id(spec)
     if hub_id is not None:
         path = resolve_hub_model(hub_id)

@@ -105,17 +105,19 @@ class TrainStateResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class LearnerInfo(_message.Message):
-    __slots__ = ("model", "algorithm", "policy_version", "world_size", "needs_greedy_baseline", "needs_routed_experts")
+    __slots__ = ("model", "algorithm", "policy_version", "world_size", "needs_greedy_baseline", "needs_routed_experts", "versions_per_step")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     NEEDS_GREEDY_BASELINE_FIELD_NUMBER: _ClassVar[int]
     NEEDS_ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     model: str
     algorithm: str
     policy_version: int
     world_size: int
     needs_greedy_baseline: bool
     needs_routed_experts: bool
-    def __init__(self, model: _Optional[str] = ..., algorithm: _Optional[str] = ..., policy_version: _Optional[int] = ..., world_size: _Optional[int] = ..., needs_greedy_baseline: _Optional[bool] = ..., needs_routed_experts: _Optional[bool] = ...) -> None: ...
+    versions_per_step: int
+    def __init__(self, model: _Optional[str] = ..., algorithm: _Optional[str] = ..., policy_version: _Optional[int] = ..., world_size: _Optional[int] = ..., needs_greedy_baseline: _Optional[bool] = ..., needs_routed_experts: _Optional[bool] = ..., versions_per_step: _Optional[int] = ...) -> None: ...

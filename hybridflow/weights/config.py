@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from hybridflow.config.ranges import above, at_least, raise_problems
+from hybridflow.config.fields import field_problems, knob
+from hybridflow.config.ranges import raise_problems
 
 MIB = 1024 * 1024
 
@@ -27,29 +28,27 @@ class WeightSyncConfig:
     pair."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: nccl when the learner runs on CUDA, else gloo."""
-    store_host: str = "127.0.0.1"
+    store_host: str = knob("127.0.0.1", free="an address, checked when the group forms")
     """Address learner rank 0 serves the group's TCPStore on (reachable by every replica)."""
-    bucket_bytes: int = 64 * MIB
+    bucket_bytes: int = knob(64 * MIB, ge=4096)
     """Largest flat bucket of the transfer plan."""
-    timeout_s: float = 120.0
+    timeout_s: float = knob(120.0, gt=0)
     """Deadline of one sync (and of forming the group); past it the group is rebuilt."""
-    allowed_hosts: list[str] = field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
+    allowed_hosts: list[str] = knob(
+        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
+        free="host names, matched against each publish target (at least one: validate)",
+    )
     """Hosts PublishWeights may send to (a target is host:port); loopback only by default.
     List the rollout hosts of a multi-host deployment here."""
-    connect_timeout_s: float = 5.0
+    connect_timeout_s: float = knob(5.0, gt=0)
     """Each target must answer a Describe probe within this before a sync starts; else the
     publish fails at once with UNAVAILABLE naming it (the learner's lock is not held)."""
 
     def validate(self) -> None:
+        """Each field's bound, plus: at least one allowed host."""
         raise_problems(
             [
-                at_least("weight_sync.bucket_bytes", self.bucket_bytes, 4096),
-                above("weight_sync.timeout_s", self.timeout_s, 0),
-                above("weight_sync.connect_timeout_s", self.connect_timeout_s, 0),
+                *field_problems(self, "weight_sync"),
                 None if self.allowed_hosts else "weight_sync.allowed_hosts: list at least one host",
             ]
         )
-        if self.bucket_bytes < 4096:
-            raise ValueError("weight_sync.bucket_bytes must be at least 4096")
-        if self.timeout_s <= 0:
-            raise ValueError("weight_sync.timeout_s must be > 0")

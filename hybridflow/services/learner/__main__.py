@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             world_size=dist_info.world_size,
             needs_greedy_baseline=core.needs_greedy_baseline(),
             needs_routed_experts=core.needs_routed_experts(),
+            versions_per_step=worker.versions_per_step(),
         )
 
     servicer = LearnerServicer(

@@ -15,7 +15,7 @@ from hybridflow.rpc.codec import pack_tokens, split_by, unpack_floats
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.rpc.wire import iter_piece_chunks
 from hybridflow.services.learner import convert
-from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
+from hybridflow.types import LearnerNeeds, TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 
 __all__ = ["GrpcLearnerClient", "LearnerClient"]
@@ -94,6 +94,14 @@ class GrpcLearnerClient:
 
     def needs_routed_experts(self) -> bool:
         return bool(self.info().needs_routed_experts)
+
+    def schedule_needs(self) -> LearnerNeeds:
+        info = self.info()
+        return LearnerNeeds(
+            greedy_baseline=bool(info.needs_greedy_baseline),
+            routed_experts=bool(info.needs_routed_experts),
+            versions_per_step=max(1, int(info.versions_per_step)),
+        )
 
     def close(self) -> None:
         self._channel.close()

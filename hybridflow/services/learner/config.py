@@ -12,7 +12,6 @@ taken from ``coordinator.sampling``. This module knows nothing about models, ten
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -20,6 +19,7 @@ from typing import Any, Literal, get_args
 from hybridflow.config.fields import derived, field_problems, knob
 from hybridflow.config.ranges import raise_problems
 from hybridflow.rpc.config import ServerConfig
+from hybridflow.services.learner.memory_config import LearnerMemoryConfig
 from hybridflow.services.learner.preference_config import DPOLossType
 
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
@@ -217,18 +217,11 @@ class DPOConfig:
 class RFTConfig:
     """Rejection-sampling fine-tuning (``algorithm: rft``)."""
 
-    threshold: float = knob(1.0, free="any reward level; checked finite below")
+    threshold: float = knob(1.0, finite=True)
     """RFT (algorithm rft): responses with reward >= this are kept for the SFT step."""
 
     def validate(self) -> None:
-        raise_problems(
-            [
-                *field_problems(self, "learner.rft"),
-                None
-                if math.isfinite(self.threshold)
-                else f"learner.rft.threshold: must be finite, got {self.threshold}",
-            ]
-        )
+        raise_problems(field_problems(self, "learner.rft"))
 
 
 @dataclass
@@ -432,6 +425,9 @@ class LearnerConfig:
     table in ``mfu.py`` by CUDA device name (no default on CPU: MFU is then not reported)."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     """Device, threads, ranks, devices and nodes of the learner processes."""
+    memory: LearnerMemoryConfig = field(default_factory=LearnerMemoryConfig)
+    """Memory tools: precision, activation checkpointing, packing, token-budget
+    micro-batches, chunked log-probs, CPU offload (``memory_config.py``)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
     checkpoint_dir: str = knob("", free="a directory the launcher sets; empty refuses")
@@ -452,6 +448,7 @@ class LearnerConfig:
             self.dpo,
             self.rft,
             self.topology,
+            self.memory,
         ):
             section.validate()
         raise_problems(field_problems(self, "learner"))

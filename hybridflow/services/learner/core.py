@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridflow.arrays import FloatArray, TokenLike
-from hybridflow.types import TrainSample, TrainStepResult, WeightUpdateReport
+from hybridflow.types import LearnerNeeds, TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient, WeightPublisher
 from hybridflow.weights.config import WeightSyncConfig
 
@@ -58,6 +58,14 @@ class LearnerCore:
     def needs_routed_experts(self) -> bool:
         """Samples must carry the rollout's MoE routing (``learner.moe_router_replay``)."""
         return bool(self.worker.config.moe_router_replay)
+
+    def schedule_needs(self) -> LearnerNeeds:
+        """Greedy baselines, routing replay and versions per step, as the schedule asks."""
+        return LearnerNeeds(
+            greedy_baseline=self.needs_greedy_baseline(),
+            routed_experts=self.needs_routed_experts(),
+            versions_per_step=self.worker.versions_per_step(),
+        )
 
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         start = time.perf_counter()

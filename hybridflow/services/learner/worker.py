@@ -228,7 +228,7 @@ class LearnerWorker:
             ctx.metrics.set_global(key, value)
         cache = precompute(ctx, self._actor, self.reference, self.critic)
         advantages, returns = compute_advantages(ctx, cache, self.estimator)
-        num_updates = cfg.update.epochs * cfg.update.num_mini_batches
+        num_updates = self.versions_per_step()
         for epoch in range(cfg.update.epochs):
             for mb in range(cfg.update.num_mini_batches):
                 if self.critic is not None and self.critic_optim is not None:
@@ -251,6 +251,14 @@ class LearnerWorker:
         metrics["actor/lr"] = self._lr_in_use()
         metrics["training/policy_version"] = float(self.policy_version)
         return TrainStepResult(policy_version=self.policy_version, metrics=metrics)
+
+    def versions_per_step(self) -> int:
+        """Policy versions one ``train_step`` adds: an optimizer step per epoch and mini-batch
+        (the PPO family), one for dpo and rft. The schedule's staleness bound counts in it."""
+        cfg = self.config
+        if cfg.algorithm in ("dpo", "rft"):
+            return 1
+        return cfg.update.epochs * cfg.update.num_mini_batches
 
     def _check_routing(self, samples: list[TrainSample]) -> None:
         """ValueError naming the first sample without routing that fits the actor."""

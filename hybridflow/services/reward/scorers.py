@@ -64,8 +64,8 @@ class RewardScorer:
         self._errors: Counter[str] = Counter()
         self._num_scored = 0
         self._pool: ThreadPoolExecutor | None = None
-        if self.config.num_threads > 1:
-            self._pool = ThreadPoolExecutor(self.config.num_threads, "reward-scorer")
+        if self.config.score_workers > 1:
+            self._pool = ThreadPoolExecutor(self.config.score_workers, "reward-scorer")
         self._models: dict[str, ModelScorer] = {}
         for i, component in enumerate(self.config.components):
             key = f"reward.components[{i}]"

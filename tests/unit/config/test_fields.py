@@ -51,6 +51,7 @@ def test_bounds_describe_themselves() -> None:
     assert Bound(gt=0, le=1).describe() == "in (0, 1]"
     assert Bound(ge=0, lt=0.5).describe() == "in [0, 0.5)"
     assert Bound(choices=("x", "y")).describe() == "one of x, y"
+    assert Bound(finite=True).describe() == "a finite number"
 
 
 def test_every_bad_field_of_a_section_is_named_at_once() -> None:
@@ -70,6 +71,19 @@ def test_none_nan_and_sequences() -> None:
         from_dict(_Demo, {"optim": {"lr": float("nan")}})
     with pytest.raises(ConfigError, match=r"demo.optim.betas\[1\]: must be in \[0, 1\), got 1.0"):
         from_dict(_Demo, {"optim": {"betas": [0.9, 1.0]}})
+
+
+def test_finite_takes_any_finite_number() -> None:
+    finite = Bound(finite=True)
+    assert finite.problem("w", -1e9) is None and finite.problem("w", 0) is None
+    assert finite.problem("w", float("inf")) == "w: must be a finite number, got inf"
+
+
+def test_skipped_fields_and_a_top_level_config() -> None:
+    demo = _Demo(steps=0, clip=0.5)
+    assert [p for p in field_problems(demo, "", skip=("clip",)) if p] == [
+        "steps: must be >= 1, got 0"
+    ]
 
 
 def test_knob_needs_a_bound_or_a_reason() -> None:

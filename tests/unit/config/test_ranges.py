@@ -15,7 +15,7 @@ BAD = [
     ("rollout.server.max_workers", "0"),
     ("rollout.server.grace_s", "-1"),
     ("reward.server.max_workers", "0"),
-    ("reward.num_threads", "0"),
+    ("reward.score_workers", "0"),
     ("reward.max_batch_size", "0"),
     ("reward.format_score", ".nan"),
     ("learner.server.max_workers", "0"),

@@ -11,6 +11,7 @@ from typing import Any
 from hybridflow import errors
 from hybridflow.types import (
     Completion,
+    LearnerNeeds,
     RolloutStatus,
     SamplingParams,
     ScoreItem,
@@ -91,11 +92,8 @@ class FakeLearner:
         self.version += 1
         return TrainStepResult(self.version, {"actor/pg_loss": 0.1})
 
-    def needs_greedy_baseline(self) -> bool:
-        return self.greedy_baseline
-
-    def needs_routed_experts(self) -> bool:
-        return False
+    def schedule_needs(self) -> LearnerNeeds:
+        return LearnerNeeds(greedy_baseline=self.greedy_baseline)
 
     def compute_logprobs(self, prompts, responses, temperature):
         return [[-0.5] * len(r) for r in responses]

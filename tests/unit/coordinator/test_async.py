@@ -10,6 +10,7 @@ from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.services import Services
+from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.types import Completion, ScoreResult
 
 from .fakes import (
@@ -48,7 +49,7 @@ def group(version, idx=0):
 
 
 def test_admission_capacity_rule():
-    adm = Admission(batch_groups=4, max_staleness_steps=1)
+    adm = Admission(batch_groups=4, bound=StalenessBound(1))
     assert adm.capacity() == 8  # batches 0 and 1 may start under step-0 weights
     adm.start(8)
     assert adm.capacity() == 0
@@ -59,10 +60,10 @@ def test_admission_capacity_rule():
 
 
 def test_buffer_takes_oldest_first_and_requeues_stale():
-    buf = GroupBuffer(Admission(2, 1))
+    buf = GroupBuffer(Admission(2, StalenessBound(1)))
     buf.admission.start(4)
     buf.put([group(3, 0), group(1, 1), group(2, 2), group(0, 3)])
-    batch = buf.take_batch(2, learner_version=2, max_staleness=1, timeout_s=0)
+    batch = buf.take_batch(2, learner_version=2, timeout_s=0)
     # version 0 is 2 behind learner v2 > 1: re-queued, not trained; then oldest-first.
     assert [g.completions[0].policy_version for g in batch] == [1, 2]
     assert buf.stats.dropped_stale == 1
@@ -73,8 +74,8 @@ def test_buffer_takes_oldest_first_and_requeues_stale():
 
 
 def test_take_batch_times_out_without_data():
-    buf = GroupBuffer(Admission(2, 0))
-    assert buf.take_batch(2, 0, 0, timeout_s=0.01) is None
+    buf = GroupBuffer(Admission(2, StalenessBound(0)))
+    assert buf.take_batch(2, 0, timeout_s=0.01) is None
 
 
 def staleness_of(learner):

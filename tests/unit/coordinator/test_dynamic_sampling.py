@@ -12,6 +12,7 @@ from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, is_uninformative
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.services import Services
+from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.types import Completion, ScoreItem, ScoreResult
 
 from .fakes import FakeLearner, FakeRollout, records
@@ -42,7 +43,7 @@ def test_filter_counts_and_opens_the_valve_after_max_rounds_batches():
 
 
 def test_buffer_frees_the_slot_and_keeps_filtered_pending_until_audited():
-    buf = GroupBuffer(Admission(2, 0), group_filter=GroupFilter(2, 10))
+    buf = GroupBuffer(Admission(2, StalenessBound(0)), group_filter=GroupFilter(2, 10))
     buf.admission.start(2)
     assert buf.admission.capacity() == 0
     buf.put([scored(0, [1.0, 1.0]), scored(1, [1.0, 0.0])])

@@ -17,6 +17,7 @@ from hybridflow.coordinator.dataflow import ScoredGroup, rollout_metrics, train_
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.services import Services
+from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.types import Completion, SamplingParams, ScoreItem, ScoreResult
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
@@ -69,7 +70,7 @@ def run_dispatcher(
     """Two requests of two prompts each, run on this thread until the reward stops it."""
     stop = threading.Event()
     reward = StoppingReward(stop, num_calls=2)
-    buffer = GroupBuffer(Admission(batch_groups=4, max_staleness_steps=0))
+    buffer = GroupBuffer(Admission(batch_groups=4, bound=StalenessBound(0)))
     dispatcher = ReplicaDispatcher(
         0,
         rollout,
@@ -145,9 +146,7 @@ def test_training_job_sends_baselines_when_asked(tmp_path: Path) -> None:
     cfg = CoordinatorConfig(
         num_steps=2, prompts_per_step=2, group_size=2, progress=False, save_checkpoint=False
     )
-    TrainingJob(
-        cfg, svc, records(4), tmp_path, greedy_baseline=svc.learner.needs_greedy_baseline()
-    ).run()
+    TrainingJob(cfg, svc, records(4), tmp_path, needs=svc.learner.schedule_needs()).run()
     trained = [s for batch in learner.batches for s in batch]
     assert len(trained) == 8
     assert all(s.baseline == (1.0 if s.prompt_ids[0] % 2 == 0 else 0.0) for s in trained)

@@ -24,6 +24,7 @@ from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.pacing import Pacer, StepObservation
 from hybridflow.coordinator.services import Services
+from hybridflow.coordinator.staleness import StalenessBound
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, records
 
@@ -71,10 +72,9 @@ def test_pacer_bounds_greedy_and_synchronous():
     greedy = Pacer(max_lead=2, greedy=True)
     assert greedy.lead == 2
     assert greedy.observe(obs(slack=100.0)) == 2 and greedy.observe(obs(wait=1, blocked=1)) == 2
-    pacer = Pacer(max_lead=4)
-    pacer.lead = 4
-    pacer.set_max_lead(2)  # two versions per step: max_staleness 4 is 2 steps
-    assert pacer.lead == 2 and pacer.observe(obs(wait=1.0, blocked=1.0)) == 2
+    pacer = Pacer(max_lead=StalenessBound(4, versions_per_step=2).max_steps)
+    pacer.lead = 2  # two versions per step: max_staleness 4 is 2 steps
+    assert pacer.observe(obs(wait=1.0, blocked=1.0)) == 2
     with pytest.raises(ValueError):
         Pacer(max_lead=-1)
 
@@ -82,11 +82,11 @@ def test_pacer_bounds_greedy_and_synchronous():
 def test_admission_lead_never_exceeds_the_bound_and_none_is_greedy():
     for k in range(4):
         for published in range(3):
-            greedy = Admission(batch_groups=4, max_staleness_steps=k)
+            greedy = Admission(batch_groups=4, bound=StalenessBound(k))
             greedy.published_step = published
             assert greedy.capacity() == (published + k + 1) * 4  # unchanged rule
             for lead in range(6):
-                paced = Admission(4, k, lead_steps=lead)
+                paced = Admission(4, StalenessBound(k), lead_steps=lead)
                 paced.published_step = published
                 assert paced.lead() == min(lead, k)
                 assert paced.capacity() == (published + min(lead, k) + 1) * 4
@@ -141,7 +141,8 @@ def simulate(
     ``tolerance=inf``: the lead never rises (held at 1)."""
     now = [0.0]
     pacer = Pacer(max_staleness, sync_every, greedy, tolerance=tolerance)
-    buf = GroupBuffer(Admission(batch_groups, max_staleness, pacer.lead), clock=lambda: now[0])
+    bound = StalenessBound(max_staleness)
+    buf = GroupBuffer(Admission(batch_groups, bound, pacer.lead), clock=lambda: now[0])
     events: list[tuple[float, int, str, int, list[ScoredGroup]]] = []
     seq = [0]
     requests = [0] * num_replicas
@@ -157,27 +158,25 @@ def simulate(
         seq[0] += 1
         heapq.heappush(events, (at, seq[0], kind, who, groups))
 
+    def new_prompts(num: int) -> list[SimpleNamespace]:
+        first = next_prompt[0]
+        next_prompt[0] += num
+        return [SimpleNamespace(index=i, seq=i) for i in range(first, first + num)]
+
     def admit() -> None:
         for r in sorted(idle):
-            with buf.lock:
-                room = min(chunk, buf.admission.capacity())
-                if room <= 0:
-                    buf.set_blocked(r, True)
-                    continue
-                buf.set_blocked(r, False)
-                buf.admission.start(room)
-                bound = (buf.admission.published_step + max_staleness + 1) * batch_groups
-                sim.max_started_over_bound = max(
-                    sim.max_started_over_bound, buf.admission.num_started - bound
-                )
+            prompts = buf.try_admit(r, chunk, new_prompts)
+            if not prompts:
+                continue  # blocked by admission (the buffer counts it)
+            limit = (buf.admission.published_step + max_staleness + 1) * batch_groups
+            sim.max_started_over_bound = max(
+                sim.max_started_over_bound, buf.admission.num_started - limit
+            )
             idle.discard(r)
-            groups = []
-            for _ in range(room):
-                prompt = SimpleNamespace(index=next_prompt[0], seq=next_prompt[0])
-                next_prompt[0] += 1
-                groups.append(
-                    ScoredGroup(prompt, [SimpleNamespace(policy_version=published_version)], [])
-                )
+            groups = [
+                ScoredGroup(prompt, [SimpleNamespace(policy_version=published_version)], [])
+                for prompt in prompts
+            ]
             push(now[0] + gen_s(r, requests[r]), "generated", r, groups)
             requests[r] += 1
 
@@ -185,7 +184,7 @@ def simulate(
         nonlocal waiting_since
         if waiting_since is None:
             return
-        batch = buf.take_batch(batch_groups, learner_version, max_staleness, timeout_s=0)
+        batch = buf.take_batch(batch_groups, learner_version, timeout_s=0)
         if batch is None:
             return
         sim.learner_wait_s.append(now[0] - waiting_since)

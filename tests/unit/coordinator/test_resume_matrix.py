@@ -131,6 +131,12 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "learner.topology.rdzv_endpoint": ("learner.topology.rdzv_endpoint=h:29500",),
     "learner.topology.local_addr": ("learner.topology.local_addr=h",),
     "learner.server.*": ("learner.server.max_workers=4",),
+    "learner.memory.dtype": ("learner.memory.dtype=bfloat16",),
+    "learner.memory.activation_checkpointing": ("learner.memory.activation_checkpointing=true",),
+    "learner.memory.packing": ("learner.memory.packing=true",),
+    "learner.memory.max_tokens_per_micro_batch": ("learner.memory.max_tokens_per_micro_batch=256",),
+    "learner.memory.logprob_chunk_tokens": ("learner.memory.logprob_chunk_tokens=64",),
+    "learner.memory.cpu_offload": ("learner.memory.cpu_offload=true",),
     "learner.checkpoint_dir": ("learner.checkpoint_dir=/elsewhere",),
 }
 

@@ -109,6 +109,14 @@ def test_a_key_only_one_side_has_is_not_a_change() -> None:
     assert compare({"coordinator": {"new_key": 1}}, {"coordinator": {}}).changes == ()
 
 
+def test_a_checkpoint_from_before_a_rename_resumes() -> None:
+    """reward.num_threads is now reward.score_workers: each name is on one side only."""
+    old = asdict(JobConfig())
+    old["reward"]["num_threads"] = old["reward"].pop("score_workers")
+    assert compare(old, asdict(JobConfig())).changes == ()
+    assert rule_for("reward.score_workers").policy is Policy.APPLY
+
+
 def test_admission_count_rebased_to_the_new_batch() -> None:
     # step 22 of 16-prompt batches, 352 started: the issue's hang with 8 per step
     assert rebased_num_started(352, 22, 16, 8) == 176

@@ -91,8 +91,12 @@ def test_micro_batching_matches_one_big_batch(tiny_checkpoint: Path, make_sample
 
 def test_mini_batches_and_epochs_step_once_each(tiny_checkpoint: Path, make_samples) -> None:
     worker = _worker(tiny_checkpoint, update={"num_mini_batches": 2, "epochs": 2})
+    assert worker.versions_per_step() == 4  # what its info tells the schedule
     result = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0]))
     assert result.policy_version == 4
+    from hybridflow.services.learner.core import LearnerCore
+
+    assert LearnerCore(worker).schedule_needs().versions_per_step == 4
     # Later updates see a moved policy: the ratio leaves 1.
     assert result.metrics["actor/ppo_kl"] != 0.0
 

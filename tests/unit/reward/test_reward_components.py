@@ -17,19 +17,21 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LENGTH = f"{FIXTURES / 'user_scorers.py'}:length_score"
 
 
-def scorer(*components: RewardComponent, num_threads: int = 1) -> RewardScorer:
+def scorer(*components: RewardComponent, score_workers: int = 1) -> RewardScorer:
     return RewardScorer(
-        RewardConfig(scorers={"len": LENGTH}, components=list(components), num_threads=num_threads)
+        RewardConfig(
+            scorers={"len": LENGTH}, components=list(components), score_workers=score_workers
+        )
     )
 
 
-@pytest.mark.parametrize("num_threads", [1, 3])
-def test_weighted_sum_of_the_components_that_apply(num_threads: int) -> None:
+@pytest.mark.parametrize("score_workers", [1, 3])
+def test_weighted_sum_of_the_components_that_apply(score_workers: int) -> None:
     s = scorer(
         RewardComponent(name="rule", weight=0.5),
         RewardComponent(name="length", scorer="len", weight=-0.25, data_sources=["arith"]),
         RewardComponent(name="gsm", scorer="gsm8k", weight=2.0, data_sources=["openai/"]),
-        num_threads=num_threads,
+        score_workers=score_workers,
     )
     results = s.score_batch(
         [

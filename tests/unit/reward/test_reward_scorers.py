@@ -144,7 +144,7 @@ def test_empty_data_source_uses_default_or_errors() -> None:
 
 
 def test_threaded_scoring_keeps_order() -> None:
-    scorer = RewardScorer(RewardConfig(num_threads=3))
+    scorer = RewardScorer(RewardConfig(score_workers=3))
     items = [ScoreItem("arith", str(i % 5), "3") for i in range(40)]
     results = scorer.score_batch(items)
     scorer.close()
@@ -180,8 +180,8 @@ def test_bad_import_path_fails_at_registration(
 
 
 def test_config_validation_names_the_field() -> None:
-    with pytest.raises(ValueError, match="reward.num_threads"):
-        RewardConfig(num_threads=0).validate()
+    with pytest.raises(ValueError, match="reward.score_workers"):
+        RewardConfig(score_workers=0).validate()
     with pytest.raises(ValueError, match="reward.gsm8k_method"):
         RewardConfig(gsm8k_method="loose").validate()
     with pytest.raises(ValueError, match="reward.max_batch_size"):

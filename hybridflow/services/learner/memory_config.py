@@ -1,0 +1,41 @@
+"""The learner's memory tools (``learner.memory``): precision, activation checkpointing,
+sequence packing, token-budget micro-batches, chunked log-probs and CPU offload.
+
+Each key changes how much memory a step takes, never what it computes (beyond the rounding of
+a lower precision): the tests hold each to that. Imports without torch or grpc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hybridflow.config.fields import field_problems, knob
+from hybridflow.config.ranges import raise_problems
+
+
+@dataclass
+class LearnerMemoryConfig:
+    """How the learner holds a step in memory (the results stay those of the default)."""
+
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Parameters and compute: float32, or bfloat16 with float32 master weights, optimizer
+    state and gradient reduction (FSDP2's MixedPrecisionPolicy)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping
+    them."""
+    packing: bool = False
+    """Concatenate a micro-batch's sequences with no padding (per-sequence positions,
+    attention that does not cross sequences) instead of right-padding each row."""
+    max_tokens_per_micro_batch: int = knob(0, ge=0)
+    """Micro-batches by token budget (prompt + response tokens): as many sequences as fit,
+    at least one; 0: ``micro_batch_size`` rows each."""
+    logprob_chunk_tokens: int = knob(0, ge=0)
+    """Compute log-probs and entropy this many response tokens at a time, so the
+    ``[tokens, vocab]`` logits are never whole (recomputed in the backward); 0: at once."""
+    cpu_offload: bool = False
+    """Keep parameters, gradients and optimizer state in CPU memory between uses (FSDP2's
+    CPUOffloadPolicy; on a CPU-only learner it changes nothing)."""
+
+    def validate(self) -> None:
+        raise_problems(field_problems(self, "learner.memory"))
