@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Launches a hybridflow job: reward, learner (torchrun when learner.nproc_per_node > 1) and
+# Launches a hybridflow job: reward, learner (torchrun when learner.topology.nproc_per_node > 1) and
 # rollout services as their own processes, waits for their health checks, runs the
 # coordinator and supervises them all (a dead rollout / reward service is restarted; a dead
 # learner or coordinator stops the job with the command to resume). SIGTERM or Ctrl-C stops

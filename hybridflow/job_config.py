@@ -63,7 +63,9 @@ class JobConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Reward service."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    """Learner service."""
+    """Learner service. The flat keys of earlier versions (learner.lr, learner.kl_coef, ...)
+    still load, moved into these sections with a notice; learner.temperature and
+    learner.max_new_tokens are taken from coordinator.sampling."""
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     """Coordinator: data and schedule."""
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
@@ -77,22 +79,24 @@ class JobConfig:
     def validate(self) -> None:
         if not self.model:
             raise ValueError("model: required (builtin:tiny or a checkpoint directory)")
+        # Loaded jobs take both from coordinator.sampling (config.fields.derived); a job
+        # built in code must keep them equal.
         if abs(self.learner.temperature - self.coordinator.sampling.temperature) > 1e-9:
             raise ValueError(
                 "learner.temperature must equal coordinator.sampling.temperature "
                 "(log-probs must be taken under the sampling distribution)"
             )
         if (
-            self.learner.overlong_buffer > 0
+            self.learner.overlong.buffer > 0
             and self.learner.max_new_tokens != self.coordinator.sampling.max_new_tokens
         ):
             raise ValueError(
                 "learner.max_new_tokens must equal coordinator.sampling.max_new_tokens "
-                "when learner.overlong_buffer > 0 (the penalty counts from the sampling limit)"
+                "when learner.overlong.buffer > 0 (the penalty counts from the sampling limit)"
             )
-        if self.preference.data and self.learner.critic_nproc_per_node > 0:
+        if self.preference.data and self.learner.topology.critic_nproc_per_node > 0:
             raise ValueError(
-                "learner.critic_nproc_per_node must be 0 for an offline preference job "
+                "learner.topology.critic_nproc_per_node must be 0 for an offline preference job "
                 "(preference.data is set; DPO / KTO / SFT train no critic)"
             )
 

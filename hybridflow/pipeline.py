@@ -228,13 +228,16 @@ class RLDataPipeline:
         gpus = self._gpus_for(stage)
         if gpus:
             out += [
-                "learner.device=cuda",
-                f"learner.nproc_per_node={len(gpus)}",
-                f"learner.devices={','.join(map(str, gpus))}",
+                "learner.topology.device=cuda",
+                f"learner.topology.nproc_per_node={len(gpus)}",
+                f"learner.topology.devices={_yaml_value([str(g) for g in gpus])}",
             ]
         if "num_processes" in o:
-            out.append(f"learner.nproc_per_node={int(o.pop('num_processes'))}")
-        return out + [f"learner.{k}={_yaml_value(v)}" for k, v in o.items()]
+            out.append(f"learner.topology.nproc_per_node={int(o.pop('num_processes'))}")
+        from hybridflow.services.learner.config import LearnerConfig
+
+        renamed = LearnerConfig.RENAMED_KEYS  # a stage's options may use the flat names
+        return out + [f"learner.{renamed.get(k, k)}={_yaml_value(v)}" for k, v in o.items()]
 
     def _critic(self, stage: Stage) -> list[str]:
         """PPO's critic; with GPUs (or ``num_processes`` on CPU) on ranks of its own."""
@@ -242,22 +245,22 @@ class RLDataPipeline:
         gpus = self._gpus_for(stage)
         ranks = len(gpus) or int(stage.options.get("num_processes", 0))
         if ranks:
-            out.append(f"learner.critic_nproc_per_node={ranks}")
+            out.append(f"learner.topology.critic_nproc_per_node={ranks}")
         if gpus:
-            out.append(f"learner.critic_devices={','.join(map(str, gpus))}")
+            out.append(f"learner.topology.critic_devices={_yaml_value([str(g) for g in gpus])}")
         if "lr" in stage.options:
-            out.append(f"learner.critic_lr={_yaml_value(stage.options['lr'])}")
+            out.append(f"learner.critic.lr={_yaml_value(stage.options['lr'])}")
         return out
 
     def _reference(self, stage: Stage) -> list[str]:
-        out = ["learner.use_reference=true"]
+        out = ["learner.kl.use_reference=true"]
         if stage.num_gpus:
             self.notices.append(
                 f"reference: num_gpus={stage.num_gpus}: the reference runs inside the "
                 "learner's processes"
             )
         if "kl_coef" in stage.options:
-            out.append(f"learner.kl_coef={_yaml_value(stage.options['kl_coef'])}")
+            out.append(f"learner.kl.coef={_yaml_value(stage.options['kl_coef'])}")
         return out
 
     def _reward_components(self, stages: list[Stage]) -> list[dict[str, Any]]:

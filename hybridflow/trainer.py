@@ -71,7 +71,9 @@ class RLTrainer:
         rejection-sampling fine-tuning). ``run_dir``: where metrics.jsonl, trained.jsonl and
         events.jsonl go (None: a temporary directory removed by ``close``).
         ``dynamic_sampling``: DAPO's (coordinator.dynamic_sampling). ``learner_overrides``
-        set LearnerConfig fields (e.g. ``lr=1e-3``)."""
+        set LearnerConfig keys as a job file does (e.g. ``optimizer={"lr": 1e-3}``; the old
+        flat names, ``lr=1e-3``, still work)."""
+        from hybridflow.config.loader import with_keys
         from hybridflow.models import resolve_model_path
         from hybridflow.services.learner.config import LearnerConfig
         from hybridflow.services.reward.scorers import RewardScorer
@@ -79,8 +81,9 @@ class RLTrainer:
         self.params = replace(sampling or SamplingParams(max_new_tokens=8), n=group_size)
         self.seed = seed
         self.dynamic_sampling = dynamic_sampling
-        learner_cfg = LearnerConfig(
-            algorithm=algo, seed=seed, temperature=self.params.temperature, **learner_overrides
+        learner_cfg = with_keys(
+            LearnerConfig(algorithm=algo, seed=seed, temperature=self.params.temperature),
+            learner_overrides,
         )
         learner_cfg.validate()
         self.reward = RewardScorer()

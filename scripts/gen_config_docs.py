@@ -66,7 +66,7 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key, type, default, doc) of every leaf field under ``cls``, nested ones dotted."""
-    from hybridflow.config.fields import bound_of
+    from hybridflow.config.fields import bound_of, derived_from
 
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
@@ -79,6 +79,8 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             out.extend(rows(type(default), key + "."))
             continue
         shown = "required" if default is dataclasses.MISSING else f"`{default!r}`"
+        if derived_from(f):  # not a key of its own: the job config sets it
+            shown = f"= `{derived_from(f)}`"
         bound = bound_of(f)
         kind = _type_name(hints[f.name]) + (f", {bound.describe()}" if bound else "")
         out.append((key, kind, shown, docs.get(f.name, "")))

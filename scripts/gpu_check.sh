@@ -15,6 +15,6 @@ echo "== 2/3 engines benchmark (cuda)"
 echo "== 3/3 quickstart with vLLM on CUDA (100 steps)"
 run_dir=$(mktemp -d)/run
 PYTHON="$PY" deploy/launch.sh --config deploy/configs/quickstart.yaml --run-dir "$run_dir" \
-    --set rollout.engine=vllm --set rollout.device=cuda --set learner.device=cuda \
+    --set rollout.engine=vllm --set rollout.device=cuda --set learner.topology.device=cuda \
     --set coordinator.num_steps=100 --set coordinator.progress=false
 "$PY" -c "import json,sys; s=json.load(open('$run_dir/summary.json')); print('reward', s['reward_start'], '->', s['reward_end'])"

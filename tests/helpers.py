@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Mapping
+from dataclasses import is_dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from hybridflow.rpc.config import ServerConfig
 from hybridflow.rpc.server import RunningServer, start_server
@@ -40,14 +43,13 @@ def start_learner_server(
     model_path: Path, max_bytes: int = 64 * MIB, weight_sync: object = None, **config: object
 ) -> tuple[RunningServer, object]:
     from hybridflow.rpc.config import ChannelConfig
-    from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.v1 import learner_pb2, learner_pb2_grpc
     from hybridflow.weights.client import GrpcWeightSyncClient
 
-    cfg = LearnerConfig(**config)  # type: ignore[arg-type]
+    cfg = learner_config(config)
     worker = LearnerWorker(cfg, model_path)
     channel = ChannelConfig(max_message_bytes=max_bytes)
     core = LearnerCore(
@@ -121,3 +123,25 @@ def build_tiny_checkpoint(out_dir: Path, seed: int = 0, **overrides: int) -> Pat
     LlamaForCausalLM(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def learner_config(*layers: Mapping[str, Any], **keys: Any) -> Any:
+    """A ``LearnerConfig``, not validated, with the keys of each layer and then ``keys`` set
+    as a job file sets them: a section takes a mapping of its fields, merged into it
+    (``learner_config(algorithm="ppo", optimizer={"lr": 1e-2})``)."""
+    from hybridflow.services.learner.config import LearnerConfig
+
+    config: Any = LearnerConfig()
+    for layer in (*layers, keys):
+        config = _with(config, layer)
+    return config
+
+
+def _with(obj: Any, keys: Mapping[str, Any]) -> Any:
+    changes = {}
+    for name, value in keys.items():
+        current = getattr(obj, name)  # an unknown key fails here
+        if isinstance(value, Mapping) and is_dataclass(current):
+            value = _with(current, value)
+        changes[name] = value
+    return replace(obj, **changes)

@@ -34,7 +34,7 @@ from benchmarks.common.figures import read_jsonl  # noqa: E402
 
 SYSTEMS = {
     "sync": ["coordinator.max_staleness=0"],
-    "async": ["coordinator.max_staleness=2", "learner.off_policy=tis"],
+    "async": ["coordinator.max_staleness=2", "learner.loss.off_policy=tis"],
 }
 """hybridflow's variants: overrides on top of COLD_START."""
 

@@ -23,7 +23,7 @@ BUDGET_KEYS = (
     "coordinator.seed",
     "coordinator.data",
     "coordinator.data_size",
-    "learner.lr",
+    "learner.optimizer.lr",
 )
 """Job settings every variant must share: the comparison is at the same budget."""
 

@@ -84,7 +84,7 @@ COLD_START = [
     "coordinator.num_steps=300",
     "coordinator.prompts_per_step=8",
     "reward.format_score=0.1",
-    "learner.lr=3.0e-3",
+    "learner.optimizer.lr=3.0e-3",
 ]
 """``--cold-start``: every method from the randomly initialised built-in model (no warm
 start), 300 steps of 8 prompts x 8 = 64 completions. The exact-match reward alone is ~0 for

@@ -37,7 +37,7 @@ CPU_MAX_STEPS = 20
 """Steps of a scaled CPU run (``workload.num_episodes`` above this is capped)."""
 FSDP_NAMES = ("fsdp", "fsdp2")
 """``parallel_strategy`` values our learner honours (it shards with FSDP2)."""
-SEED_VARIANT = Variant("async", ["coordinator.max_staleness=1", "learner.off_policy=tis"])
+SEED_VARIANT = Variant("async", ["coordinator.max_staleness=1", "learner.loss.off_policy=tis"])
 """The one variant: asynchronous, one version of lag, truncated importance sampling."""
 RUN_OVERRIDES = ["coordinator.save_checkpoint=false", "coordinator.progress=false"]
 """Overrides every translated run gets (a benchmark keeps no checkpoint, draws no bar)."""
@@ -194,8 +194,8 @@ def translate_seed_config(
         f"coordinator.max_prompt_tokens={prompt_tokens}",
         f"coordinator.sampling.max_new_tokens={response_tokens}",
         f"learner.algorithm={algorithm}",
-        f"learner.micro_batch_size={batch}",
-        f"learner.nproc_per_node={ranks}",
+        f"learner.update.micro_batch_size={batch}",
+        f"learner.topology.nproc_per_node={ranks}",
         f"rollout.replicas={ranks}",
         *RUN_OVERRIDES,
     ]

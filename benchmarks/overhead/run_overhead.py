@@ -41,7 +41,7 @@ def run_in_process(batches: Rows, group: int, max_new: int, lr: float) -> float:
         algo="grpo",
         group_size=group,
         sampling=SamplingParams(max_new_tokens=max_new),
-        lr=lr,
+        optimizer={"lr": lr},
     )
     prompts = [[row["prompt"] for row in batch] for batch in batches]
     trainer.step(prompts[0])  # warm-up
@@ -73,7 +73,7 @@ def run_services(batches: Rows, group: int, max_new: int, lr: float) -> float:
     from hybridflow.services.reward.client import GrpcRewardClient
     from hybridflow.services.rollout.client import GrpcRolloutClient
 
-    overrides = [f"learner.lr={lr}", "learner.algorithm=grpo"]
+    overrides = [f"learner.optimizer.lr={lr}", "learner.algorithm=grpo"]
     job = load_job_config(None, overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(job.model)))
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:

@@ -37,7 +37,7 @@ def variant_sizes(config_path: str, extra: list[str]) -> dict[str, tuple[int, in
     sizes = {}
     for v in cfg.variants:
         job = load_job_config(job_path, [*cfg.overrides, *extra, *v.overrides])
-        sizes[v.name] = (job.rollout.replicas, job.learner.nproc_per_node)
+        sizes[v.name] = (job.rollout.replicas, job.learner.topology.nproc_per_node)
     return sizes
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 BOUND = "bound"
 FREE = "free"
+DERIVED = "derived"
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,20 @@ def knob(
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def derived(default: Any, source: str, **bound: Any) -> Any:
+    """A field the job config sets from another key (``source``, dotted from the job's root,
+    e.g. ``coordinator.sampling.temperature``), so the two cannot disagree: the loader fills it
+    in; a job file that still sets it loads when its value equals the source's (one notice)
+    and is refused otherwise. ``bound`` as ``knob``'s (checked like any field's)."""
+    made = knob(default, **bound)
+    return dataclasses.field(default=default, metadata={**made.metadata, DERIVED: source})
+
+
+def derived_from(f: dataclasses.Field[Any]) -> str | None:
+    """The key a derived field is set from, None for an ordinary field."""
+    return f.metadata.get(DERIVED)
 
 
 def field_problems(obj: Any, prefix: str, skip: Collection[str] = ()) -> Iterator[str | None]:

@@ -4,8 +4,12 @@ Unknown keys are errors naming the key and the file; values are checked against 
 types; ``--set a.b=c`` overrides are applied before validation (the value is parsed as YAML,
 so ``--set coordinator.num_steps=5`` gives an int). A key a section has renamed (its class's
 ``RENAMED_KEYS``: old name -> new dotted name, relative to the section) still loads, moved to
-its new place, with one notice line naming the new key. This module imports neither torch
-nor grpc, and knows nothing of which service it configures.
+its new place, with one notice line naming the new key. A field declared ``derived`` (from
+``config.fields``) is filled in from its source key; an old file that still sets it loads when
+the two are equal (one notice) and is refused when they differ. A section's ``upgrade_raw``
+classmethod, when it has one, rewrites an old form of a value (a comma-separated string
+where a list is now expected) and names the keys it rewrote, one notice each. This module
+imports neither torch nor grpc, and knows nothing of which service it configures.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from hybridflow.config.fields import derived_from
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -79,6 +85,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], source: str = "<dict>", pre
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: '{prefix.rstrip('.') or '<root>'}' must be a mapping")
     data = _move_renamed(cls, data, source, prefix)
+    data = derive_keys(cls, data, source, prefix)
+    data = _upgrade(cls, data, prefix)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -101,6 +109,25 @@ def from_dict(cls: type[T], data: Mapping[str, Any], source: str = "<dict>", pre
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
     return obj
+
+
+def with_keys(obj: T, keys: Mapping[str, Any], source: str = "<code>") -> T:
+    """The config dataclass ``obj`` with ``keys`` set as a job file would set them: a mapping
+    merges into its section, an old (renamed) key moves to its new place with one notice, and
+    the result is checked as ``from_dict`` checks."""
+    cls = type(obj)
+    moved = _move_renamed(cls, keys, source, "")
+    return from_dict(cls, _merge(to_dict(obj), moved), source)  # type: ignore[return-value]
+
+
+def _merge(base: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in keys.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def renamed_keys(cls: type) -> dict[str, str]:
@@ -134,11 +161,109 @@ def _move_renamed(
                 f"keep '{prefix}{new}'"
             )
         node[leaf] = value
-        line = f"config: '{prefix}{old}' is now '{prefix}{new}' (the old key still works, for now)"
-        if line not in _noticed:
-            _noticed.add(line)
-            log.warning(line)
+        _notice(
+            f"config: '{prefix}{old}' is now '{prefix}{new}' (the old key still works, for now)"
+        )
     return moved
+
+
+def derive_keys(
+    cls: type, data: Mapping[str, Any], source: str = "<dict>", prefix: str = ""
+) -> Mapping[str, Any]:
+    """``data`` with every derived field of ``cls``'s sections set from its source key (read
+    from ``data``, else the source field's default). A value the file gives itself must equal
+    the source's: one notice, else ConfigError. A source ``cls`` does not hold (a section
+    loaded on its own), or one whose value is itself invalid, is left to the normal checks."""
+    if not isinstance(data, Mapping):
+        return data
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] | None = None
+    for f in dataclasses.fields(cls):
+        sub = hints.get(f.name)
+        section = data.get(f.name) or {}
+        if not (isinstance(sub, type) and dataclasses.is_dataclass(sub)):
+            continue
+        if not isinstance(section, Mapping):
+            continue
+        sub_hints = typing.get_type_hints(sub)
+        for g in dataclasses.fields(sub):
+            origin = derived_from(g)
+            if not origin:
+                continue
+            value = _source_value(cls, data, origin, source)
+            if value is _MISSING:
+                continue
+            key, origin_key = f"{prefix}{f.name}.{g.name}", f"{prefix}{origin}"
+            if g.name in section:
+                given = _convert(sub_hints[g.name], section[g.name], source, key)
+                if not _same(given, value):
+                    raise ConfigError(
+                        f"{source}: '{key}' is taken from '{origin_key}' ({value!r}) and "
+                        f"cannot differ from it, got {given!r}: drop '{key}'"
+                    )
+                _notice(
+                    f"config: '{key}' is now taken from '{origin_key}' (the old key still "
+                    "works while the two are equal)"
+                )
+            out = dict(data) if out is None else out
+            out[f.name] = section = {**section, g.name: value}
+    return data if out is None else out
+
+
+_MISSING = object()
+
+
+def _source_value(cls: type, data: Mapping[str, Any], path: str, source: str) -> Any:
+    """The value at dotted ``path`` under ``cls``: the raw one (converted to the field's type),
+    else the default; ``_MISSING`` when ``cls`` has no such field or the raw value is bad."""
+    node: Any = data
+    for i, part in enumerate(parts := path.split(".")):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            return _MISSING
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            return _MISSING
+        if not (isinstance(node, Mapping) and part in node):
+            value: Any = _field_default(fields[part])
+            for rest in parts[i + 1 :]:
+                value = getattr(value, rest, _MISSING)
+            return value
+        node, cls = node[part], typing.get_type_hints(cls)[part]
+    try:
+        return _convert(cls, node, source, path)
+    except ConfigError:
+        return _MISSING
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _MISSING
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= 1e-9
+    return bool(a == b)
+
+
+def _upgrade(cls: type, data: Mapping[str, Any], prefix: str) -> Mapping[str, Any]:
+    """``data`` after the section's ``upgrade_raw`` (old forms of values), one notice a key."""
+    upgrade = getattr(cls, "upgrade_raw", None)
+    if not callable(upgrade) or not isinstance(data, Mapping):
+        return data
+    new = dict(data)
+    for key, note in upgrade(new):
+        _notice(f"config: '{prefix}{key}' {note}")
+    return new
+
+
+def _notice(line: str) -> None:
+    if line not in _noticed:
+        _noticed.add(line)
+        log.warning(line)
 
 
 def _convert(tp: Any, value: Any, source: str, key: str) -> Any:

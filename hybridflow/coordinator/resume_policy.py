@@ -4,7 +4,7 @@ checkpoint's resolved config with the resuming job's.
 Three kinds of key (docs/resume.md lists them with the reasons):
 - ``APPLY``: takes effect on resume as it would at a fresh start, because it lives in a
   process that starts anew (every service re-reads its config) or in a counter the schedule
-  re-derives (``num_steps``: the admission cap; ``ppo_epochs`` / ``num_mini_batches``: the
+  re-derives (``num_steps``: the admission cap; ``update.epochs`` / ``num_mini_batches``: the
   versions per step, re-measured at the first resumed step). The optimizer's hyperparameters
   are re-applied after its state is loaded (``services/learner/optim_hparams.py``).
 - ``REBASE``: changes what "exactly once" counts in, and is re-derived so the audit stays
@@ -17,8 +17,9 @@ Three kinds of key (docs/resume.md lists them with the reasons):
 A key with no rule is refused ("not classified"), so a new key cannot slip through
 unexamined; tests/unit/coordinator/test_resume_policy.py fails until it is classified.
 
-Pure: plain dicts in (``dataclasses.asdict`` of two ``JobConfig``), a decision out. Knows
-nothing of files, services or which process reads a key.
+Pure: plain dicts in (``dataclasses.asdict`` of two ``JobConfig``), a decision out; a
+checkpoint's flat learner keys of before the sections (``learner.lr``) are compared under
+their new names. Knows nothing of files, services or which process reads a key.
 """
 
 from __future__ import annotations
@@ -115,57 +116,59 @@ RULES: dict[str, Rule] = {
         "the estimator decides whether a critic (and its optimizer) is in the train state"
     ),
     "learner.policy_loss": _refuse("another objective is another algorithm; start a new run"),
-    "learner.dpo_loss_type": _refuse("another objective is another algorithm; start a new run"),
+    "learner.dpo.loss_type": _refuse("another objective is another algorithm; start a new run"),
     "learner.seed": _refuse(
         "it seeds torch's generator, whose state the checkpoint restores: the change would "
         "have no effect"
     ),
-    "learner.lr": _OPTIM,
-    "learner.critic_lr": _OPTIM,
-    "learner.weight_decay": _OPTIM,
-    "learner.betas": _OPTIM,
-    "learner.dpo_beta": _LOSS,
-    "learner.rft_threshold": _LOSS,
-    "learner.grad_clip": _LOSS,
-    "learner.micro_batch_size": _LOSS,
-    "learner.ppo_epochs": _apply("the versions per step are re-measured at the first step"),
-    "learner.num_mini_batches": _apply("the versions per step are re-measured at the first step"),
-    "learner.clip_ratio_low": _LOSS,
-    "learner.clip_ratio_high": _LOSS,
-    "learner.clip_ratio_c": _LOSS,
-    "learner.loss_agg_mode": _LOSS,
-    "learner.norm_adv_by_std": _LOSS,
-    "learner.norm_adv_eps": _LOSS,
-    "learner.kl_coef": _LOSS,
-    "learner.kl_estimator": _LOSS,
-    "learner.off_policy": _LOSS,
-    "learner.is_cap": _LOSS,
     "learner.moe_router_replay": _LOSS,
-    "learner.kl_mode": _LOSS,
-    "learner.use_reference": _apply(
+    "learner.temperature": _LOSS,  # derived: coordinator.sampling.temperature
+    "learner.max_new_tokens": _LOSS,  # derived: coordinator.sampling.max_new_tokens
+    "learner.peak_tflops": _PROCESS,
+    "learner.optimizer.lr": _OPTIM,
+    "learner.optimizer.weight_decay": _OPTIM,
+    "learner.optimizer.betas": _OPTIM,
+    "learner.optimizer.grad_clip": _LOSS,
+    "learner.update.micro_batch_size": _LOSS,
+    "learner.update.epochs": _apply("the versions per step are re-measured at the first step"),
+    "learner.update.num_mini_batches": _apply(
+        "the versions per step are re-measured at the first step"
+    ),
+    "learner.loss.clip_ratio_low": _LOSS,
+    "learner.loss.clip_ratio_high": _LOSS,
+    "learner.loss.clip_ratio_c": _LOSS,
+    "learner.loss.agg_mode": _LOSS,
+    "learner.loss.entropy_coef": _LOSS,
+    "learner.loss.off_policy": _LOSS,
+    "learner.loss.is_cap": _LOSS,
+    "learner.advantage.norm_by_std": _LOSS,
+    "learner.advantage.norm_eps": _LOSS,
+    "learner.advantage.gamma": _LOSS,
+    "learner.advantage.lam": _LOSS,
+    "learner.kl.coef": _LOSS,
+    "learner.kl.estimator": _LOSS,
+    "learner.kl.mode": _LOSS,
+    "learner.kl.use_reference": _apply(
         "the reference is the initial model, reloaded at start, never checkpointed"
     ),
-    "learner.entropy_coef": _LOSS,
-    "learner.temperature": _LOSS,
-    "learner.gamma": _LOSS,
-    "learner.lam": _LOSS,
-    "learner.value_clip": _LOSS,
-    "learner.overlong_buffer": _LOSS,
-    "learner.overlong_penalty_factor": _LOSS,
-    "learner.max_new_tokens": _LOSS,
-    "learner.num_threads": _PROCESS,
-    "learner.device": _PROCESS,
-    "learner.peak_tflops": _PROCESS,
-    "learner.nproc_per_node": _apply("the train state is resharded on load (DCP)"),
-    "learner.critic_nproc_per_node": _apply(
+    "learner.critic.lr": _OPTIM,
+    "learner.critic.value_clip": _LOSS,
+    "learner.overlong.buffer": _LOSS,
+    "learner.overlong.penalty_factor": _LOSS,
+    "learner.dpo.beta": _LOSS,
+    "learner.rft.threshold": _LOSS,
+    "learner.topology.num_threads": _PROCESS,
+    "learner.topology.device": _PROCESS,
+    "learner.topology.nproc_per_node": _apply("the train state is resharded on load (DCP)"),
+    "learner.topology.critic_nproc_per_node": _apply(
         "the train state is resharded on load (DCP), split critic or co-located"
     ),
-    "learner.devices": _PROCESS,
-    "learner.critic_devices": _PROCESS,
-    "learner.nnodes": _apply("the train state is resharded on load (DCP)"),
-    "learner.node_rank": _PROCESS,
-    "learner.rdzv_endpoint": _ADDRESS,
-    "learner.local_addr": _ADDRESS,
+    "learner.topology.devices": _PROCESS,
+    "learner.topology.critic_devices": _PROCESS,
+    "learner.topology.nnodes": _apply("the train state is resharded on load (DCP)"),
+    "learner.topology.node_rank": _PROCESS,
+    "learner.topology.rdzv_endpoint": _ADDRESS,
+    "learner.topology.local_addr": _ADDRESS,
     "learner.server.*": _PROCESS,
     "learner.memory.dtype": _apply(
         "master weights and optimizer state stay float32, as saved; compute precision is a setting"
@@ -269,13 +272,24 @@ class ResumeDecision:
 def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> ResumeDecision:
     """The checkpoint's resolved config (``old``) against the resuming job's (``new``). A key
     only one side has (a config written by another version) is not a change."""
-    before, after = flatten(old), flatten(new)
+    before, after = _current_keys(flatten(old)), _current_keys(flatten(new))
     changes = tuple(
         Change(key, before[key], after[key], rule_for(key))
         for key in sorted(before.keys() & after.keys())
         if before[key] != after[key]
     )
     return ResumeDecision(changes)
+
+
+def _current_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` with a section's renamed keys under their new names (a checkpoint written
+    before ``learner`` was nested has ``learner.lr``, compared as ``learner.optimizer.lr``)."""
+    from hybridflow.services.learner.config import LearnerConfig
+
+    renamed = {
+        f"learner.{old}": f"learner.{new}" for old, new in LearnerConfig.RENAMED_KEYS.items()
+    }
+    return {renamed.get(key, key): value for key, value in flat.items()}
 
 
 def rebased_num_started(

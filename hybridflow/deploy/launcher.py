@@ -141,7 +141,9 @@ class ServiceGroup:
         py = self.python
         self.processes.append(self._spawn("reward", [py, "-m", "hybridflow.services.reward"]))
         learner_cmd = ranks_command(py, "hybridflow.services.learner", self.job.learner)
-        self.processes.append(self._spawn("learner", learner_cmd, self.job.learner.visible_devices))
+        self.processes.append(
+            self._spawn("learner", learner_cmd, self.job.learner.topology.visible_devices)
+        )
         devices = self.job.rollout.devices
         for i in range(self.job.rollout.replicas):
             self.processes.append(
@@ -262,22 +264,26 @@ def _signal_group(popen: subprocess.Popen[Any], sig: int) -> None:
 
 def ranks_command(py: str, module: str, learner: Any) -> list[str]:
     """``python -m module``, under torchrun when the learner has more than one rank:
-    ``learner.nproc_per_node`` actor ranks plus ``learner.critic_nproc_per_node`` critic ranks
+    ``learner.topology.nproc_per_node`` actor ranks plus ``learner.topology.critic_nproc_per_node`` critic ranks
     (the learner service and the offline preference job run their ranks the same way)."""
-    per_node = learner.nproc_per_node + learner.critic_nproc_per_node
-    nnodes = learner.nnodes
+    per_node = learner.topology.nproc_per_node + learner.topology.critic_nproc_per_node
+    nnodes = learner.topology.nnodes
     if per_node <= 1 and nnodes <= 1:
         return [py, "-m", module]
     if nnodes > 1:  # every host runs this with its own node_rank; node 0 serves
         placement = [
             f"--nnodes={nnodes}",
-            f"--node-rank={learner.node_rank}",
+            f"--node-rank={learner.topology.node_rank}",
             "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={learner.rdzv_endpoint}",
-            *([f"--local-addr={learner.local_addr}"] if learner.local_addr else []),
+            f"--rdzv-endpoint={learner.topology.rdzv_endpoint}",
+            *(
+                [f"--local-addr={learner.topology.local_addr}"]
+                if learner.topology.local_addr
+                else []
+            ),
             # Node 0 serves the rendezvous store: torchrun's own guess (the endpoint names
             # this machine) misses when the host name resolves to another interface.
-            *(["--rdzv-conf=is_host=1"] if learner.node_rank == 0 else []),
+            *(["--rdzv-conf=is_host=1"] if learner.topology.node_rank == 0 else []),
         ]
     else:
         placement = ["--standalone"]

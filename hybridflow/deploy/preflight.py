@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from hybridflow.config.loader import ConfigError, apply_override, from_dict
+from hybridflow.config.loader import ConfigError, apply_override, derive_keys, from_dict
 from hybridflow.job_config import JobConfig, load_job_config
 
 EXIT_PROBLEMS = 2
@@ -93,11 +93,16 @@ def _collect(cls: type, raw: Any, source: str, prefix: str) -> list[str]:
     found: list[str] = []
     clean = dict(raw)
     broken: list[str] = []
+    try:  # each section sees the keys the job fills in from another (learner.temperature)
+        derived = derive_keys(cls, raw, source, prefix)
+    except ConfigError as exc:
+        found.append(_qualify(_strip_source(str(exc), source), prefix))
+        derived = raw
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         sub = hints.get(f.name)
         if f.name in raw and isinstance(sub, type) and dataclasses.is_dataclass(sub):
-            sub_lines = _collect(sub, raw[f.name], source, f"{prefix}{f.name}.")
+            sub_lines = _collect(sub, derived[f.name], source, f"{prefix}{f.name}.")
             if sub_lines:
                 found += sub_lines
                 broken.append(f"{prefix}{f.name}.")

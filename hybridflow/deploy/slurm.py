@@ -145,7 +145,7 @@ def plan_job(
         torchrun = [
             python, "-m", "torch.distributed.run",
             f"--nnodes={learner_nodes}", f"--node-rank={rank}",
-            f"--nproc-per-node={job.learner.num_ranks}",
+            f"--nproc-per-node={job.learner.topology.num_ranks}",
             f"--master-addr={nodes[0]}", f"--master-port={RENDEZVOUS_PORT}",
         ]  # fmt: skip
         address = f"{node}:{learner_port}" if rank == 0 else ""  # rank 0 serves gRPC

@@ -1,5 +1,5 @@
 """The offline preference / SFT job: what ``deploy/launch.sh`` runs when ``preference.data`` is
-set (one process, or every rank under torchrun for FSDP2 over ``learner.nproc_per_node``).
+set (one process, or every rank under torchrun for FSDP2 over ``learner.topology.nproc_per_node``).
 
 Reads the job config (the ``model``, ``learner`` and ``preference`` sections; the rollout,
 reward and coordinator sections are not used), trains ``preference.steps`` steps and writes,
@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     if not pref.data:
         print("error: preference.data is empty: nothing to train", file=sys.stderr)
         return 2
-    set_torch_threads(job.learner.num_threads)
+    set_torch_threads(job.learner.topology.num_threads)
     from hybridflow.config.loader import dump_yaml
     from hybridflow.preference.offline import train_offline
     from hybridflow.services.learner.distributed import init_from_env
 
-    dist_info = init_from_env(job.learner.device)
+    dist_info = init_from_env(job.learner.topology.device)
     log = setup_logging(f"preference{dist_info.rank}")
     run_dir = Path(args.run_dir)
     leader = dist_info.rank == 0

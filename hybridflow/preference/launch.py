@@ -1,5 +1,5 @@
 """The learner-only branch of ``deploy/launch.sh``: runs ``python -m hybridflow.preference``
-(under torchrun when ``learner.nproc_per_node`` > 1) in the run directory and waits for it.
+(under torchrun when ``learner.topology.nproc_per_node`` > 1) in the run directory and waits for it.
 
 No rollout, reward service or coordinator starts. SIGTERM / Ctrl-C is forwarded to the job's
 process group once; a second one kills it. The job dies with the launcher (lifeline env).
@@ -39,8 +39,8 @@ def run_preference_job(
     from hybridflow.deploy.lifeline import launcher_env
 
     child_env = {**os.environ, **env, **launcher_env()}
-    if job.learner.devices:
-        child_env["CUDA_VISIBLE_DEVICES"] = job.learner.devices
+    if job.learner.topology.devices:
+        child_env["CUDA_VISIBLE_DEVICES"] = job.learner.topology.visible_devices
     cmd = preference_command(job, config_path, overrides, run_dir)
     log.info(
         "learner-only %s job (no rollout or reward service); run dir %s",

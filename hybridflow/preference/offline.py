@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hybridflow.config.loader import with_keys
 from hybridflow.data.datasets import epoch_order
 from hybridflow.data.preference import read_preference_dataset
 from hybridflow.preference.config import PreferenceConfig
-from hybridflow.services.learner.config import LearnerConfig
+from hybridflow.services.learner.config import LearnerConfig, OptimizerConfig
 
 
 @dataclass
@@ -70,7 +71,8 @@ class PreferenceTrainer:
         """``model``: builtin:tiny or a local HF checkpoint dir. ``data``/``eval_data``: a spec
         (``builtin:arith_dpo``, a .jsonl/.parquet path) or already-read records; eval data is
         DPO pairs. ``learner`` (default: ``LearnerConfig`` with lr 1e-4 and ``seed``) is
-        updated with ``learner_overrides`` (``lr``, ``device``, ``micro_batch_size``, ...);
+        updated with ``learner_overrides`` as a job file's learner keys (``optimizer={"lr": 1e-3}``,
+        ``topology={"device": "cuda"}``; the old flat names, ``lr=1e-3``, still work);
         the frozen reference is always loaded (the eval's implicit rewards need it; ORPO and SFT
         do not train against it)."""
         from hybridflow.services.learner.worker import LearnerWorker
@@ -90,8 +92,13 @@ class PreferenceTrainer:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.seed = seed
-        base = learner if learner is not None else LearnerConfig(lr=1e-4, seed=seed)
-        learner_cfg = replace(base, **learner_overrides, use_reference=True)
+        base = (
+            learner
+            if learner is not None
+            else LearnerConfig(optimizer=OptimizerConfig(lr=1e-4), seed=seed)
+        )
+        learner_cfg = with_keys(base, learner_overrides)
+        learner_cfg = replace(learner_cfg, kl=replace(learner_cfg.kl, use_reference=True))
         self.worker = LearnerWorker(learner_cfg, model)
         tokenizer = self.worker.tokenizer
         self.records = (

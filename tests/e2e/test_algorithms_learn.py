@@ -39,9 +39,8 @@ def test_reward_rises_on_arith(estimator: str, loss: str, lr: float, ppo_epochs:
         reward_fn=mock_reward,
         group_size=8,
         sampling=SamplingParams(max_new_tokens=4, temperature=1.0),
-        lr=lr,
-        micro_batch_size=64,
-        ppo_epochs=ppo_epochs,
+        optimizer={"lr": lr},
+        update={"micro_batch_size": 64, "epochs": ppo_epochs},
         advantage_estimator=estimator,
         policy_loss=loss,
     )

@@ -78,7 +78,7 @@ def assert_services_gone(run_dir: Path) -> None:
         ("coordinator.max_staleness=0",),
         (
             "coordinator.max_staleness=2",
-            "learner.off_policy=tis",
+            "learner.loss.off_policy=tis",
             "coordinator.prompts_per_request=4",
             "rollout.in_flight_weights=continue_new",
         ),
@@ -181,23 +181,27 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
     "overrides",
     [
         (),
-        ("learner.nproc_per_node=2", "rollout.replicas=2"),
-        ("coordinator.max_staleness=2", "learner.off_policy=tis", "coordinator.num_steps=200"),
+        ("learner.topology.nproc_per_node=2", "rollout.replicas=2"),
+        ("coordinator.max_staleness=2", "learner.loss.off_policy=tis", "coordinator.num_steps=200"),
         ("rollout.engine=vllm",),
         (
             "rollout.engine=vllm",
             "coordinator.max_staleness=2",
-            "learner.off_policy=tis",
+            "learner.loss.off_policy=tis",
             "coordinator.num_steps=200",
         ),
         # 2 FSDP learner ranks -> 2 TP workers of one vLLM replica, along the planner.
-        ("rollout.engine=vllm", "rollout.tensor_parallel_size=2", "learner.nproc_per_node=2"),
+        (
+            "rollout.engine=vllm",
+            "rollout.tensor_parallel_size=2",
+            "learner.topology.nproc_per_node=2",
+        ),
         # A built-in shaped like a real checkpoint: Qwen3, BPE tokenizer, ChatML.
         ("model=builtin:tiny-qwen3",),
         (
             "model=builtin:tiny-qwen3",
             "coordinator.max_staleness=2",
-            "learner.off_policy=tis",
+            "learner.loss.off_policy=tis",
             "coordinator.num_steps=200",
         ),
         ("model=builtin:tiny-qwen3", "rollout.engine=vllm"),
@@ -205,14 +209,14 @@ def test_bad_config_fails_before_starting_anything(tmp_path):
             "model=builtin:tiny-qwen3",
             "rollout.engine=vllm",
             "coordinator.max_staleness=2",
-            "learner.off_policy=tis",
+            "learner.loss.off_policy=tis",
             "coordinator.num_steps=200",
         ),
         (
             "model=builtin:tiny-qwen3",
             "rollout.engine=vllm",
             "rollout.tensor_parallel_size=2",
-            "learner.nproc_per_node=2",
+            "learner.topology.nproc_per_node=2",
         ),
     ],
     ids=[

@@ -127,8 +127,8 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
             f"learner.server.host={a['l0']}",
             f"learner.server.port={PORTS['l0']}",
             *(f"{svc}.server.{t}" for svc in ("rollout", "reward", "learner") for t in tls),
-            "learner.nnodes=2",
-            f"learner.rdzv_endpoint={a['l0']}:{PORTS['rdzv']}",
+            "learner.topology.nnodes=2",
+            f"learner.topology.rdzv_endpoint={a['l0']}:{PORTS['rdzv']}",
             f"weight_sync.store_host={a['l0']}",
             # The learner sends only to these hosts; a replica joins only stores on these.
             f"weight_sync.allowed_hosts=[{a['roll']}, {a['l0']}]",
@@ -158,10 +158,14 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
             for node, role in enumerate(("l0", "l1")):
                 learner = load_job_config(
                     REPO / "deploy/configs/quickstart.yaml",
-                    [*overrides, f"learner.node_rank={node}", f"learner.local_addr={a[role]}"],
+                    [
+                        *overrides,
+                        f"learner.topology.node_rank={node}",
+                        f"learner.topology.local_addr={a[role]}",
+                    ],
                 ).learner
                 cmd = ranks_command(py, "hybridflow.services.learner", learner)
-                start(role, [*cmd, *base, "--set", f"learner.node_rank={node}"])
+                start(role, [*cmd, *base, "--set", f"learner.topology.node_rank={node}"])
             run_dir = tmp_path / "run"
             coordinator = subprocess.run(
                 net.command("coord", [py, "-m", "hybridflow.coordinator", "run", *base,

@@ -18,6 +18,7 @@ from hybridflow import RLTrainer
 from hybridflow.data.arith import make_arith_rows
 from hybridflow.testing import mock_reward
 from hybridflow.types import SamplingParams
+from tests.helpers import learner_config
 
 NUM_STEPS = 30
 PROMPTS_PER_STEP = 16
@@ -35,9 +36,9 @@ def test_reward_rises_on_arith(algo: str, dpo_loss_type: str | None, lr: float) 
         algo=algo,  # type: ignore[arg-type]
         group_size=8,
         sampling=SamplingParams(max_new_tokens=4, temperature=1.0),
-        lr=lr,
-        micro_batch_size=64,
-        **({"dpo_loss_type": dpo_loss_type} if dpo_loss_type else {}),
+        optimizer={"lr": lr},
+        update={"micro_batch_size": 64},
+        **({"dpo": {"loss_type": dpo_loss_type}} if dpo_loss_type else {}),
     )
     rewards, losses = [], []
     for step in range(NUM_STEPS):
@@ -61,11 +62,12 @@ def test_online_dpo_learns_asynchronously(tiny_model_path, tmp_path) -> None:
     from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
     from hybridflow.coordinator.job import TrainingJob
     from hybridflow.data.datasets import read_prompt_dataset
-    from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.trainer import twin_services
 
     twins = twin_services(
-        tiny_model_path, LearnerConfig(algorithm="dpo", lr=3e-4, micro_batch_size=64), 0
+        tiny_model_path,
+        learner_config(algorithm="dpo", optimizer={"lr": 3e-4}, update={"micro_batch_size": 64}),
+        0,
     )
     cfg = CoordinatorConfig(
         num_steps=NUM_STEPS,

@@ -18,7 +18,12 @@ from hybridflow.preference import train_offline
 
 def test_offline_dpo_raises_heldout_accuracy_and_margin(tiny_model_path: Path) -> None:
     result = train_offline(
-        tiny_model_path, "builtin:arith_dpo", loss="dpo", steps=30, eval_every=10, lr=1e-3
+        tiny_model_path,
+        "builtin:arith_dpo",
+        loss="dpo",
+        steps=30,
+        eval_every=10,
+        optimizer={"lr": 1e-3},
     )
     accuracy = [e["eval/rewards/accuracies"] for e in result.evals]
     margin = [e["eval/rewards/margins"] for e in result.evals]
@@ -40,8 +45,8 @@ def test_offline_dpo_variants_raise_heldout_accuracy_and_margin(
         loss="dpo",
         steps=30,
         eval_every=10,
-        lr=1e-3,
-        dpo_loss_type=dpo_loss_type,
+        optimizer={"lr": 1e-3},
+        dpo={"loss_type": dpo_loss_type},
     )
     accuracy = [e["eval/rewards/accuracies"] for e in result.evals]
     margin = [e["eval/rewards/margins"] for e in result.evals]
@@ -57,7 +62,7 @@ def test_offline_kto_raises_heldout_accuracy_and_margin(tiny_model_path: Path) -
         loss="kto",
         steps=40,
         eval_every=20,
-        lr=3e-4,
+        optimizer={"lr": 3e-4},
         beta=0.5,
     )
     accuracy = [e["eval/rewards/accuracies"] for e in result.evals]
@@ -74,7 +79,12 @@ def test_offline_orpo_raises_heldout_accuracy_without_a_reference(tiny_model_pat
     # same run gives 0.43, -0.02, 0.836 and 0.929: the random prompts' NLL (~5 per token)
     # dominates the loss.
     result = train_offline(
-        tiny_model_path, "builtin:arith_dpo", loss="orpo", steps=30, eval_every=10, lr=1e-3
+        tiny_model_path,
+        "builtin:arith_dpo",
+        loss="orpo",
+        steps=30,
+        eval_every=10,
+        optimizer={"lr": 1e-3},
     )
     accuracy = [e["eval/rewards/accuracies"] for e in result.evals]
     own = [e["eval/mean_logps/accuracies"] for e in result.evals]
@@ -93,7 +103,7 @@ def test_offline_sft_lowers_heldout_nll(tiny_model_path: Path, tmp_path: Path) -
         "builtin:arith_sft",
         loss="sft",
         steps=30,
-        lr=1e-3,
+        optimizer={"lr": 1e-3},
         save_to=tmp_path / "sft",
     )
     nll = [e["eval/nll"] for e in result.evals]

@@ -20,14 +20,16 @@ import pytest
 import torch
 
 from hybridflow.errors import CheckpointCorrupt, CheckpointRejected, ResourceExhausted
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.train_state import save_train_state
 from hybridflow.services.learner.worker import LearnerWorker
-from tests.helpers import build_tiny_checkpoint, start_learner_server
+from tests.helpers import build_tiny_checkpoint, learner_config, start_learner_server
 
 
 def _worker(model: Path, algorithm: str = "grpo") -> LearnerWorker:
-    return LearnerWorker(LearnerConfig(algorithm=algorithm, lr=1e-2, micro_batch_size=4), model)
+    return LearnerWorker(
+        learner_config(algorithm=algorithm, optimizer={"lr": 1e-2}, update={"micro_batch_size": 4}),
+        model,
+    )
 
 
 @pytest.fixture(scope="module")

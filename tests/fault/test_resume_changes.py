@@ -18,8 +18,8 @@ from hybridflow.coordinator.checkpoint_config import ResumeRefused
 from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.job_config import JobConfig
-from hybridflow.services.learner.config import LearnerConfig
 from tests.fault.harness import audit
+from tests.helpers import learner_config
 
 NUM_ROWS = 20
 
@@ -40,7 +40,9 @@ def _job(model: Path, run_dir: Path, twins, resume: bool, lr: float, **coordinat
             **coordinator,
         }
     )
-    learner = LearnerConfig(lr=lr, micro_batch_size=16, checkpoint_dir=str(root))
+    learner = learner_config(
+        optimizer={"lr": lr}, update={"micro_batch_size": 16}, checkpoint_dir=str(root)
+    )
     resolved = asdict(JobConfig(learner=learner, coordinator=cfg))
     data = read_prompt_dataset("builtin:arith", twins.tokenizer, NUM_ROWS, cfg.seed, 512).records
     return TrainingJob(
@@ -52,7 +54,12 @@ def _twins(model: Path, run_dir: Path, lr: float):  # type: ignore[no-untyped-de
     from hybridflow.trainer import twin_services
 
     root = run_dir / "checkpoints"
-    return twin_services(model, LearnerConfig(lr=lr, micro_batch_size=16, checkpoint_dir=str(root)))
+    return twin_services(
+        model,
+        learner_config(
+            optimizer={"lr": lr}, update={"micro_batch_size": 16}, checkpoint_dir=str(root)
+        ),
+    )
 
 
 def test_resume_rebases_the_batch_applies_the_lr_and_refuses_the_seed(
@@ -79,4 +86,7 @@ def test_resume_rebases_the_batch_applies_the_lr_and_refuses_the_seed(
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["actor/lr"] for m in metrics] == [2e-3] * 3 + [1e-2] * 3
     saved = json.loads((run_dir / "checkpoints/step_00000006/config.json").read_text())
-    assert saved["learner"]["lr"] == 1e-2 and saved["coordinator"]["prompts_per_step"] == 4
+    assert (
+        saved["learner"]["optimizer"]["lr"] == 1e-2
+        and saved["coordinator"]["prompts_per_step"] == 4
+    )

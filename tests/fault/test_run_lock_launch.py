@@ -49,7 +49,11 @@ def test_live_run_dir_is_refused_then_resumed_with_changes(tmp_path: Path) -> No
     code, out = finish(first, 600)
     assert code == 0, out
 
-    changes = ("coordinator.num_steps=10", "coordinator.prompts_per_step=4", "learner.lr=0.001")
+    changes = (
+        "coordinator.num_steps=10",
+        "coordinator.prompts_per_step=4",
+        "learner.optimizer.lr=0.001",
+    )
     code, out = finish(launch(run, "--resume", str(run), *_sets(*changes)), 600)
     assert code == 0, out
     audit(run, 10, {s: 8 if s <= 6 else 4 for s in range(1, 11)})

@@ -38,7 +38,7 @@ def start_and_wait_for_training(tmp_path: Path, *overrides: str):  # type: ignor
 
 @pytest.mark.parametrize(
     "overrides",
-    [(), pytest.param(("learner.nproc_per_node=2",), marks=pytest.mark.slow)],
+    [(), pytest.param(("learner.topology.nproc_per_node=2",), marks=pytest.mark.slow)],
     ids=["single-learner", "torchrun-2-ranks"],
 )
 def test_sigkill_launcher_leaves_no_process(tmp_path, overrides):

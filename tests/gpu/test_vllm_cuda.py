@@ -49,7 +49,7 @@ def test_cuda_parity_before_and_after_three_syncs(
     probe = [tok.encode(t, add_special_tokens=False) for t in PROBE_TEXTS]
     cfg = WeightSyncConfig(transport=transport, backend="auto", timeout_s=120)
     learner_server, _ = start_learner_server(
-        tiny_model_path, weight_sync=cfg, lr=2e-3, device="cuda"
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 2e-3}, topology={"device": "cuda"}
     )
     learner = GrpcLearnerClient(learner_server.address)
     try:

@@ -104,7 +104,7 @@ def test_throughput_suite_tiny(tmp_path: Path) -> None:
         "variants": [
             {"name": "sync", "overrides": ["coordinator.max_staleness=0"]},
             {"name": "async", "overrides": ["coordinator.max_staleness=1",
-                                            "learner.off_policy=tis"]},
+                                            "learner.loss.off_policy=tis"]},
         ],
     }  # fmt: skip
     out = run_suite(tmp_path, "throughput", config)
@@ -148,7 +148,7 @@ def test_scalability_suite_tiny(tmp_path: Path) -> None:
         "suite": "scalability", "warmup_steps": 1, "profile": False,
         # 5 steps: admission starts nothing beyond the run's last batch, so with k = 1 a
         # 3-step run generates everything before its timed steps begin.
-        "overrides": [*TINY_JOB, "coordinator.max_staleness=1", "learner.off_policy=tis",
+        "overrides": [*TINY_JOB, "coordinator.max_staleness=1", "learner.loss.off_policy=tis",
                       "coordinator.prompts_per_request=2", "coordinator.num_steps=5"],
         "variants": [
             {"name": "rollout1", "overrides": ["rollout.replicas=1"]},
@@ -187,7 +187,7 @@ def test_algorithm_suite_tiny(tmp_path: Path) -> None:
         "suite": "algorithm", "overrides": TINY_JOB, "warmup_steps": 1, "profile": False,
         "variants": [
             {"name": "grpo", "overrides": ["learner.algorithm=grpo"]},
-            {"name": "ppo", "overrides": ["learner.algorithm=ppo", "learner.critic_lr=1.0e-3"]},
+            {"name": "ppo", "overrides": ["learner.algorithm=ppo", "learner.critic.lr=1.0e-3"]},
         ],
     }  # fmt: skip
     out = run_suite(tmp_path, "algorithm", config, "--target", "0.0")

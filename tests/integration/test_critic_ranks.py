@@ -19,10 +19,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
-from tests.helpers import build_tiny_checkpoint
+from tests.helpers import build_tiny_checkpoint, learner_config
 from tests.integration.test_fsdp_parity import (
     _free_port,
     _join_group,
@@ -35,14 +34,11 @@ from tests.integration.test_fsdp_parity import (
 # penalty in the reward: the actor rank's KL and the critic rank's values meet in the estimator.
 FIELDS: dict[str, Any] = {
     "algorithm": "ppo",
-    "lr": 1e-3,
-    "critic_lr": 1e-3,
-    "micro_batch_size": 2,
-    "num_mini_batches": 2,
-    "lam": 0.9,
-    "use_reference": True,
-    "kl_coef": 0.05,
-    "kl_mode": "reward",
+    "optimizer": {"lr": 1e-3},
+    "critic": {"lr": 1e-3},
+    "update": {"micro_batch_size": 2, "num_mini_batches": 2},
+    "advantage": {"lam": 0.9},
+    "kl": {"use_reference": True, "coef": 0.05, "mode": "reward"},
 }
 WEIGHT_SYNC = WeightSyncConfig(transport="dist", timeout_s=120)
 
@@ -114,7 +110,7 @@ def _core(fields: dict[str, Any], ckpt: str, root: Path, rank: int) -> tuple[Any
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
 
-    worker = LearnerWorker(LearnerConfig(**fields, checkpoint_dir=str(root)), ckpt)
+    worker = LearnerWorker(learner_config(fields, checkpoint_dir=str(root)), ckpt)
     replica = InProcessReplica(Path(ckpt))
     core = LearnerCore(worker, rank, WEIGHT_SYNC, lambda _target: replica)
     return core, replica
@@ -125,7 +121,7 @@ def _split_rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
     from hybridflow.services.learner.distributed import CommandRelay
 
     core, replica = _core(
-        {**FIELDS, "critic_nproc_per_node": 1}, ckpt, Path(out_dir) / "split", rank
+        {**FIELDS, "topology": {"critic_nproc_per_node": 1}}, ckpt, Path(out_dir) / "split", rank
     )
     assert core.worker.has_actor == (rank == 0)
     assert (core.worker.critic is not None) == (rank == 1)
@@ -212,7 +208,7 @@ def test_colocated_learner_resumes_a_split_learners_checkpoint(
         "rank0.pt",
         "rank1.pt",
     ]
-    worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
+    worker = LearnerWorker(learner_config(FIELDS), ckpt)
     assert worker.load_train_state(tmp_path / "split" / "state") == 2
     second = worker.train_step(list(reversed(_samples())))
     _assert_metrics_close(second.metrics, split["metrics"][1], "co-located resume")

@@ -20,9 +20,8 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.types import TrainSample
-from tests.helpers import build_tiny_checkpoint
+from tests.helpers import build_tiny_checkpoint, learner_config
 
 WORLD_SIZE = 2
 TIMEOUT_S = 240.0
@@ -32,23 +31,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # reference, entropy bonus, micro-batches of 2 with uneven rank slices (filler rows).
     "grpo": {
         "algorithm": "grpo",
-        "lr": 1e-3,
-        "micro_batch_size": 2,
-        "ppo_epochs": 2,
-        "use_reference": True,
-        "kl_coef": 0.05,
-        "entropy_coef": 0.01,
-        "clip_ratio_high": 0.28,
+        "optimizer": {"lr": 1e-3},
+        "update": {"micro_batch_size": 2, "epochs": 2},
+        "kl": {"use_reference": True, "coef": 0.05},
+        "loss": {"entropy_coef": 0.01, "clip_ratio_high": 0.28},
     },
     # Two mini-batches (two optimizer steps), critic with GAE, per-sequence loss aggregation.
     "ppo": {
         "algorithm": "ppo",
-        "lr": 1e-3,
-        "critic_lr": 1e-3,
-        "micro_batch_size": 2,
-        "num_mini_batches": 2,
-        "lam": 0.9,
-        "loss_agg_mode": "seq-mean-token-mean",
+        "optimizer": {"lr": 1e-3},
+        "critic": {"lr": 1e-3},
+        "update": {"micro_batch_size": 2, "num_mini_batches": 2},
+        "advantage": {"lam": 0.9},
+        "loss": {"agg_mode": "seq-mean-token-mean"},
     },
     # Registered estimators and losses (whole-batch estimators, micro-batch losses with global
     # normalisers): REINFORCE++ with the KL penalty in the reward (gathered from the ranks) and
@@ -56,24 +51,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "reinforce_pp_gspo": {
         "advantage_estimator": "reinforce_plus_plus",
         "policy_loss": "gspo",
-        "lr": 1e-3,
-        "micro_batch_size": 2,
-        "ppo_epochs": 2,
-        "gamma": 0.9,
-        "use_reference": True,
-        "kl_coef": 0.05,
-        "kl_mode": "reward",
-        "overlong_buffer": 2,
+        "optimizer": {"lr": 1e-3},
+        "update": {"micro_batch_size": 2, "epochs": 2},
+        "advantage": {"gamma": 0.9},
+        "kl": {"use_reference": True, "coef": 0.05, "mode": "reward"},
+        "overlong": {"buffer": 2},
         "max_new_tokens": 6,
     },
     "rloo_cispo": {
         "advantage_estimator": "rloo",
         "policy_loss": "cispo",
-        "lr": 1e-3,
-        "micro_batch_size": 2,
-        "num_mini_batches": 2,
-        "clip_ratio_high": 0.28,
-        "loss_agg_mode": "seq-mean-token-sum",
+        "optimizer": {"lr": 1e-3},
+        "update": {"micro_batch_size": 2, "num_mini_batches": 2},
+        "loss": {"clip_ratio_high": 0.28, "agg_mode": "seq-mean-token-sum"},
     },
 }
 
@@ -122,7 +112,7 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str) -> None:
 
     results: dict[str, Any] = {}
     for name, fields in CONFIGS.items():
-        worker = LearnerWorker(LearnerConfig(**fields), ckpt)
+        worker = LearnerWorker(learner_config(fields), ckpt)
 
         def handler(command: str, args: Any, worker: LearnerWorker = worker) -> Any:
             return None if command == "shutdown" else getattr(worker, command)(*args)
@@ -186,7 +176,7 @@ def _single_process(ckpt: Path, out_dir: Path) -> dict[str, Any]:
 
     results = {}
     for name, fields in CONFIGS.items():
-        worker = LearnerWorker(LearnerConfig(**fields), ckpt)
+        worker = LearnerWorker(learner_config(fields), ckpt)
         results[name] = _run_commands(
             lambda command, args, w=worker: getattr(w, command)(*args), out_dir / f"single-{name}"
         )

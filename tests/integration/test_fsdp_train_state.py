@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 
-from hybridflow.services.learner.config import LearnerConfig
-from tests.helpers import build_tiny_checkpoint
+from tests.helpers import build_tiny_checkpoint, learner_config
 from tests.integration.test_fsdp_parity import (
     _free_port,
     _join_group,
@@ -19,7 +18,12 @@ from tests.integration.test_fsdp_parity import (
     _spawn,
 )
 
-FIELDS: dict[str, Any] = {"algorithm": "ppo", "lr": 1e-3, "critic_lr": 1e-3, "micro_batch_size": 2}
+FIELDS: dict[str, Any] = {
+    "algorithm": "ppo",
+    "optimizer": {"lr": 1e-3},
+    "critic": {"lr": 1e-3},
+    "update": {"micro_batch_size": 2},
+}
 
 
 def _full(worker: Any) -> dict[str, torch.Tensor]:
@@ -31,7 +35,7 @@ def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None
     from hybridflow.services.learner.train_state import save_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
-    worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
+    worker = LearnerWorker(learner_config(FIELDS), ckpt)
     samples = _samples()
     state_dir = Path(out_dir) / "state"
     if mode == "save":
@@ -67,11 +71,11 @@ def test_fsdp2_train_state_resumes_on_two_ranks_and_on_one(tmp_path: Path) -> No
     for key, tensor in straight.items():
         torch.testing.assert_close(two_ranks[key], tensor, atol=0, rtol=0)
 
-    single = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
+    single = LearnerWorker(learner_config(FIELDS), ckpt)
     assert single.load_train_state(tmp_path / "state") == 1
     single.train_step(list(reversed(_samples())))
     one_rank = _full(single)
     for key, tensor in straight.items():  # FSDP vs one process: reduction order only
         torch.testing.assert_close(one_rank[key], tensor, atol=1e-5, rtol=0)
-    initial = _full(LearnerWorker(LearnerConfig(**FIELDS), ckpt))
+    initial = _full(LearnerWorker(learner_config(FIELDS), ckpt))
     assert any(not torch.allclose(initial[k], t) for k, t in straight.items())

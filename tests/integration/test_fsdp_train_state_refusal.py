@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import build_tiny_checkpoint
+from tests.helpers import build_tiny_checkpoint, learner_config
 from tests.integration.test_fsdp_parity import _free_port, _join_group, _leave_group, _spawn
 from tests.integration.test_fsdp_train_state import FIELDS
 
@@ -17,11 +17,10 @@ from tests.integration.test_fsdp_train_state import FIELDS
 def _rank_main(rank: int, port: int, ckpt: str, out_dir: str, mode: str) -> None:
     _join_group(rank, port)
     from hybridflow.errors import CheckpointCorrupt
-    from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.services.learner.train_state import save_train_state
     from hybridflow.services.learner.worker import LearnerWorker
 
-    worker = LearnerWorker(LearnerConfig(**FIELDS), ckpt)
+    worker = LearnerWorker(learner_config(FIELDS), ckpt)
     out = Path(out_dir)
     if mode == "save":
         save_train_state(worker, out / "state")

@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from hybridflow.preference.config import PreferenceConfig
-from hybridflow.services.learner.config import LearnerConfig
-from tests.helpers import build_tiny_checkpoint
+from tests.helpers import build_tiny_checkpoint, learner_config
 from tests.integration.test_fsdp_parity import (
     _free_port,
     _join_group,
@@ -34,7 +33,12 @@ def _run(ckpt: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for loss, num_steps in STEPS:
-        worker = LearnerWorker(LearnerConfig(lr=1e-2, micro_batch_size=2, use_reference=True), ckpt)
+        worker = LearnerWorker(
+            learner_config(
+                optimizer={"lr": 1e-2}, update={"micro_batch_size": 2}, kl={"use_reference": True}
+            ),
+            ckpt,
+        )
         cfg = PreferenceConfig(loss=loss, orpo_nll_prompt=True)  # type: ignore[arg-type]
         kind = cfg.record_kind
         records = read_preference_dataset(f"builtin:arith_{kind}", worker.tokenizer, kind, num=7)

@@ -12,7 +12,7 @@ from tests.helpers import MIB, start_learner_server
 @pytest.fixture(scope="module")
 def remax_learner(tiny_model_path):
     server, _ = start_learner_server(
-        tiny_model_path, max_bytes=4 * MIB, lr=1e-3, advantage_estimator="remax"
+        tiny_model_path, max_bytes=4 * MIB, optimizer={"lr": 1e-3}, advantage_estimator="remax"
     )
     yield GrpcLearnerClient(server.address)
     server.stop(0)

@@ -11,6 +11,7 @@ import torch
 from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.job import TrainingJob
+from tests.helpers import learner_config
 
 
 class StopAfter(JobControl):
@@ -28,13 +29,16 @@ class StopAfter(JobControl):
 
 def _job(model: Path, run_dir: Path, control: JobControl | None, resume: bool):
     from hybridflow.data.datasets import read_prompt_dataset
-    from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.trainer import twin_services
 
     root = run_dir / "checkpoints"
     run_dir.mkdir(parents=True, exist_ok=True)
     twins = twin_services(
-        model, LearnerConfig(lr=2e-3, micro_batch_size=16, checkpoint_dir=str(root)), 0
+        model,
+        learner_config(
+            optimizer={"lr": 2e-3}, update={"micro_batch_size": 16}, checkpoint_dir=str(root)
+        ),
+        0,
     )
     cfg = CoordinatorConfig(
         num_steps=6,

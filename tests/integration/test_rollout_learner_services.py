@@ -24,7 +24,9 @@ PARITY_TOL = 1e-4
 @pytest.fixture(scope="module")
 def services(tiny_model_path):
     rollout_server, rollout = start_rollout_server(tiny_model_path, max_bytes=4 * MIB)
-    learner_server, core = start_learner_server(tiny_model_path, max_bytes=4 * MIB, lr=1e-3)
+    learner_server, core = start_learner_server(
+        tiny_model_path, max_bytes=4 * MIB, optimizer={"lr": 1e-3}
+    )
     yield (
         GrpcRolloutClient(rollout_server.address),
         GrpcLearnerClient(learner_server.address),

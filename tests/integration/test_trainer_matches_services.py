@@ -22,7 +22,7 @@ from hybridflow.types import SamplingParams
 from tests.helpers import MIB, start_learner_server, start_rollout_server
 
 PROMPTS = [["3+4=", "1+1=", "9+8=", "2+7="], ["5+5=", "0+6=", "4+4=", "7+1="]]
-LEARNER = {"lr": 2e-3, "micro_batch_size": 16}
+LEARNER = {"optimizer": {"lr": 2e-3}, "update": {"micro_batch_size": 16}}
 GROUP, MAX_NEW = 4, 4
 COMPARED = [
     "critic/score/mean",

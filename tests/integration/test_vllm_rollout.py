@@ -191,7 +191,7 @@ def check_parity_through_syncs(
     ``transport``; log-prob parity with ``service`` holds before and after every sync, and
     is lost in between. Returns the parities measured after each sync."""
     cfg = WeightSyncConfig(transport=transport, timeout_s=60)
-    learner_server, core = start_learner_server(model_path, weight_sync=cfg, lr=2e-3)
+    learner_server, core = start_learner_server(model_path, weight_sync=cfg, optimizer={"lr": 2e-3})
     learner = GrpcLearnerClient(learner_server.address)
     rollout = service.client
     measured = []

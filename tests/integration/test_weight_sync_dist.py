@@ -54,7 +54,9 @@ def test_parity_after_every_sync_and_replanning(
         bucket_bytes=bucket_bytes,
         shared_memory=shared_memory,
     )
-    learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
+    learner_server, core = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
+    )
     servers = [start_rollout_server(tiny_model_path, seed=i)[0] for i in range(2)]
     learner = GrpcLearnerClient(learner_server.address)
     rollouts = [GrpcRolloutClient(s.address) for s in servers]
@@ -84,7 +86,9 @@ def test_parity_after_every_sync_and_replanning(
 
 def test_sync_to_a_dead_replica_fails_with_an_error_and_recovers(tiny_model_path):
     cfg = WeightSyncConfig(transport="dist", timeout_s=5)
-    learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
+    learner_server, core = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
+    )
     alive, _ = start_rollout_server(tiny_model_path)
     dead, _ = start_rollout_server(tiny_model_path)
     learner = GrpcLearnerClient(learner_server.address)
@@ -108,7 +112,9 @@ def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_mode
     # the replica that did join is told why before the learner's store goes away (it is not
     # left retrying a dead store).
     cfg = WeightSyncConfig(transport="dist", timeout_s=60)
-    learner_server, _ = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
+    learner_server, _ = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
+    )
     good, _ = start_rollout_server(tiny_model_path)
     bad, bad_rollout = start_rollout_server(tiny_model_path)
     learner = GrpcLearnerClient(learner_server.address)
@@ -144,7 +150,9 @@ def test_a_bf16_replica_of_an_fp32_learner_gets_its_weights_in_bf16(tiny_model_p
     import torch
 
     cfg = WeightSyncConfig(transport="dist", timeout_s=30)
-    learner_server, core = start_learner_server(tiny_model_path, weight_sync=cfg, lr=1e-3)
+    learner_server, core = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
+    )
     bf16, rollout = start_rollout_server(tiny_model_path, dtype="bfloat16")
     fp32, _ = start_rollout_server(tiny_model_path)
     learner = GrpcLearnerClient(learner_server.address)

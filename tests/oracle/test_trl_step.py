@@ -12,7 +12,7 @@ TRL's ``loss_type`` against our settings:
 
 and ``scale_rewards``: ``group`` is our ``grpo`` estimator, ``none`` is ``norm_adv_by_std:
 false``, ``batch`` is the ``grpo_batch_std`` estimator. TRL adds 1e-4 to the std, verl and we
-1e-6 (``learner.norm_adv_eps``); the comparisons set ours to TRL's. The differences by design
+1e-6 (``learner.advantage.norm_eps``); the comparisons set ours to TRL's. The differences by design
 are tests of their own: the epsilon, Dr. GRPO's constant divisor, and which weights AdamW
 decays. How TRL is driven, and why that is faithful: ``tests/oracle/trl_oracle.py``.
 """

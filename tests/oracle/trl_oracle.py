@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from hybridflow.config.loader import with_keys
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.worker import LearnerWorker
 from hybridflow.types import TrainSample
@@ -189,9 +190,9 @@ def trl_step(
 
 def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
     """One hybridflow learner step on ``batch``; ``config``: LearnerConfig fields."""
-    fields: dict[str, Any] = {"micro_batch_size": len(batch.completions), "seed": 0}
-    fields.update(config)
-    worker = LearnerWorker(LearnerConfig(**fields), model_dir)
+    fields: dict[str, Any] = {"update": {"micro_batch_size": len(batch.completions)}, "seed": 0}
+    # ``config`` may use the flat names (``lr``): with_keys moves them as a job file's.
+    worker = LearnerWorker(with_keys(with_keys(LearnerConfig(), fields), config), model_dir)
     from hybridflow.services.learner import worker as worker_module
 
     seen: dict[int, torch.Tensor] = {}

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from hybridflow.config.loader import with_keys
 from hybridflow.data.preference import LabelledCompletion, PreferencePair
 from hybridflow.preference.config import PreferenceConfig
 from hybridflow.services.learner.config import LearnerConfig
@@ -172,9 +173,13 @@ def our_preference_steps(
     **config: Any,
 ) -> StepResult:
     """``STEPS`` of our ``preference_step`` on ``records``; ``config``: LearnerConfig fields."""
-    fields: dict[str, Any] = {"micro_batch_size": len(records), "use_reference": True, "seed": 0}
-    fields.update(config)
-    worker = LearnerWorker(LearnerConfig(**fields), model_dir)
+    fields: dict[str, Any] = {
+        "update": {"micro_batch_size": len(records)},
+        "kl": {"use_reference": True},
+        "seed": 0,
+    }
+    # ``config`` may use the flat names (``lr``): with_keys moves them as a job file's.
+    worker = LearnerWorker(with_keys(with_keys(LearnerConfig(), fields), config), model_dir)
     grads = GradLog()
     worker.actor_optim.register_step_pre_hook(lambda *_: grads.record(worker.actor))
     for _ in range(STEPS):

@@ -53,8 +53,8 @@ def test_the_shipped_seed_file_on_two_cpus() -> None:
         "coordinator.max_prompt_tokens=64",  # 128 positions split in halves
         "coordinator.sampling.max_new_tokens=64",
         "learner.algorithm=ppo",
-        "learner.micro_batch_size=4",
-        "learner.nproc_per_node=2",
+        "learner.update.micro_batch_size=4",
+        "learner.topology.nproc_per_node=2",
         "rollout.replicas=2",
         "coordinator.save_checkpoint=false",
         "coordinator.progress=false",
@@ -62,7 +62,7 @@ def test_the_shipped_seed_file_on_two_cpus() -> None:
     (variant,) = translated.config.variants
     assert (variant.name, variant.overrides) == (
         "async",
-        ["coordinator.max_staleness=1", "learner.off_policy=tis"],
+        ["coordinator.max_staleness=1", "learner.loss.off_policy=tis"],
     )
     cfg = translated.config
     assert (cfg.suite, cfg.job, cfg.repeats, cfg.warmup_steps, cfg.profile_steps) == (
@@ -89,7 +89,7 @@ def test_the_shipped_seed_file_on_two_cpus() -> None:
 def test_without_scaling_counts_and_steps_are_taken_as_written() -> None:
     seed = load_config(SeedConfig, SEED_FILE)
     got = overrides_of(seed, scale_to_machine=False)
-    assert got["learner.nproc_per_node"] == got["rollout.replicas"] == "4"
+    assert got["learner.topology.nproc_per_node"] == got["rollout.replicas"] == "4"
     assert got["coordinator.prompts_per_step"] == "16"
     assert got["coordinator.num_steps"] == "100"
     assert not any("num_episodes" in n for n in notices_of(seed, scale_to_machine=False))
@@ -100,7 +100,7 @@ def test_without_scaling_counts_and_steps_are_taken_as_written() -> None:
 
 def test_actor_gpus_are_capped_at_the_cpus_and_gpus_are_named_as_unmapped() -> None:
     seed = SeedConfig(resources=SeedResources(actor_gpus=3))
-    assert overrides_of(seed, Machine(num_cpus=8))["learner.nproc_per_node"] == "3"
+    assert overrides_of(seed, Machine(num_cpus=8))["learner.topology.nproc_per_node"] == "3"
     assert overrides_of(seed, Machine(num_cpus=1))["rollout.replicas"] == "1"
     (line,) = [n for n in notices_of(seed, Machine(8, num_gpus=1)) if "actor_gpus" in n]
     assert line == (
@@ -116,7 +116,9 @@ def test_model_names_and_sequence_split(tmp_path: Path) -> None:
     assert (got["coordinator.max_prompt_tokens"], got["coordinator.sampling.max_new_tokens"]) == (
         "50", "51",
     )  # fmt: skip
-    assert got["learner.micro_batch_size"] == "2" and got["coordinator.prompts_per_step"] == "2"
+    assert (
+        got["learner.update.micro_batch_size"] == "2" and got["coordinator.prompts_per_step"] == "2"
+    )
     assert notices_of(short)[0] == (
         "seed config: model.seq_length=101: using 50 prompt + 51 response tokens "
         "(coordinator.max_prompt_tokens, coordinator.sampling.max_new_tokens)"

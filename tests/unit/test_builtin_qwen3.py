@@ -98,7 +98,7 @@ def test_a_trainer_step_scores_decoded_answers(qwen3_path: Path) -> None:
         seen.append(response)
         return mock_reward("3+4=", response)
 
-    trainer = RLTrainer(actor=qwen3_path, reward_fn=reward, group_size=4, lr=1e-3)
+    trainer = RLTrainer(actor=qwen3_path, reward_fn=reward, group_size=4, optimizer={"lr": 1e-3})
     result = trainer.step(prompts=[CHATML_PROMPT])
     assert len(seen) == 4 and all("<|im_end|>" not in r and "<|im" not in r for r in seen)
     assert result.metrics["actor/grad_norm"] > 0 and result.policy_version == 1

@@ -21,7 +21,7 @@ def test_step_returns_losses_and_reward(tiny_model_path, algo):
         rewards.append(mock_reward(prompt, response))
         return rewards[-1]
 
-    trainer = RLTrainer(actor=tiny_model_path, reward_fn=reward, algo=algo, lr=1e-3)
+    trainer = RLTrainer(actor=tiny_model_path, reward_fn=reward, algo=algo, optimizer={"lr": 1e-3})
     result = trainer.step(prompts=["1+2=", "3+4=", "5+5="])
     m = result.metrics
     # The seed's names are the learner's own numbers, not defaults filled in by the trainer.

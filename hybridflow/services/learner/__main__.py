@@ -1,6 +1,6 @@
 """Learner process: ``python -m hybridflow.services.learner --config job.yaml``, or under
 ``torchrun --nproc-per-node N -m hybridflow.services.learner`` for FSDP2 over N ranks (with
-``learner.critic_nproc_per_node`` C > 0, N = nproc_per_node + C and the last C ranks hold only
+``learner.topology.critic_nproc_per_node`` C > 0, N = nproc_per_node + C and the last C ranks hold only
 the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the other ranks.
 """
 
@@ -74,11 +74,11 @@ def _setup(
 
     job = load_job_config(args.config, args.set)
     cfg = job.learner
-    set_torch_threads(cfg.num_threads)
+    set_torch_threads(cfg.topology.num_threads)
 
     from hybridflow.services.learner.distributed import init_from_env
 
-    dist_info = init_from_env(cfg.device)
+    dist_info = init_from_env(cfg.topology.device)
     log = setup_logging(f"learner{dist_info.rank}")
     return args, job, dist_info, log
 
@@ -137,7 +137,7 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
         "learner ready on %s (world %d, %d of them critic ranks, %s)",
         running.address,
         learner.dist_info.world_size,
-        cfg.critic_nproc_per_node,
+        cfg.topology.critic_nproc_per_node,
         cfg.algorithm,
     )
     serve_until_signal(running, cfg.server.grace_s, on_stop=learner.relay.shutdown)

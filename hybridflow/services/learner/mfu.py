@@ -7,7 +7,7 @@ attention's quadratic term (``~12 * layers * hidden * seq`` per token) is left o
 the optimizer and the value head; the estimate is a slight undercount for long sequences.
 
 For one policy-gradient train step over ``T`` batch tokens (prompt + response of every
-sample, the whole batch, all ranks together) with ``E = learner.ppo_epochs``:
+sample, the whole batch, all ranks together) with ``E = learner.update.epochs``:
 
     FLOPs = N * T * (6 * E * (1 + critic)          actor (and critic) updates: every sample
                                                    passes forward + backward once per epoch

@@ -2,7 +2,7 @@
 
 ``learner.algorithm: dpo`` turns the batch into one ``PreferencePair`` per group (best vs worst
 reward, ``hybridflow.algorithms.online_preference``) and ``rft`` keeps the samples scoring
-``>= learner.rft_threshold`` as SFT examples; either then takes one optimizer step through
+``>= learner.rft.threshold`` as SFT examples; either then takes one optimizer step through
 ``preference_step`` (the offline DPO / SFT machinery: same losses, micro-batching and FSDP2
 normalisation). A batch that yields nothing to train on takes no optimizer step, yet the
 policy version still rises by one: the coordinator counts one version per train step.
@@ -54,7 +54,7 @@ def online_dpo_step(worker: PolicyModels, samples: list[TrainSample]) -> dict[st
         for chosen, rejected in selection.pairs
     ]
     cfg = PreferenceConfig(
-        loss="dpo", beta=worker.config.dpo_beta, dpo_loss_type=worker.config.dpo_loss_type
+        loss="dpo", beta=worker.config.dpo.beta, dpo_loss_type=worker.config.dpo.loss_type
     )
     out = _step(worker, pairs, cfg, _DPO_METRICS)
     out["actor/num_pairs"] = float(len(pairs))
@@ -63,8 +63,8 @@ def online_dpo_step(worker: PolicyModels, samples: list[TrainSample]) -> dict[st
 
 
 def rft_step(worker: PolicyModels, samples: list[TrainSample]) -> dict[str, float]:
-    """One SFT step on the samples with reward >= ``learner.rft_threshold`` (all ranks call)."""
-    kept = rft_kept([s.reward for s in samples], worker.config.rft_threshold)
+    """One SFT step on the samples with reward >= ``learner.rft.threshold`` (all ranks call)."""
+    kept = rft_kept([s.reward for s in samples], worker.config.rft.threshold)
     examples = [
         LabelledCompletion(
             prompt_ids=samples[i].prompt_ids, completion_ids=samples[i].response_ids, index=i

@@ -1,7 +1,7 @@
 """The AdamW hyperparameters the learner config sets, in one place: what the worker builds
 its optimizers with, and what is put back into them after a checkpoint's optimizer state is
 loaded (``set_state_dict`` restores each param group's ``lr``, ``betas`` and
-``weight_decay`` as they were saved, which would silently undo a ``--set learner.lr=...``
+``weight_decay`` as they were saved, which would silently undo a ``--set learner.optimizer.lr=...``
 on resume). The moments (``exp_avg``, ``exp_avg_sq``, ``step``) stay the checkpoint's.
 
 The lr is constant (no scheduler): the config's value is the lr in use. Knows the config and
@@ -20,9 +20,9 @@ from hybridflow.services.learner.config import LearnerConfig
 def adamw_hparams(config: LearnerConfig, module: str) -> dict[str, Any]:
     """The AdamW keyword arguments of ``module``'s ("actor" or "critic") optimizer."""
     return {
-        "lr": config.critic_lr if module == "critic" else config.lr,
-        "betas": tuple(config.betas),
-        "weight_decay": config.weight_decay,
+        "lr": config.critic.lr if module == "critic" else config.optimizer.lr,
+        "betas": tuple(config.optimizer.betas),
+        "weight_decay": config.optimizer.weight_decay,
     }
 
 

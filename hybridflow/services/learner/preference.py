@@ -9,7 +9,7 @@ the SPMD group, laid out like the RL train step (``batching``): every rank recei
 batch and takes a contiguous slice; micro-batches accumulate gradients; each loss is divided by
 the *global* example (DPO, KTO, ORPO's odds-ratio term) or token (SFT, ORPO's NLL term) count and scaled by the world size
 before ``backward``, since FSDP2 averages gradients over ranks. The reference log-probs come
-from the worker's frozen reference (``learner.use_reference``, or ``algorithm: dpo``), the one
+from the worker's frozen reference (``learner.kl.use_reference``, or ``algorithm: dpo``), the one
 the RL KL term uses; ORPO and SFT use none. ``online_preference`` calls this step for the dpo / rft presets.
 
 A DPO pair is two rows of one micro-batch (chosen rows, then rejected rows). KTO's reference
@@ -111,11 +111,11 @@ def preference_step(
     cfg.validate()
     validate_records(records, cfg.loss, worker.vocab_size)
     if cfg.needs_reference and worker.reference is None:
-        raise ValueError(f"preference loss {cfg.loss!r} needs learner.use_reference: true")
+        raise ValueError(f"preference loss {cfg.loss!r} needs learner.kl.use_reference: true")
     dist = worker.dist
     plan = StepPlan.build(len(records), 1, dist.world_size, dist.rank)
     micro_batches = plan_micro_batches(
-        plan.rank_slices[0], dist.rank, worker.config.micro_batch_size, 0
+        plan.rank_slices[0], dist.rank, worker.config.update.micro_batch_size, 0
     )
     metrics = StepMetrics(worker.device)
     num = float(len(records))
@@ -149,7 +149,7 @@ def preference_step(
                 loss = _kto_micro(cfg, seq, ref, labels, weights, z0, num, metrics)
         metrics.add("train/loss", loss)
         (loss * dist.world_size).backward()
-    grad_norm = float(clip_grad_norm(worker.actor.parameters(), worker.config.grad_clip))
+    grad_norm = float(clip_grad_norm(worker.actor.parameters(), worker.config.optimizer.grad_clip))
     if math.isfinite(grad_norm):
         worker.actor_optim.step()
     worker.actor_optim.zero_grad(set_to_none=True)
@@ -181,7 +181,7 @@ def preference_eval(
     num = float(len(pairs))
     num_tokens = float(sum(len(p.chosen_ids) for p in pairs))
     for micro in plan_micro_batches(
-        plan.rank_slices[0], dist.rank, worker.config.micro_batch_size, 0
+        plan.rank_slices[0], dist.rank, worker.config.update.micro_batch_size, 0
     ):
         batch = _batch(worker, pairs, micro)
         logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)

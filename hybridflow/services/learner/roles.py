@@ -1,6 +1,6 @@
 """Which models a learner rank holds, and the process group that shards them.
 
-With ``learner.critic_nproc_per_node`` 0 every rank holds the actor, the reference and the
+With ``learner.topology.critic_nproc_per_node`` 0 every rank holds the actor, the reference and the
 critic, sharded over the whole world (the default group). With N > 0 the world splits in two
 (seed §1.3, HybridFlow's independent device groups): the first ranks are *actor ranks*
 (actor, reference, actor optimizer) and the last N are *critic ranks* (critic and its
@@ -51,7 +51,7 @@ def rank_role(critic_nproc_per_node: int, info: DistInfo) -> RankRole:
     num_actor = info.world_size - critic_nproc_per_node
     if num_actor < 1:
         raise ValueError(
-            f"learner.critic_nproc_per_node={critic_nproc_per_node} leaves no actor rank in a "
+            f"learner.topology.critic_nproc_per_node={critic_nproc_per_node} leaves no actor rank in a "
             f"world of {info.world_size} (start nproc_per_node + critic_nproc_per_node ranks "
             "under torchrun)"
         )

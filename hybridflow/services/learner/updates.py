@@ -103,7 +103,7 @@ class UpdateContext:
         return plan_micro_batches(
             self.plan.rank_slices[mb],
             self.plan.rank,
-            self.config.micro_batch_size,
+            self.config.update.micro_batch_size,
             self.plan.mini_batches[mb].start,
         )
 
@@ -144,8 +144,8 @@ class UpdateContext:
             weights = importance_weights(
                 old,
                 rollout,
-                cfg.off_policy,
-                cfg.is_cap * (5.0 if cfg.off_policy == "decoupled" else 1.0),
+                cfg.loss.off_policy,
+                cfg.loss.is_cap * (5.0 if cfg.loss.off_policy == "decoupled" else 1.0),
             )
             if weights is not None:
                 m.add(
@@ -165,12 +165,15 @@ class UpdateContext:
                         token_weights=weights,
                     ),
                     PolicyLossOptions(
-                        cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.loss_agg_mode
+                        cfg.loss.clip_ratio_low,
+                        cfg.loss.clip_ratio_high,
+                        cfg.loss.clip_ratio_c,
+                        cfg.loss.agg_mode,
                     ),
                 )
             )
-            ent = agg_loss(entropy, mask, cfg.loss_agg_mode, num_tokens, num_seqs)
-            loss = out.loss - cfg.entropy_coef * ent
+            ent = agg_loss(entropy, mask, cfg.loss.agg_mode, num_tokens, num_seqs)
+            loss = out.loss - cfg.loss.entropy_coef * ent
             for name, value in (
                 ("pg_loss", out.loss),
                 ("entropy", ent),
@@ -179,12 +182,12 @@ class UpdateContext:
                 ("pg_clipfrac_lower", out.pg_clipfrac_lower),
             ):
                 m.add(f"actor/{name}", value, scale)
-            if "ref_logp" in cache and cfg.kl_mode == "loss":
-                kl = kl_penalty(logp, self.stack(cache["ref_logp"], micro, width), cfg.kl_estimator)
-                kl_loss = agg_loss(kl, mask, cfg.loss_agg_mode, num_tokens, num_seqs)
-                loss = loss + cfg.kl_coef * kl_loss
+            if "ref_logp" in cache and cfg.kl.mode == "loss":
+                kl = kl_penalty(logp, self.stack(cache["ref_logp"], micro, width), cfg.kl.estimator)
+                kl_loss = agg_loss(kl, mask, cfg.loss.agg_mode, num_tokens, num_seqs)
+                loss = loss + cfg.kl.coef * kl_loss
                 m.add("actor/kl_loss", kl_loss, scale)
-                m.set_global("actor/kl_coef", cfg.kl_coef)
+                m.set_global("actor/kl_coef", cfg.kl.coef)
             if first_epoch:
                 diff = (torch.exp(rollout) - torch.exp(old)).abs()
                 m.add(
@@ -217,8 +220,8 @@ class UpdateContext:
                 self.stack(cache["values"], micro, width),
                 self.stack(returns, micro, width),
                 mask,
-                cfg.value_clip,
-                cfg.loss_agg_mode,
+                cfg.critic.value_clip,
+                cfg.loss.agg_mode,
                 num_tokens,
                 num_seqs,
             )
@@ -236,7 +239,7 @@ class UpdateContext:
         self, module: nn.Module, optim: torch.optim.Optimizer, role: str, scale: float
     ) -> None:
         """Clip, then step unless the gradient norm is not finite (counted, weights kept)."""
-        grad_norm = float(clip_grad_norm(module.parameters(), self.config.grad_clip))
+        grad_norm = float(clip_grad_norm(module.parameters(), self.config.optimizer.grad_clip))
         self.metrics.add_global(f"{role}/grad_norm", grad_norm, scale)
         if math.isfinite(grad_norm):
             optim.step()
@@ -262,14 +265,14 @@ def precompute(
     """
     cfg = ctx.config
     need_old = actor is not None and (
-        cfg.ppo_epochs * cfg.num_mini_batches > 1
-        or (reference is not None and cfg.kl_mode == "reward")
+        cfg.update.epochs * cfg.update.num_mini_batches > 1
+        or (reference is not None and cfg.kl.mode == "reward")
     )
     cache: Cache = {}
     if not (need_old or reference is not None or critic is not None):
         return cache
     for micro in plan_micro_batches(
-        ctx.plan.owned_by_rank(), ctx.plan.rank, cfg.micro_batch_size, 0
+        ctx.plan.owned_by_rank(), ctx.plan.rank, cfg.update.micro_batch_size, 0
     ):
         batch = ctx.batch(micro)
         results: dict[str, torch.Tensor] = {}
@@ -306,9 +309,9 @@ def compute_advantages(
     width = int(lengths.max())
     mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(-1)).float()
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    if cfg.overlong_buffer > 0:
+    if cfg.overlong.buffer > 0:
         penalty = overlong_penalty(
-            lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty_factor
+            lengths, cfg.max_new_tokens, cfg.overlong.buffer, cfg.overlong.penalty_factor
         )
         scores = scores + penalty
         m.set_global("actor/overlong_penalty/mean", float(penalty.mean()))
@@ -316,19 +319,19 @@ def compute_advantages(
     token_rewards = last_token_scores(scores, mask)
     num_tokens = float(mask.sum())
     # Decided from the config, not the cache: ranks that hold no reference join the gather.
-    if cfg.needs_reference and cfg.kl_mode == "reward":
+    if cfg.needs_reference and cfg.kl.mode == "reward":
         kl = _gather_rows(
             {
-                i: kl_penalty(cache["old_logp"][i], cache["ref_logp"][i], cfg.kl_estimator)
+                i: kl_penalty(cache["old_logp"][i], cache["ref_logp"][i], cfg.kl.estimator)
                 for i in ctx.plan.owned
                 if "ref_logp" in cache
             },
             len(samples),
             width,
         )
-        token_rewards = token_rewards - cfg.kl_coef * kl
+        token_rewards = token_rewards - cfg.kl.coef * kl
         m.set_global("actor/reward_kl_penalty", float((kl * mask).sum() / num_tokens))
-        m.set_global("actor/reward_kl_penalty_coeff", cfg.kl_coef)
+        m.set_global("actor/reward_kl_penalty_coeff", cfg.kl.coef)
     values = (
         _gather_rows(
             {i: cache["values"][i] for i in ctx.plan.owned if "values" in cache},
@@ -346,10 +349,10 @@ def compute_advantages(
         baselines=_baselines(samples, estimator) if estimator.needs_baseline else None,
     )
     options = AdvantageOptions(
-        gamma=cfg.gamma,
-        lam=cfg.lam,
-        norm_adv_by_std=cfg.norm_adv_by_std,
-        std_eps=cfg.norm_adv_eps,
+        gamma=cfg.advantage.gamma,
+        lam=cfg.advantage.lam,
+        norm_adv_by_std=cfg.advantage.norm_by_std,
+        std_eps=cfg.advantage.norm_eps,
     )
     adv, returns = estimator.fn(inputs, options)
     for name, tensor in (("advantages", adv), ("returns", returns)):

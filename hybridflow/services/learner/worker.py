@@ -12,7 +12,7 @@
    (FSDP2 averages gradients over ranks), so the gradient equals the single-process one.
 ``policy_version`` rises by one per actor optimizer step.
 
-With ``learner.critic_nproc_per_node`` > 0 (``roles``) the critic lives on ranks of its own:
+With ``learner.topology.critic_nproc_per_node`` > 0 (``roles``) the critic lives on ranks of its own:
 actor ranks run steps 2 and 4 for the actor (and hold the reference), critic ranks for the
 critic, each sharded over its own group, so the two updates of a mini-batch run at the same
 time; step 3 runs on every rank from values and KL penalties gathered over the whole world.
@@ -96,20 +96,20 @@ class LearnerWorker:
         if config.is_policy_gradient:
             self.estimator = resolve_advantage_estimator(config.resolved_advantage_estimator())
             self.policy_loss = resolve_policy_loss(config.policy_loss)
-        torch.set_num_threads(config.num_threads)
+        torch.set_num_threads(config.topology.num_threads)
         self.dist = current_dist_info()
         needs_critic = self.estimator is not None and self.estimator.needs_critic
-        if config.critic_nproc_per_node > 0 and not needs_critic:
+        if config.topology.critic_nproc_per_node > 0 and not needs_critic:
             raise ValueError(
-                "learner.critic_nproc_per_node > 0 needs an estimator with a critic (the ppo "
+                "learner.topology.critic_nproc_per_node > 0 needs an estimator with a critic (the ppo "
                 f"preset / gae); {config.resolved_advantage_estimator()!r} has none"
             )
-        self.role: RankRole = rank_role(config.critic_nproc_per_node, self.dist)
+        self.role: RankRole = rank_role(config.topology.critic_nproc_per_node, self.dist)
         """What this rank holds and the group its models shard over (``roles``)."""
-        if config.device.startswith("cuda") and self.dist.is_distributed:
+        if config.topology.device.startswith("cuda") and self.dist.is_distributed:
             self.device = torch.device("cuda", self.dist.local_rank)
         else:
-            self.device = torch.device(config.device)
+            self.device = torch.device(config.topology.device)
         self.model_path = resolve_checkpoint(model_path)
         torch.manual_seed(config.seed)
         self.tokenizer = load_tokenizer(self.model_path)
@@ -199,10 +199,10 @@ class LearnerWorker:
         if not cfg.is_policy_gradient:
             return self._preference_train_step(samples)
         assert self.estimator is not None and self.policy_loss is not None
-        if len(samples) < cfg.num_mini_batches:
+        if len(samples) < cfg.update.num_mini_batches:
             raise ValueError(
                 f"samples: {len(samples)} samples cannot fill "
-                f"learner.num_mini_batches={cfg.num_mini_batches}"
+                f"learner.update.num_mini_batches={cfg.update.num_mini_batches}"
             )
         if (
             self.estimator.name in _WHITENING_ESTIMATORS
@@ -212,7 +212,7 @@ class LearnerWorker:
                 f"samples: advantage whitening ({self.estimator.name}) needs >= 2 response tokens"
             )
         plan = StepPlan.build(
-            len(samples), cfg.num_mini_batches, self.role.group_size, self.role.group_rank
+            len(samples), cfg.update.num_mini_batches, self.role.group_size, self.role.group_rank
         )
         ctx = UpdateContext(
             config=cfg,
@@ -229,8 +229,8 @@ class LearnerWorker:
         cache = precompute(ctx, self._actor, self.reference, self.critic)
         advantages, returns = compute_advantages(ctx, cache, self.estimator)
         num_updates = self.versions_per_step()
-        for epoch in range(cfg.ppo_epochs):
-            for mb in range(cfg.num_mini_batches):
+        for epoch in range(cfg.update.epochs):
+            for mb in range(cfg.update.num_mini_batches):
                 if self.critic is not None and self.critic_optim is not None:
                     ctx.critic_update(
                         self.critic, self.critic_optim, mb, cache, returns, 1.0 / num_updates
@@ -258,7 +258,7 @@ class LearnerWorker:
         cfg = self.config
         if cfg.algorithm in ("dpo", "rft"):
             return 1
-        return cfg.ppo_epochs * cfg.num_mini_batches
+        return cfg.update.epochs * cfg.update.num_mini_batches
 
     def _check_routing(self, samples: list[TrainSample]) -> None:
         """ValueError naming the first sample without routing that fits the actor."""
@@ -300,7 +300,11 @@ class LearnerWorker:
 
     def _lr_in_use(self) -> float:
         """The actor optimizer's lr (a critic rank has none: the config's)."""
-        return self.config.lr if self._actor_optim is None else optimizer_lr(self._actor_optim)
+        return (
+            self.config.optimizer.lr
+            if self._actor_optim is None
+            else optimizer_lr(self._actor_optim)
+        )
 
     def _batch_metrics(self, samples: list[TrainSample]) -> dict[str, float]:
         """Statistics of the whole batch (every rank holds it: no reduction needed)."""
@@ -332,11 +336,11 @@ class LearnerWorker:
         flops = None
         if self.estimator is not None:
             passes = policy_gradient_passes(
-                cfg.ppo_epochs,
+                cfg.update.epochs,
                 has_critic=self.estimator.needs_critic,
                 # As ``precompute`` decides: old log-probs need a forward of their own.
-                old_logprobs=cfg.ppo_epochs * cfg.num_mini_batches > 1
-                or (cfg.needs_reference and cfg.kl_mode == "reward"),
+                old_logprobs=cfg.update.epochs * cfg.update.num_mini_batches > 1
+                or (cfg.needs_reference and cfg.kl.mode == "reward"),
                 reference=cfg.needs_reference,
             )
             flops = step_flops(self.num_params, num_tokens, passes)
@@ -359,7 +363,7 @@ class LearnerWorker:
             return [row for part in all_gather_objects(mine) for row in part]
         slices = [list(r) for r in split_contiguous(len(prompts), self.role.group_size)]
         for micro in plan_micro_batches(
-            slices, self.role.group_rank, self.config.micro_batch_size, 0
+            slices, self.role.group_rank, self.config.update.micro_batch_size, 0
         ):
             batch = build_padded_batch(
                 [prompts[i] for i in micro.indices],

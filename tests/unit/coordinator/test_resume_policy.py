@@ -62,10 +62,10 @@ def test_no_rule_names_a_key_that_does_not_exist() -> None:
         ("coordinator.prompts_per_step", Policy.REBASE),
         ("coordinator.group_size", Policy.APPLY),
         ("coordinator.num_steps", Policy.APPLY),
-        ("learner.lr", Policy.APPLY),
+        ("learner.optimizer.lr", Policy.APPLY),
         ("learner.algorithm", Policy.REFUSE),
-        ("learner.clip_ratio_high", Policy.APPLY),
-        ("learner.kl_coef", Policy.APPLY),
+        ("learner.loss.clip_ratio_high", Policy.APPLY),
+        ("learner.kl.coef", Policy.APPLY),
         ("coordinator.loggers", Policy.APPLY),
         ("coordinator.server.port", Policy.APPLY),
         ("rollout.replicas", Policy.APPLY),
@@ -80,20 +80,29 @@ def test_refusal_is_one_line_naming_key_old_and_new() -> None:
     old = asdict(JobConfig())
     new = asdict(JobConfig())
     new["coordinator"]["seed"] = 7
-    new["learner"]["lr"] = 1e-3
+    new["learner"]["optimizer"]["lr"] = 1e-3
     decision = compare(old, new)
     line = decision.refusal()
     assert line is not None and "\n" not in line
-    assert "coordinator.seed 0 -> 7" in line and "learner.lr" not in line
-    assert [c.key for c in decision.accepted] == ["learner.lr"]
+    assert "coordinator.seed 0 -> 7" in line and "learner.optimizer.lr" not in line
+    assert [c.key for c in decision.accepted] == ["learner.optimizer.lr"]
 
 
 def test_equal_configs_and_json_round_trip_are_no_change() -> None:
     old = asdict(JobConfig())  # betas is a tuple here, a list once saved as JSON
     saved = flatten(old)
     assert compare(old, asdict(JobConfig())).changes == ()
-    assert saved["learner.betas"] == [0.9, 0.999]
-    assert compare({"learner": {"betas": [0.9, 0.999]}}, old).changes == ()
+    assert saved["learner.optimizer.betas"] == [0.9, 0.999]
+    assert compare({"learner": {"optimizer": {"betas": [0.9, 0.999]}}}, old).changes == ()
+
+
+def test_a_checkpoint_with_the_flat_learner_keys_compares_on_the_new_ones() -> None:
+    old = {"learner": {"lr": 1e-5, "dpo_loss_type": "sigmoid"}}
+    new = asdict(JobConfig())
+    new["learner"]["dpo"]["loss_type"] = "ipo"
+    decision = compare(old, new)
+    assert [c.describe() for c in decision.refused] == ["learner.dpo.loss_type 'sigmoid' -> 'ipo'"]
+    assert decision.accepted == []  # the same lr under its new name
 
 
 def test_a_key_only_one_side_has_is_not_a_change() -> None:

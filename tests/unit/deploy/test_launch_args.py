@@ -21,6 +21,7 @@ from hybridflow.deploy.launch import (
 )
 from hybridflow.deploy.launcher import ServiceGroup, ServiceProcess
 from hybridflow.job_config import JobConfig
+from tests.helpers import learner_config
 
 CONFIG = "deploy/configs/quickstart.yaml"
 
@@ -155,17 +156,19 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
     from hybridflow.deploy.launcher import ranks_command
     from hybridflow.services.learner.config import LearnerConfig
 
-    learner = LearnerConfig(
+    learner = learner_config(
         algorithm="ppo",
-        device="cuda",
-        nproc_per_node=2,
-        devices="0,1",
-        critic_nproc_per_node=1,
-        critic_devices="5",
+        topology={
+            "device": "cuda",
+            "nproc_per_node": 2,
+            "devices": ["0", "1"],
+            "critic_nproc_per_node": 1,
+            "critic_devices": ["5"],
+        },
     )
     cmd = ranks_command("py", "hybridflow.services.learner", learner)
     assert "--nproc-per-node=3" in cmd and cmd[-2:] == ["-m", "hybridflow.services.learner"]
-    one_plus_one = LearnerConfig(algorithm="ppo", critic_nproc_per_node=1)
+    one_plus_one = learner_config(algorithm="ppo", topology={"critic_nproc_per_node": 1})
     assert "--nproc-per-node=2" in ranks_command("py", "m", one_plus_one)
     assert ranks_command("py", "m", LearnerConfig()) == ["py", "-m", "m"]
 
@@ -184,16 +187,17 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
 
 def test_learner_spans_hosts_through_torchrun_rendezvous():
     from hybridflow.deploy.launcher import ranks_command
-    from hybridflow.services.learner.config import LearnerConfig
 
-    node1 = LearnerConfig(nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400")
+    node1 = learner_config(
+        topology={"nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400"}
+    )
     node1.validate()
     assert ranks_command("py", "m", node1) == [
         "py", "-m", "hybridflow.deploy.lifeline", "torch.distributed.run",
         "--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d",
         "--rdzv-endpoint=10.0.0.1:29400", "--nproc-per-node=1", "-m", "m",
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="learner.rdzv_endpoint: host:port"):
-        LearnerConfig(nnodes=2).validate()
-    with pytest.raises(ValueError, match=r"learner.node_rank must be in \[0, 1\]"):
-        LearnerConfig(nnodes=2, node_rank=2, rdzv_endpoint="h:1").validate()
+    with pytest.raises(ValueError, match="learner.topology.rdzv_endpoint: host:port"):
+        learner_config(topology={"nnodes": 2}).validate()
+    with pytest.raises(ValueError, match=r"learner.topology.node_rank must be in \[0, 1\]"):
+        learner_config(topology={"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}).validate()

@@ -67,7 +67,7 @@ def test_three_nodes_learner_rollout_reward_one_each():
 
 
 def test_two_learner_nodes_and_replicas_sharing_a_node():
-    overrides = ["rollout.replicas=3", "learner.nproc_per_node=4"]
+    overrides = ["rollout.replicas=3", "learner.topology.nproc_per_node=4"]
     steps = steps_by_name("gpu[01-05]", overrides, learner_nodes=2)
     assert [steps[f"learner{r}"].node for r in (0, 1)] == ["gpu01", "gpu02"]
     assert "--node-rank=1" in steps["learner1"].command

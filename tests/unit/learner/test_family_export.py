@@ -10,9 +10,9 @@ import torch
 import transformers
 
 from hybridflow.models.families import FAMILIES
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.worker import LearnerWorker
 from tests.family_checkpoints import build_family_checkpoint
+from tests.helpers import learner_config
 
 CAUSAL_LM_CLASSES = {
     "llama": "LlamaForCausalLM",
@@ -47,7 +47,9 @@ def test_export_loads_with_its_own_class_and_gives_the_learners_greedy_tokens(
     tmp_path: Path, model_type: str, tied: bool, make_samples
 ) -> None:
     source = build_family_checkpoint(tmp_path / "source", model_type, tied)
-    config = LearnerConfig(lr=1e-2, micro_batch_size=4, weight_decay=0.0)
+    config = learner_config(
+        optimizer={"lr": 1e-2, "weight_decay": 0.0}, update={"micro_batch_size": 4}
+    )
     worker = LearnerWorker(config, source)
     worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0]))
     worker.save_checkpoint(tmp_path / "export")

@@ -8,15 +8,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.worker import LearnerWorker
 from hybridflow.types import TrainSample
+from tests.helpers import learner_config
 
 
 def _worker(path: Path, **overrides: object) -> LearnerWorker:
-    fields: dict[str, object] = {"lr": 1e-3, "micro_batch_size": 4, "weight_decay": 0.0}
-    fields.update(overrides)
-    return LearnerWorker(LearnerConfig(**fields), path)  # type: ignore[arg-type]
+    base = {
+        "optimizer": {"lr": 1e-3, "weight_decay": 0.0},
+        "update": {"micro_batch_size": 4},
+    }
+    return LearnerWorker(learner_config(base, **overrides), path)
 
 
 def _params(worker: LearnerWorker) -> dict[str, torch.Tensor]:
@@ -76,8 +78,8 @@ def test_equal_rewards_give_zero_advantage_and_zero_loss(
 
 def test_micro_batching_matches_one_big_batch(tiny_checkpoint: Path, make_samples) -> None:
     samples = make_samples([1.0, 0.0, 0.3, 0.9, 0.5, 0.0, 0.2])
-    whole = _worker(tiny_checkpoint, micro_batch_size=16)
-    split = _worker(tiny_checkpoint, micro_batch_size=2)
+    whole = _worker(tiny_checkpoint, update={"micro_batch_size": 16})
+    split = _worker(tiny_checkpoint, update={"micro_batch_size": 2})
     m_whole = whole.train_step(samples).metrics
     m_split = split.train_step(samples).metrics
     for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
@@ -88,7 +90,7 @@ def test_micro_batching_matches_one_big_batch(tiny_checkpoint: Path, make_sample
 
 
 def test_mini_batches_and_epochs_step_once_each(tiny_checkpoint: Path, make_samples) -> None:
-    worker = _worker(tiny_checkpoint, num_mini_batches=2, ppo_epochs=2)
+    worker = _worker(tiny_checkpoint, update={"num_mini_batches": 2, "epochs": 2})
     assert worker.versions_per_step() == 4  # what its info tells the schedule
     result = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0]))
     assert result.policy_version == 4
@@ -100,7 +102,7 @@ def test_mini_batches_and_epochs_step_once_each(tiny_checkpoint: Path, make_samp
 
 
 def test_ppo_step_trains_critic(tiny_checkpoint: Path, make_samples) -> None:
-    worker = _worker(tiny_checkpoint, algorithm="ppo", gamma=1.0, lam=0.95)
+    worker = _worker(tiny_checkpoint, algorithm="ppo", advantage={"gamma": 1.0, "lam": 0.95})
     result = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0, 0.5]))
     m = result.metrics
     assert result.policy_version == 1
@@ -121,7 +123,7 @@ def test_ppo_step_trains_critic(tiny_checkpoint: Path, make_samples) -> None:
 
 
 def test_kl_loss_to_reference_starts_at_zero(tiny_checkpoint: Path, make_samples) -> None:
-    worker = _worker(tiny_checkpoint, use_reference=True, kl_coef=0.1, ppo_epochs=2)
+    worker = _worker(tiny_checkpoint, kl={"use_reference": True, "coef": 0.1}, update={"epochs": 2})
     m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
     # Epoch 1 has kl 0 (policy == reference), epoch 2 > 0 (k3 >= 0): mean in (0, inf).
     assert m["actor/kl_loss"] > 0
@@ -132,10 +134,7 @@ def test_ppo_kl_in_reward(tiny_checkpoint: Path, make_samples) -> None:
     worker = _worker(
         tiny_checkpoint,
         algorithm="ppo",
-        use_reference=True,
-        kl_coef=0.1,
-        kl_mode="reward",
-        kl_estimator="k1",
+        kl={"use_reference": True, "coef": 0.1, "mode": "reward", "estimator": "k1"},
     )
     m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
     # Before any update the policy equals the reference: zero penalty.
@@ -213,7 +212,7 @@ def test_empty_batch_raises(tiny_checkpoint: Path) -> None:
 
 def test_grpo_raises_likelihood_of_rewarded_response(tiny_checkpoint: Path, make_samples) -> None:
     samples = make_samples([1.0, 0.0])  # one group: sample 0 good, sample 1 bad
-    worker = _worker(tiny_checkpoint, lr=1e-2)
+    worker = _worker(tiny_checkpoint, optimizer={"lr": 1e-2})
     prompts = [s.prompt_ids for s in samples]
     responses = [s.response_ids for s in samples]
     before = [sum(lp) for lp in worker.compute_logprobs(prompts, responses, 1.0)]
@@ -246,7 +245,7 @@ def test_off_policy_weights_scale_the_policy_loss(
     for s, lps in zip(samples, learner_lps, strict=True):
         s.rollout_logprobs = [lp + shift for lp in lps]
     plain = _worker(tiny_checkpoint).train_step(samples).metrics
-    corrected = _worker(tiny_checkpoint, off_policy=mode).train_step(samples).metrics
+    corrected = _worker(tiny_checkpoint, loss={"off_policy": mode}).train_step(samples).metrics
     assert corrected["actor/pg_loss"] == pytest.approx(factor * plain["actor/pg_loss"], rel=1e-4)
     if mode != "none":
         assert corrected["actor/is_weight_mean"] == pytest.approx(factor, rel=1e-4)
@@ -264,7 +263,9 @@ def test_off_policy_weights_scale_the_policy_loss(
 def test_registered_estimators_and_losses_train(
     tiny_checkpoint: Path, make_samples, estimator: str, loss: str
 ) -> None:
-    worker = _worker(tiny_checkpoint, advantage_estimator=estimator, policy_loss=loss, ppo_epochs=2)
+    worker = _worker(
+        tiny_checkpoint, advantage_estimator=estimator, policy_loss=loss, update={"epochs": 2}
+    )
     assert worker.critic is None
     before = _params(worker)
     m = worker.train_step(make_samples([1.0, 0.0, 0.0, 1.0])).metrics
@@ -275,7 +276,7 @@ def test_registered_estimators_and_losses_train(
 
 def test_overlong_shaping_lowers_the_rewards(tiny_checkpoint: Path, make_samples) -> None:
     samples = make_samples([1.0, 1.0, 1.0, 1.0])  # response lengths 2, 4, 6, 3
-    worker = _worker(tiny_checkpoint, overlong_buffer=2, max_new_tokens=6)
+    worker = _worker(tiny_checkpoint, overlong={"buffer": 2}, max_new_tokens=6)
     m = worker.train_step(samples).metrics
     # Lengths 5..6 fall in the buffer: only the 6-token response, at the limit: -1.
     assert m["actor/overlong_frac"] == pytest.approx(0.25)

@@ -13,6 +13,7 @@ from hybridflow.services.learner.mfu import (
     step_flops,
     utilisation_metrics,
 )
+from tests.helpers import learner_config
 
 
 def test_mfu_of_a_hand_computed_step():
@@ -49,7 +50,7 @@ def test_peak_table_matches_device_names_specific_first():
 
 
 def test_peak_tflops_config_must_be_positive():
-    with pytest.raises(ValueError, match="learner.peak_tflops must be a finite number > 0"):
+    with pytest.raises(ValueError, match="learner.peak_tflops: must be > 0"):
         LearnerConfig(peak_tflops=0.0).validate()
 
 
@@ -57,7 +58,9 @@ def test_worker_step_metrics_carry_mfu(tiny_checkpoint: Path, make_samples) -> N
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
 
-    cfg = LearnerConfig(algorithm="grpo", peak_tflops=2.0, ppo_epochs=2, micro_batch_size=4)
+    cfg = learner_config(
+        algorithm="grpo", peak_tflops=2.0, update={"epochs": 2, "micro_batch_size": 4}
+    )
     worker = LearnerWorker(cfg, tiny_checkpoint)
     samples = make_samples([1.0, 0.0, 0.5, 0.0])
     num_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)

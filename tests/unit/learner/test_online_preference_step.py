@@ -7,16 +7,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.worker import LearnerWorker
+from tests.helpers import learner_config
 
 NUM_STEPS = 4
 
 
 def _worker(path: Path, **overrides: object) -> LearnerWorker:
-    fields: dict[str, object] = {"lr": 1e-2, "micro_batch_size": 4, "weight_decay": 0.0}
-    fields.update(overrides)
-    return LearnerWorker(LearnerConfig(**fields), path)  # type: ignore[arg-type]
+    base = {
+        "optimizer": {"lr": 1e-2, "weight_decay": 0.0},
+        "update": {"micro_batch_size": 4},
+    }
+    return LearnerWorker(learner_config(base, **overrides), path)
 
 
 def _params(worker: LearnerWorker) -> dict[str, torch.Tensor]:
@@ -66,7 +68,7 @@ def _token_mean_nll(worker: LearnerWorker, samples: list, kept: list[int]) -> fl
 
 
 def test_rft_trains_exactly_the_kept_samples(tiny_checkpoint: Path, make_samples) -> None:
-    worker = _worker(tiny_checkpoint, algorithm="rft", rft_threshold=0.5)
+    worker = _worker(tiny_checkpoint, algorithm="rft", rft={"threshold": 0.5})
     assert worker.reference is None
     samples = make_samples([1.0, 0.0, 0.5, 0.49])  # kept at >= 0.5: samples 0 and 2
     expected_first = _token_mean_nll(worker, samples, [0, 2])

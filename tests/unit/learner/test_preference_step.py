@@ -12,16 +12,20 @@ import torch
 
 from hybridflow.data.preference import read_preference_dataset
 from hybridflow.preference.config import PreferenceConfig
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.preference import preference_eval
 from hybridflow.services.learner.worker import LearnerWorker
+from tests.helpers import learner_config
 
 NUM_STEPS = 5
 
 
 def _worker(path: Path, **overrides: Any) -> LearnerWorker:
-    cfg = {"lr": 1e-2, "micro_batch_size": 8, "use_reference": True, **overrides}
-    return LearnerWorker(LearnerConfig(**cfg), path)
+    base = {
+        "optimizer": {"lr": 1e-2},
+        "update": {"micro_batch_size": 8},
+        "kl": {"use_reference": True},
+    }
+    return LearnerWorker(learner_config(base, **overrides), path)
 
 
 def _records(worker: LearnerWorker, kind: str, num: int = 8) -> list[Any]:
@@ -88,7 +92,7 @@ def test_micro_batches_give_the_one_batch_step(
     results = []
     for micro in (8, 3):  # 3 leaves a partial micro-batch
         torch.manual_seed(0)
-        worker = _worker(tiny_checkpoint, micro_batch_size=micro)
+        worker = _worker(tiny_checkpoint, update={"micro_batch_size": micro})
         batch = _records(worker, cfg.record_kind)
         worker.preference_step(batch, cfg)
         metrics = worker.preference_step(batch, cfg)
@@ -107,7 +111,7 @@ def test_micro_batches_give_the_one_batch_step(
 def test_orpo_needs_no_reference_and_widens_the_log_odds(
     tiny_checkpoint: Path, nll_prompt: bool
 ) -> None:
-    worker = _worker(tiny_checkpoint, use_reference=False)
+    worker = _worker(tiny_checkpoint, kl={"use_reference": False})
     batch = _records(worker, "dpo")
     cfg = PreferenceConfig(loss="orpo", orpo_lambda=1.0, orpo_nll_prompt=nll_prompt)
     history = [worker.preference_step(batch, cfg) for _ in range(NUM_STEPS)]
@@ -127,8 +131,8 @@ def test_refusals_name_the_problem(tiny_checkpoint: Path) -> None:
     worker = _worker(tiny_checkpoint)
     with pytest.raises(ValueError, match=r"records\[0\]: dpo needs PreferencePair"):
         worker.preference_step(_records(worker, "kto"), PreferenceConfig(loss="dpo"))
-    no_ref = _worker(tiny_checkpoint, use_reference=False)
-    with pytest.raises(ValueError, match="needs learner.use_reference"):
+    no_ref = _worker(tiny_checkpoint, kl={"use_reference": False})
+    with pytest.raises(ValueError, match="needs learner.kl.use_reference"):
         no_ref.preference_step(_records(no_ref, "dpo"), PreferenceConfig(loss="dpo"))
     with pytest.raises(ValueError, match="KTO needs >= 2 examples"):
         worker.preference_step(_records(worker, "kto", num=1), PreferenceConfig(loss="kto"))
@@ -137,7 +141,7 @@ def test_refusals_name_the_problem(tiny_checkpoint: Path) -> None:
 
 
 def test_eval_starts_neutral_and_sees_training(tiny_checkpoint: Path) -> None:
-    worker = _worker(tiny_checkpoint, micro_batch_size=4)
+    worker = _worker(tiny_checkpoint, update={"micro_batch_size": 4})
     pairs = read_preference_dataset("builtin:arith_dpo:test", worker.tokenizer, "dpo", num=6)
     before = preference_eval(worker, pairs, beta=0.1)
     assert before["eval/loss"] == pytest.approx(math.log(2.0), abs=1e-6)

@@ -9,16 +9,23 @@ from pathlib import Path
 
 import torch
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.train_state import save_train_state
 from hybridflow.services.learner.worker import LearnerWorker
+from tests.helpers import learner_config
 
-SAVED = {"lr": 1e-2, "critic_lr": 1e-5, "betas": (0.9, 0.999), "weight_decay": 0.01}
-RESUMED = {"lr": 1e-3, "critic_lr": 1e-4, "betas": (0.8, 0.99), "weight_decay": 0.0}
+SAVED = {
+    "optimizer": {"lr": 1e-2, "betas": (0.9, 0.999), "weight_decay": 0.01},
+    "critic": {"lr": 1e-5},
+}
+RESUMED = {
+    "optimizer": {"lr": 1e-3, "betas": (0.8, 0.99), "weight_decay": 0.0},
+    "critic": {"lr": 1e-4},
+}
 
 
 def _worker(path: Path, **hparams: object) -> LearnerWorker:
-    return LearnerWorker(LearnerConfig(algorithm="ppo", micro_batch_size=4, **hparams), path)  # type: ignore[arg-type]
+    base = {"algorithm": "ppo", "update": {"micro_batch_size": 4}}
+    return LearnerWorker(learner_config(base, **hparams), path)
 
 
 def _groups(optim: torch.optim.Optimizer) -> list[tuple[float, tuple[float, ...], float]]:

@@ -11,6 +11,7 @@ import torch
 
 from hybridflow.models.router_replay import moe_routers, replay_routing
 from tests.family_checkpoints import build_family_checkpoint
+from tests.helpers import learner_config
 
 
 def _own_routing(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -91,10 +92,9 @@ def test_a_padded_batch_replays_each_row_and_leaves_the_rest_to_the_router(
 def test_the_learner_refuses_routing_it_cannot_replay(tmp_path: Path, make_samples) -> None:  # type: ignore[no-untyped-def]
     import pytest
 
-    from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.services.learner.worker import LearnerWorker
 
-    config = LearnerConfig(micro_batch_size=4, moe_router_replay=True)
+    config = learner_config(update={"micro_batch_size": 4}, moe_router_replay=True)
     dense = build_family_checkpoint(tmp_path / "dense", "qwen3", False)
     with pytest.raises(ValueError, match="no mixture-of-experts layers"):
         LearnerWorker(config, dense)
@@ -116,14 +116,13 @@ def test_the_learner_refuses_routing_it_cannot_replay(tmp_path: Path, make_sampl
 def test_a_train_step_replays_the_routing_it_is_sent(tmp_path: Path, make_samples) -> None:  # type: ignore[no-untyped-def]
     """The same batch, once routed as the model itself would and once to other experts:
     the first step equals a step without replay, the second differs."""
-    from hybridflow.services.learner.config import LearnerConfig
     from hybridflow.services.learner.worker import LearnerWorker
 
     path = build_family_checkpoint(tmp_path / "moe", "qwen3_moe", False)
     after: dict[str, torch.Tensor] = {}
     for mode in ("none", "own", "other"):
         worker = LearnerWorker(
-            LearnerConfig(micro_batch_size=4, moe_router_replay=mode != "none"), path
+            learner_config(update={"micro_batch_size": 4}, moe_router_replay=mode != "none"), path
         )
         samples = make_samples([1.0, 0.0, 0.0, 1.0])
         for s in samples:

@@ -7,16 +7,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.train_state import (
     COMPLETE,
     save_train_state,
 )
 from hybridflow.services.learner.worker import LearnerWorker
+from tests.helpers import learner_config
 
 
 def _worker(path: Path, algorithm: str) -> LearnerWorker:
-    return LearnerWorker(LearnerConfig(algorithm=algorithm, lr=1e-2, micro_batch_size=4), path)
+    return LearnerWorker(
+        learner_config(algorithm=algorithm, optimizer={"lr": 1e-2}, update={"micro_batch_size": 4}),
+        path,
+    )
 
 
 def _params(worker: LearnerWorker) -> dict[str, torch.Tensor]:

@@ -34,10 +34,10 @@ def test_seed_pipeline_on_a_gpu_machine_gives_each_role_its_own_gpus():
     ]
     assert overrides[5:8] == [
         "learner.algorithm=grpo",
-        "learner.device=cuda",
-        "learner.nproc_per_node=8",
+        "learner.topology.device=cuda",
+        "learner.topology.nproc_per_node=8",
     ]
-    assert "learner.devices=4,5,6,7,8,9,10,11" in overrides
+    assert 'learner.topology.devices=["4", "5", "6", "7", "8", "9", "10", "11"]' in overrides
     assert components(overrides) == [
         {"name": "rule", "weight": 0.5, "kind": "rule"},
         {"name": "rm", "weight": 0.5, "kind": "model", "model": "builtin:tiny-rm",
@@ -49,7 +49,7 @@ def test_seed_pipeline_on_a_gpu_machine_gives_each_role_its_own_gpus():
 def test_more_gpus_asked_than_there_are_share_them_and_say_so():
     pipeline = seed_pipeline(gpus=8)
     overrides = pipeline.overrides()
-    assert "learner.devices=4,5,6,7,0,1,2,3" in overrides
+    assert 'learner.topology.devices=["4", "5", "6", "7", "0", "1", "2", "3"]' in overrides
     assert components(overrides)[1]["device"] == "cuda:4"
     assert pipeline.notices == [
         "stages ask for 14 GPUs, this machine has 8: devices are shared between roles"
@@ -81,17 +81,17 @@ def test_tensor_parallel_replicas_critic_reference_and_settings():
         "rollout.tensor_parallel_size=2",
         "rollout.replicas=2",
         'rollout.devices=["0,1", "2,3"]',
-        "learner.device=cuda",
-        "learner.nproc_per_node=2",
-        "learner.devices=4,5",
-        "learner.lr=0.001",
-        "learner.micro_batch_size=4",
+        "learner.topology.device=cuda",
+        "learner.topology.nproc_per_node=2",
+        'learner.topology.devices=["4", "5"]',
+        "learner.optimizer.lr=0.001",
+        "learner.update.micro_batch_size=4",
         "learner.algorithm=ppo",
-        "learner.critic_nproc_per_node=2",
-        "learner.critic_devices=6,7",
-        "learner.critic_lr=0.0005",
-        "learner.use_reference=true",
-        "learner.kl_coef=0.01",
+        "learner.topology.critic_nproc_per_node=2",
+        'learner.topology.critic_devices=["6", "7"]',
+        "learner.critic.lr=0.0005",
+        "learner.kl.use_reference=true",
+        "learner.kl.coef=0.01",
         "coordinator.num_steps=7",
         "coordinator.data=builtin:arith",
     ]
@@ -103,7 +103,7 @@ def test_critic_ranks_on_cpu_and_the_config_loader_takes_the_result():
     pipeline.add_stage("generate", "builtin:tiny").add_stage("train", "ppo")
     pipeline.add_stage("critic", num_processes=1)
     job = pipeline.to_config()
-    assert job.learner.algorithm == "ppo" and job.learner.critic_nproc_per_node == 1
+    assert job.learner.algorithm == "ppo" and job.learner.topology.critic_nproc_per_node == 1
 
 
 def test_reward_stages_by_data_source_and_named():
