@@ -5,7 +5,7 @@ Three kinds of key (docs/resume.md lists them with the reasons):
 - ``APPLY``: takes effect on resume as it would at a fresh start, because it lives in a
   process that starts anew (every service re-reads its config) or in a counter the schedule
   re-derives (``num_steps``: the admission cap; ``update.epochs`` / ``num_mini_batches``: the
-  versions per step, re-measured at the first resumed step). The optimizer's hyperparameters
+  versions per step, which the restarted learner states in its info). The optimizer's hyperparameters
   are re-applied after its state is loaded (``services/learner/optim_hparams.py``).
 - ``REBASE``: changes what "exactly once" counts in, and is re-derived so the audit stays
   exact: ``prompts_per_step`` (the admission count is rebased to the new batch size;
@@ -130,9 +130,9 @@ RULES: dict[str, Rule] = {
     "learner.optimizer.betas": _OPTIM,
     "learner.optimizer.grad_clip": _LOSS,
     "learner.update.micro_batch_size": _LOSS,
-    "learner.update.epochs": _apply("the versions per step are re-measured at the first step"),
+    "learner.update.epochs": _apply("the restarted learner's info gives the versions per step"),
     "learner.update.num_mini_batches": _apply(
-        "the versions per step are re-measured at the first step"
+        "the restarted learner's info gives the versions per step"
     ),
     "learner.loss.clip_ratio_low": _LOSS,
     "learner.loss.clip_ratio_high": _LOSS,
