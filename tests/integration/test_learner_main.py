@@ -32,7 +32,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float) -> str:
 
 
 @pytest.mark.parametrize(
-    "overrides", [(), pytest.param(("learner.nproc_per_node=2",), marks=pytest.mark.slow)]
+    "overrides", [(), pytest.param(("learner.topology.nproc_per_node=2",), marks=pytest.mark.slow)]
 )
 def test_the_learner_serves_until_sigterm_then_drains_and_stops(tmp_path, overrides):
     job = load_job_config(CONFIG, list(overrides))
@@ -60,7 +60,7 @@ def test_the_learner_serves_until_sigterm_then_drains_and_stops(tmp_path, overri
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    world = job.learner.nproc_per_node
+    world = job.learner.topology.nproc_per_node
     ready = (
         f"learner0: learner ready on {address} (world {world}, 0 of them critic ranks, "
         f"{job.learner.algorithm})"
