@@ -157,3 +157,21 @@ def test_a_train_state_resumes_across_dtypes(
         for key in ("exp_avg", "exp_avg_sq"):
             assert theirs[key].dtype == torch.float32 and torch.equal(theirs[key], mine[key])
     assert target.train_step(samples).policy_version == 2
+
+
+def test_the_critic_takes_checkpointing_and_bf16_too(
+    tiny_checkpoint: Path, make_samples: Any
+) -> None:
+    def run(**memory: Any) -> dict[str, float]:
+        cfg = LearnerConfig(
+            algorithm="ppo", lr=1e-3, critic_lr=1e-3, memory=LearnerMemoryConfig(**memory)
+        )
+        return LearnerWorker(cfg, tiny_checkpoint).train_step(make_samples(REWARDS)).metrics
+
+    default = run()
+    checkpointed = run(activation_checkpointing=True)
+    for key, value in default.items():
+        assert checkpointed[key] == pytest.approx(value, abs=1e-6, rel=0), key
+    bf16 = run(dtype="bfloat16")
+    assert bf16["critic/vf_loss"] == pytest.approx(default["critic/vf_loss"], rel=5e-2)
+    assert bf16["critic/vf_loss"] != default["critic/vf_loss"]
