@@ -9,6 +9,7 @@ them. This module knows nothing about RL, losses or the relay.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,9 +25,14 @@ def shard_module(
     device_type: str,
     world_size: int,
     group: dist.ProcessGroup | None = None,
+    policies: dict[str, Any] | None = None,
 ) -> nn.Module:
     """``fully_shard`` every module whose class name is in ``layer_classes``, then the root,
-    over the ``world_size`` ranks of ``group`` (None: the whole world)."""
+    over the ``world_size`` ranks of ``group`` (None: the whole world).
+
+    ``policies``: ``fully_shard``'s ``mp_policy`` / ``offload_policy`` (``precision.py``).
+    With any, the root is resharded after each forward as well: FSDP2 otherwise keeps it
+    unsharded (in the compute dtype, on the device) after a forward without backward."""
     if not layer_classes:
         raise ValueError(f"{type(module).__name__}: no decoder layer classes to shard by")
     mesh = (
@@ -39,9 +45,12 @@ def shard_module(
         raise ValueError(
             f"{type(module).__name__}: no submodule of classes {sorted(layer_classes)}"
         )
+    kwargs = dict(policies or {})
     for block in blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(module, mesh=mesh)
+        fully_shard(block, mesh=mesh, **kwargs)
+    if kwargs:
+        kwargs["reshard_after_forward"] = True
+    fully_shard(module, mesh=mesh, **kwargs)
     return module
 
 

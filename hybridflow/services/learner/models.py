@@ -29,9 +29,12 @@ def resolve_checkpoint(spec: str | Path) -> Path:
     return resolve_model_path(str(spec))
 
 
-def load_actor(path: Path, device: torch.device) -> PreTrainedModel:
-    """The trainable causal LM, fp32, on ``device``, in eval mode (no dropout)."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+def load_actor(
+    path: Path, device: torch.device, dtype: torch.dtype = torch.float32
+) -> PreTrainedModel:
+    """The trainable causal LM, fp32 (or ``dtype``), on ``device``, in eval mode (no
+    dropout)."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     _to_device(model, device)
     model.eval()
     return model
@@ -41,9 +44,11 @@ def _to_device(module: nn.Module, device: torch.device) -> None:
     module.to(device)
 
 
-def load_reference(path: Path, device: torch.device) -> PreTrainedModel:
-    """A frozen copy of the initial actor (the KL reference)."""
-    model = load_actor(path, device)
+def load_reference(
+    path: Path, device: torch.device, dtype: torch.dtype = torch.float32
+) -> PreTrainedModel:
+    """A frozen copy of the initial actor (the KL reference), in ``dtype``."""
+    model = load_actor(path, device, dtype)
     model.requires_grad_(False)
     return model
 

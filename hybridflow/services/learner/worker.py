@@ -70,6 +70,13 @@ from hybridflow.services.learner.models import (
 )
 from hybridflow.services.learner.online_preference import online_dpo_step, rft_step
 from hybridflow.services.learner.optim_hparams import adamw_hparams, optimizer_lr
+from hybridflow.services.learner.precision import (
+    autocast_forward,
+    check_memory_config,
+    checkpoint_layers,
+    fsdp_policies,
+    reference_dtype,
+)
 from hybridflow.services.learner.preference import preference_step
 from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.services.learner.roles import RankRole, rank_role
@@ -117,8 +124,14 @@ class LearnerWorker:
         pad = self.tokenizer.pad_token_id
         # Right padding is masked out everywhere, so any in-vocab id may fill it.
         self.pad_id = int(pad) if pad is not None else 0
+        memory = config.memory
+        check_memory_config(memory, self.device.type, self.dist.is_distributed)
         self.reference = (
-            load_reference(self.model_path, self.device)
+            load_reference(
+                self.model_path,
+                self.device,
+                reference_dtype(memory, self.dist.is_distributed),
+            )
             if config.needs_reference and self.role.holds_actor
             else None
         )
@@ -146,16 +159,7 @@ class LearnerWorker:
         """One device's peak TFLOP/s (``mfu.py``); None: unknown, no ``perf/mfu``."""
         if self.peak_tflops is None and self.device.type == "cuda":
             self.peak_tflops = peak_tflops_for(torch.cuda.get_device_name(self.device))
-        if self.dist.is_distributed:
-            for module in (self._actor, self.reference, self.critic):
-                if module is not None:
-                    shard_module(
-                        module,
-                        decoder_layer_classes(module),
-                        self.device.type,
-                        self.role.group_size,
-                        self.role.group,
-                    )
+        self._apply_memory_config()
         self._actor_optim = (
             None
             if self._actor is None
@@ -168,6 +172,29 @@ class LearnerWorker:
         )
         self.policy_version = 0
         """Actor optimizer steps taken so far (the version of the current weights)."""
+
+    def _apply_memory_config(self) -> None:
+        """``learner.memory``'s dtype, activation checkpointing and CPU offload on the
+        models (``precision.py``), then FSDP2 sharding when distributed."""
+        memory = self.config.memory
+        if memory.activation_checkpointing:
+            for module in (self._actor, self.critic):  # the trained ones
+                if module is not None:
+                    checkpoint_layers(module, decoder_layer_classes(module))
+        models = [m for m in (self._actor, self.reference, self.critic) if m is not None]
+        if self.dist.is_distributed:
+            for module in models:
+                shard_module(
+                    module,
+                    decoder_layer_classes(module),
+                    self.device.type,
+                    self.role.group_size,
+                    self.role.group,
+                    fsdp_policies(memory, self.device.type),
+                )
+        elif memory.dtype == "bfloat16":
+            for module in models:
+                autocast_forward(module, self.device.type)
 
     @property
     def has_actor(self) -> bool:
