@@ -67,6 +67,7 @@ def test_the_learner_serves_until_sigterm_then_drains_and_stops(tmp_path, overri
     )
     lines = err.splitlines()
     order = [ready, "signal 15: draining", "hybridflow.rpc.server: stopped"]
+    assert all(any(want in line for line in lines) for want in order), err
     found = [next(i for i, line in enumerate(lines) if want in line) for want in order]
     assert found == sorted(found), err
     if world == 1:

@@ -131,8 +131,6 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
 
     cfg = learner.job.learner
     running = _start_server(learner)
-    if port_file:
-        write_port_file(port_file, running.address)
     learner.log.info(
         "learner ready on %s (world %d, %d of them critic ranks, %s)",
         running.address,
@@ -140,6 +138,8 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
         cfg.topology.critic_nproc_per_node,
         cfg.algorithm,
     )
+    if port_file:  # last: whoever waits for it finds the ready line logged
+        write_port_file(port_file, running.address)
     serve_until_signal(running, cfg.server.grace_s, on_stop=learner.relay.shutdown)
 
 
