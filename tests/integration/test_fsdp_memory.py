@@ -19,13 +19,11 @@ from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.memory_config import LearnerMemoryConfig
 from tests.helpers import build_tiny_checkpoint
 from tests.integration.test_fsdp_parity import (
+    _free_port,
     _join_group,
     _leave_group,
     _run_commands,
     _spawn,
-)
-from tests.integration.test_fsdp_parity import (
-    _free_port as free_port,
 )
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -78,7 +76,7 @@ def test_fsdp2_memory_tools_match_a_plain_single_process(tmp_path: Path) -> None
     from hybridflow.services.learner.worker import LearnerWorker
 
     ckpt = build_tiny_checkpoint(tmp_path / "tiny")
-    _spawn(_rank_main, (free_port(), str(ckpt), str(tmp_path)))
+    _spawn(_rank_main, (_free_port(), str(ckpt), str(tmp_path)))
     ranks = torch.load(tmp_path / "ranks.pt", weights_only=False)
     for name, fields in CONFIGS.items():
         worker = LearnerWorker(LearnerConfig(**fields), ckpt)
