@@ -88,18 +88,31 @@ def _run(model: nn.Module, batch: PaddedBatch) -> Any:
         )
 
 
+def output_head(model: nn.Module) -> nn.Module:
+    """The head the chunked log-probs swap; ValueError where chunking would compute something
+    else (no head, or logits post-processed after it: Gemma 2's final soft-capping)."""
+    where = "learner.memory.logprob_chunk_tokens"
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if get_head is not None else None
+    if not isinstance(head, nn.Module):
+        raise ValueError(f"{where}: {type(model).__name__} has no output head")
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if config is not None else None
+    if getattr(text, "final_logit_softcapping", None) is not None:
+        raise ValueError(
+            f"{where}: {type(model).__name__} soft-caps its logits after the head, which the "
+            "chunked log-probs do not reproduce; leave the key at 0 for this model"
+        )
+    return head
+
+
 @contextmanager
 def _chunked_head(
     model: nn.Module, batch: PaddedBatch, temperature: float, with_entropy: bool, chunk: int
 ) -> Iterator[None]:
     """Within the block the model's output head returns ``[rows, resp, 2]`` (log-prob,
     entropy; entropy 0 unless ``with_entropy``) of the response tokens instead of logits."""
-    get_head = getattr(model, "get_output_embeddings", None)
-    head = get_head() if get_head is not None else None
-    if not isinstance(head, nn.Module):
-        raise ValueError(
-            f"learner.memory.logprob_chunk_tokens: {type(model).__name__} has no output head"
-        )
+    head = output_head(model)
     original: Callable[[torch.Tensor], torch.Tensor] = head.forward
     index = batch.flat_response_index().reshape(-1)
     labels = batch.response_ids.reshape(-1)

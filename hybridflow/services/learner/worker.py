@@ -51,7 +51,7 @@ from hybridflow.services.learner.batching import (
 )
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.distributed import all_gather_objects, current_dist_info
-from hybridflow.services.learner.forward import policy_forward
+from hybridflow.services.learner.forward import output_head, policy_forward
 from hybridflow.services.learner.fsdp import iter_full_state_dict, shard_module
 from hybridflow.services.learner.metrics import StepMetrics
 from hybridflow.services.learner.mfu import (
@@ -137,6 +137,8 @@ class LearnerWorker:
                 f"learner.moe_router_replay: {model_path} has no mixture-of-experts layers "
                 "whose routing could be replayed (Qwen3-MoE routers are)"
             )
+        if config.memory.logprob_chunk_tokens > 0 and self._actor is not None:
+            output_head(self._actor)  # refuses a model whose logits it cannot chunk
         embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)

@@ -330,3 +330,16 @@ def test_token_budget_bounds_the_micro_batches_of_a_step(
     groups = plan_token_micro_batches([list(range(len(samples)))], 0, tokens, budget, 0)
     assert sizes["rows"] == len(samples) * max(tokens)
     assert sizes["budget"] == max(sum(tokens[i] for i in g.indices) for g in groups) <= budget
+
+
+def test_chunking_refuses_logits_soft_capped_after_the_head(tmp_path: Path) -> None:
+    from hybridflow.services.learner.forward import output_head
+
+    gemma2 = AutoModelForCausalLM.from_pretrained(
+        build_family_checkpoint(tmp_path, "gemma2", False), dtype=torch.float32
+    )
+    assert gemma2.config.final_logit_softcapping is not None
+    with pytest.raises(ValueError, match="soft-caps its logits"):
+        output_head(gemma2)
+    with pytest.raises(ValueError, match="soft-caps its logits"):
+        _worker(tmp_path, LearnerMemoryConfig(logprob_chunk_tokens=4))
