@@ -57,7 +57,13 @@ def _rank(rank: int, port: int, args: dict[str, Any], memory: dict[str, Any], ou
     )
     import torch.distributed as dist
 
-    from hybridflow.services.learner.config import LearnerConfig
+    from hybridflow.services.learner.config import (
+        KLConfig,
+        LearnerConfig,
+        OptimizerConfig,
+        TopologyConfig,
+        UpdateConfig,
+    )
     from hybridflow.services.learner.distributed import init_from_env
     from hybridflow.services.learner.memory_config import LearnerMemoryConfig
     from hybridflow.services.learner.worker import LearnerWorker
@@ -66,11 +72,10 @@ def _rank(rank: int, port: int, args: dict[str, Any], memory: dict[str, Any], ou
     init_from_env("cpu")
     cfg = LearnerConfig(
         algorithm="grpo",
-        lr=1e-5,
-        micro_batch_size=args["micro_batch"],
-        use_reference=True,
-        kl_coef=0.05,
-        num_threads=args["threads"],
+        optimizer=OptimizerConfig(lr=1e-5),
+        update=UpdateConfig(micro_batch_size=args["micro_batch"]),
+        kl=KLConfig(use_reference=True, coef=0.05),
+        topology=TopologyConfig(num_threads=args["threads"]),
         memory=LearnerMemoryConfig(**memory),
     )
     worker = LearnerWorker(cfg, args["model"])

@@ -24,7 +24,7 @@ import torch
 
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.memory_config import LearnerMemoryConfig
-from tests.helpers import build_tiny_checkpoint
+from tests.helpers import build_tiny_checkpoint, learner_config
 from tests.integration.test_fsdp_parity import _free_port, _join_group, _leave_group, _spawn
 from tests.unit.learner.conftest import _make_samples
 
@@ -32,11 +32,10 @@ pytestmark = pytest.mark.slow
 
 BASE: dict[str, Any] = {
     "algorithm": "grpo",
-    "lr": 1e-3,
-    "micro_batch_size": 2,
-    "use_reference": True,
-    "kl_coef": 0.05,
-    "entropy_coef": 0.01,
+    "optimizer": {"lr": 1e-3},
+    "update": {"micro_batch_size": 2},
+    "kl": {"use_reference": True, "coef": 0.05},
+    "loss": {"entropy_coef": 0.01},
 }
 CASES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -48,7 +47,7 @@ REWARDS = [1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 0.2]  # 7 samples: rank slices of 4 and
 
 
 def _config(memory: dict[str, Any]) -> LearnerConfig:
-    return LearnerConfig(**BASE, memory=LearnerMemoryConfig(**memory))
+    return learner_config(BASE, memory=LearnerMemoryConfig(**memory))
 
 
 def _run_case(worker: Any, samples: list[Any]) -> dict[str, Any]:

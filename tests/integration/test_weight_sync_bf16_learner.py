@@ -15,7 +15,10 @@ from tests.integration.test_weight_sync_dist import train_once
 def test_a_bf16_compute_learner_publishes_fp32_master_weights(tiny_model_path):
     cfg = WeightSyncConfig(transport="dist", timeout_s=30)
     learner_server, core = start_learner_server(
-        tiny_model_path, weight_sync=cfg, lr=1e-3, memory=LearnerMemoryConfig(dtype="bfloat16")
+        tiny_model_path,
+        weight_sync=cfg,
+        optimizer={"lr": 1e-3},
+        memory=LearnerMemoryConfig(dtype="bfloat16"),
     )
     fp32, fp32_rollout = start_rollout_server(tiny_model_path)
     bf16, bf16_rollout = start_rollout_server(tiny_model_path, dtype="bfloat16")

@@ -43,6 +43,23 @@ class PaddedBatch:
     routed_experts: torch.Tensor | None = None
     """[rows * seq, MoE layers, top_k] expert ids to replay (``learner.moe_router_replay``;
     ``router_replay.batch_routing``), -1 where the router chooses; None: no replay."""
+    packed: bool = False
+    """The rows' sequences lie back to back in one row (``build_packed_batch``): tensors of
+    the model's input are ``[1, tokens]``, ``response_index`` points into that row, and the
+    model gets no attention mask (its position ids, restarting at 0, separate the sequences)."""
+
+    @property
+    def rows(self) -> int:
+        """Sequences in the batch (filler rows included)."""
+        return int(self.response_ids.shape[0])
+
+    def flat_response_index(self) -> torch.Tensor:
+        """``[rows, resp]`` indices into the flattened ``[input rows * seq]`` positions."""
+        if self.packed:
+            return self.response_index
+        seq = self.input_ids.shape[1]
+        offsets = torch.arange(self.rows, device=self.response_index.device) * seq
+        return self.response_index + offsets[:, None]
 
 
 def validate_sequences(
@@ -138,6 +155,45 @@ def build_padded_batch(
     )
 
 
+def build_packed_batch(
+    prompts: Sequence[TokenLike],
+    responses: Sequence[TokenLike],
+    pad_id: int,
+    device: torch.device,
+    row_weights: Sequence[float] | None = None,
+) -> PaddedBatch:
+    """The sequences ``prompt + response`` concatenated into one row with no padding, position
+    ids restarting at 0 for each; response tensors stay ``[rows, resp]`` as in
+    ``build_padded_batch`` (same ``response_ids`` and ``response_mask``), with
+    ``response_index`` pointing into the packed row."""
+    padded = build_padded_batch(prompts, responses, pad_id, device, row_weights)
+    lengths = padded.attention_mask.sum(-1)
+    starts = torch.cumsum(lengths, 0) - lengths
+    real = padded.attention_mask.bool()
+    return PaddedBatch(
+        input_ids=padded.input_ids[real].unsqueeze(0),
+        attention_mask=torch.ones((1, int(lengths.sum())), dtype=torch.int64, device=device),
+        position_ids=padded.position_ids[real].unsqueeze(0),
+        response_index=padded.response_index + starts[:, None],
+        response_ids=padded.response_ids,
+        response_mask=padded.response_mask,
+        packed=True,
+    )
+
+
+def build_batch(
+    prompts: Sequence[TokenLike],
+    responses: Sequence[TokenLike],
+    pad_id: int,
+    device: torch.device,
+    row_weights: Sequence[float] | None = None,
+    packed: bool = False,
+) -> PaddedBatch:
+    """``build_packed_batch`` when ``packed`` (``learner.memory.packing``), else padded."""
+    build = build_packed_batch if packed else build_padded_batch
+    return build(prompts, responses, pad_id, device, row_weights)
+
+
 def split_contiguous(num_items: int, num_parts: int) -> list[range]:
     """``num_parts`` contiguous ranges covering ``range(num_items)``, sizes differing by <= 1."""
     base, extra = divmod(num_items, num_parts)
@@ -173,6 +229,56 @@ def plan_micro_batches(
         else:
             plan.append(MicroBatch(indices=[filler_index], weights=[0.0]))
     return plan
+
+
+def plan_token_micro_batches(
+    rank_slices: Sequence[TokenLike],
+    rank: int,
+    lengths: Sequence[int],
+    max_tokens: int,
+    filler_index: int,
+) -> list[MicroBatch]:
+    """Micro-batches of ``rank_slices[rank]`` by token budget (``max_tokens_per_micro_batch``):
+    consecutive samples while their tokens (``lengths[i]``: prompt + response) sum to at most
+    ``max_tokens``, at least one each (a longer sample goes alone); as many micro-batches on
+    every rank (filler rows pad out, as in ``plan_micro_batches``)."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+
+    def groups(indices: Sequence[int]) -> list[list[int]]:
+        out: list[list[int]] = []
+        used = 0
+        for i in indices:
+            if out and used + lengths[i] <= max_tokens:
+                out[-1].append(i)
+                used += lengths[i]
+            else:
+                out.append([i])
+                used = lengths[i]
+        return out
+
+    per_rank = [groups([int(i) for i in s]) for s in rank_slices]
+    num_micro = max(1, max(len(g) for g in per_rank))
+    mine = per_rank[rank]
+    plan = [MicroBatch(indices=g, weights=[1.0] * len(g)) for g in mine]
+    plan += [
+        MicroBatch(indices=[filler_index], weights=[0.0]) for _ in range(num_micro - len(mine))
+    ]
+    return plan
+
+
+def plan_step_micro_batches(
+    rank_slices: Sequence[TokenLike],
+    rank: int,
+    micro_batch_size: int,
+    filler_index: int,
+    lengths: Sequence[int],
+    max_tokens: int,
+) -> list[MicroBatch]:
+    """``plan_token_micro_batches`` when ``max_tokens > 0``, else ``plan_micro_batches``."""
+    if max_tokens > 0:
+        return plan_token_micro_batches(rank_slices, rank, lengths, max_tokens, filler_index)
+    return plan_micro_batches(rank_slices, rank, micro_batch_size, filler_index)
 
 
 @dataclass

@@ -4,14 +4,31 @@ The log-prob numerics follow the contract shared with the rollout engine:
 ``log_softmax(logits / T)`` at each response token, with the logits taken at the position
 before it. Only the response positions are gathered before the softmax (cheaper for big
 vocabularies). This module knows nothing about losses, optimizers or ranks.
+
+Two memory tools of ``learner.memory`` live here:
+
+* a packed batch (``packing``) reaches the model as one row with no attention mask: its
+  position ids, restarting at 0 for each sequence, are what transformers reads to keep
+  attention within each sequence (``masking_utils.find_packed_sequence_indices`` for sdpa
+  and eager attention, varlen kernels for flash attention);
+* ``logprob_chunk_tokens > 0``: the output head runs on the response positions only,
+  ``chunk`` tokens at a time, each chunk's head + log-softmax + gather (+ entropy) under
+  ``torch.utils.checkpoint``, so no more than one chunk's ``[chunk, vocab]`` logits exists at
+  once, in the forward or the backward. The head is swapped for the call (as router replay
+  swaps routers), so all of it runs inside the root module's call: under FSDP2 the root's
+  parameters (head, embeddings, final norm) are unsharded there, and its backward hooks see
+  the outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from hybridflow.algorithms.entropy import entropy_from_logits
 from hybridflow.algorithms.logprobs import effective_temperature, logprobs_from_logits
@@ -20,24 +37,33 @@ from hybridflow.services.learner.batching import PaddedBatch
 
 
 def policy_forward(
-    model: nn.Module, batch: PaddedBatch, temperature: float, with_entropy: bool
+    model: nn.Module,
+    batch: PaddedBatch,
+    temperature: float,
+    with_entropy: bool,
+    chunk_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs, entropy)`` of the response tokens, each ``[rows, resp]`` fp32.
 
     Entropy (of the temperature-scaled distribution) is None unless ``with_entropy``.
     Padded response slots hold meaningless values; callers mask them. A batch carrying
     ``routed_experts`` is run with the model's MoE routers replaying them.
+    ``chunk_tokens > 0``: the head's logits are computed that many response tokens at a
+    time (``learner.memory.logprob_chunk_tokens``; see the module doc).
     """
-    with replay_routing(model, batch.routed_experts):
-        out: Any = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        )
-    logits = out.logits
-    index = batch.response_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    scaled = logits.gather(1, index).float() / effective_temperature(temperature)
+    t = effective_temperature(temperature)
+    if chunk_tokens > 0:
+        with _chunked_head(model, batch, t, with_entropy, chunk_tokens):
+            scores = _run(model, batch).logits
+        entropy = scores[..., 1] if with_entropy else None
+        return scores[..., 0], entropy
+    logits = _run(model, batch).logits
+    if batch.packed:
+        gathered = logits.reshape(-1, logits.shape[-1])[batch.flat_response_index()]
+    else:
+        index = batch.response_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+        gathered = logits.gather(1, index)
+    scaled = gathered.float() / t
     logprobs = logprobs_from_logits(scaled, batch.response_ids, 1.0)
     entropy = entropy_from_logits(scaled) if with_entropy else None
     return logprobs, entropy
@@ -45,5 +71,87 @@ def policy_forward(
 
 def value_forward(critic: nn.Module, batch: PaddedBatch) -> torch.Tensor:
     """Critic values ``[rows, resp]``: the value of the state before each response token."""
-    values = critic(batch.input_ids, batch.attention_mask, batch.position_ids)
+    mask = None if batch.packed else batch.attention_mask
+    values = critic(batch.input_ids, mask, batch.position_ids)
+    if batch.packed:
+        return values.reshape(-1)[batch.flat_response_index()]
     return values.gather(1, batch.response_index)
+
+
+def _run(model: nn.Module, batch: PaddedBatch) -> Any:
+    with replay_routing(model, batch.routed_experts):
+        return model(
+            input_ids=batch.input_ids,
+            attention_mask=None if batch.packed else batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+
+
+def output_head(model: nn.Module) -> nn.Module:
+    """The head the chunked log-probs swap; ValueError where chunking would compute something
+    else (no head, or logits post-processed after it: Gemma 2's final soft-capping)."""
+    where = "learner.memory.logprob_chunk_tokens"
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if get_head is not None else None
+    if not isinstance(head, nn.Module):
+        raise ValueError(f"{where}: {type(model).__name__} has no output head")
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if config is not None else None
+    if getattr(text, "final_logit_softcapping", None) is not None:
+        raise ValueError(
+            f"{where}: {type(model).__name__} soft-caps its logits after the head, which the "
+            "chunked log-probs do not reproduce; leave the key at 0 for this model"
+        )
+    return head
+
+
+@contextmanager
+def _chunked_head(
+    model: nn.Module, batch: PaddedBatch, temperature: float, with_entropy: bool, chunk: int
+) -> Iterator[None]:
+    """Within the block the model's output head returns ``[rows, resp, 2]`` (log-prob,
+    entropy; entropy 0 unless ``with_entropy``) of the response tokens instead of logits."""
+    head = output_head(model)
+    original: Callable[[torch.Tensor], torch.Tensor] = head.forward
+    index = batch.flat_response_index().reshape(-1)
+    labels = batch.response_ids.reshape(-1)
+    shape = (*batch.response_ids.shape, 2)
+
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        states = hidden.reshape(-1, hidden.shape[-1])[index]
+        pieces = []
+        for start in range(0, states.shape[0], chunk):
+            args = (states[start : start + chunk], labels[start : start + chunk])
+            if torch.is_grad_enabled():
+                piece = checkpoint(
+                    _chunk_scores, original, *args, temperature, with_entropy, use_reentrant=False
+                )
+            else:
+                piece = _chunk_scores(original, *args, temperature, with_entropy)
+            pieces.append(piece)
+        return torch.cat(pieces).reshape(shape)
+
+    own = "forward" in vars(head)
+    head.forward = forward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own:
+            head.forward = original  # type: ignore[method-assign]
+        else:
+            del head.forward
+
+
+def _chunk_scores(
+    head: Callable[[torch.Tensor], torch.Tensor],
+    states: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> torch.Tensor:
+    """``[tokens, 2]``: log-prob of each label and entropy (0 unless ``with_entropy``)."""
+    scaled = head(states).float() / temperature
+    logprobs = logprobs_from_logits(scaled, labels, 1.0)
+    entropy = entropy_from_logits(scaled) if with_entropy else torch.zeros_like(logprobs)
+    return torch.stack([logprobs, entropy], dim=-1)

@@ -43,8 +43,8 @@ from hybridflow.services.learner.batching import (
     MicroBatch,
     PaddedBatch,
     StepPlan,
-    build_padded_batch,
-    plan_micro_batches,
+    build_batch,
+    plan_step_micro_batches,
     validate_sequences,
 )
 from hybridflow.services.learner.distributed import all_reduce_sum
@@ -114,9 +114,7 @@ def preference_step(
         raise ValueError(f"preference loss {cfg.loss!r} needs learner.kl.use_reference: true")
     dist = worker.dist
     plan = StepPlan.build(len(records), 1, dist.world_size, dist.rank)
-    micro_batches = plan_micro_batches(
-        plan.rank_slices[0], dist.rank, worker.config.update.micro_batch_size, 0
-    )
+    micro_batches = _plan(worker, records, plan.rank_slices[0])
     metrics = StepMetrics(worker.device)
     num = float(len(records))
     num_tokens = float(sum(len(_completion(r)) for r in records))
@@ -132,7 +130,7 @@ def preference_step(
             (loss * dist.world_size).backward()
             continue
         batch = _batch(worker, records, micro)
-        logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
+        logp = _logp(worker, worker.actor, batch)
         if cfg.loss == "sft":
             loss = sft_nll_sum(logp, batch.response_mask) / num_tokens
             metrics.add("train/nll", loss)
@@ -180,11 +178,9 @@ def preference_eval(
     metrics = StepMetrics(worker.device)
     num = float(len(pairs))
     num_tokens = float(sum(len(p.chosen_ids) for p in pairs))
-    for micro in plan_micro_batches(
-        plan.rank_slices[0], dist.rank, worker.config.update.micro_batch_size, 0
-    ):
+    for micro in _plan(worker, pairs, plan.rank_slices[0]):
         batch = _batch(worker, pairs, micro)
-        logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
+        logp = _logp(worker, worker.actor, batch)
         rows = len(micro.indices)
         metrics.add("eval/nll", sft_nll_sum(logp[:rows], batch.response_mask[:rows]) / num_tokens)
         seq = sequence_logprobs(logp, batch.response_mask)
@@ -221,14 +217,55 @@ def _rows(records: Sequence[Any], indices: Sequence[int]) -> tuple[list[Any], li
 def _batch(worker: PolicyModels, records: Sequence[Any], micro: MicroBatch) -> PaddedBatch:
     prompts, completions = _rows(records, micro.indices)
     repeat = len(prompts) // len(micro.indices)
-    return build_padded_batch(
-        prompts, completions, worker.pad_id, worker.device, list(micro.weights) * repeat
+    return _build(
+        worker, prompts, completions, worker.pad_id, worker.device, list(micro.weights) * repeat
     )
+
+
+def _plan(
+    worker: PolicyModels, records: Sequence[Any], rank_slices: Sequence[Sequence[int]]
+) -> list[MicroBatch]:
+    """This rank's micro-batches: ``micro_batch_size`` records, or by the token budget of
+    ``learner.memory`` (a record's tokens: all of its rows')."""
+    return plan_step_micro_batches(
+        rank_slices,
+        worker.dist.rank,
+        worker.config.update.micro_batch_size,
+        0,
+        [_record_tokens(r) for r in records],
+        worker.config.memory.max_tokens_per_micro_batch,
+    )
+
+
+def _record_tokens(record: Any) -> int:
+    if isinstance(record, PreferencePair):
+        return 2 * len(record.prompt_ids) + len(record.chosen_ids) + len(record.rejected_ids)
+    return len(record.prompt_ids) + len(record.completion_ids)
+
+
+def _build(
+    worker: PolicyModels,
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    pad_id: int,
+    device: torch.device,
+    weights: Sequence[float],
+) -> PaddedBatch:
+    """The rows' batch, packed with ``learner.memory.packing``."""
+    return build_batch(
+        prompts, completions, pad_id, device, weights, packed=worker.config.memory.packing
+    )
+
+
+def _logp(worker: PolicyModels, model: nn.Module, batch: PaddedBatch) -> torch.Tensor:
+    """Response log-probs under ``model`` (chunked with ``learner.memory.logprob_chunk_tokens``)."""
+    chunk = worker.config.memory.logprob_chunk_tokens
+    return policy_forward(model, batch, LOGPROB_TEMPERATURE, False, chunk)[0]
 
 
 def _ref_logp(worker: PolicyModels, batch: PaddedBatch) -> torch.Tensor:
     assert worker.reference is not None
-    return policy_forward(worker.reference, batch, LOGPROB_TEMPERATURE, with_entropy=False)[0]
+    return _logp(worker, worker.reference, batch)
 
 
 def _reward_metrics(
@@ -307,10 +344,10 @@ def _orpo_micro(
     prompts = [p.prompt_ids[:c] for p, c in zip(pairs, cut)] + [p.prompt_ids for p in pairs]
     completions = [[*p.prompt_ids[c:], *p.chosen_ids] for p, c in zip(pairs, cut)]
     completions += [p.rejected_ids for p in pairs]
-    batch = build_padded_batch(
-        prompts, completions, worker.pad_id, worker.device, list(micro.weights) * 2
+    batch = _build(
+        worker, prompts, completions, worker.pad_id, worker.device, list(micro.weights) * 2
     )
-    logp, _ = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)
+    logp = _logp(worker, worker.actor, batch)
     nll = sft_nll_sum(logp[:rows], batch.response_mask[:rows]) / num_tokens
     slots = torch.arange(batch.response_mask.shape[1], device=worker.device)
     offset = torch.tensor(skip + [0] * rows, device=worker.device)
@@ -341,10 +378,8 @@ def _kto_reference_point(
     for micro in micro_batches:
         prompts = [records[i].prompt_ids for i in micro.indices]
         completions = [records[(i - 1) % n].completion_ids for i in micro.indices]
-        batch = build_padded_batch(
-            prompts, completions, worker.pad_id, worker.device, micro.weights
-        )
-        pol = policy_forward(worker.actor, batch, LOGPROB_TEMPERATURE, with_entropy=False)[0]
+        batch = _build(worker, prompts, completions, worker.pad_id, worker.device, micro.weights)
+        pol = _logp(worker, worker.actor, batch)
         diff = sequence_logprobs(pol, batch.response_mask) - sequence_logprobs(
             _ref_logp(worker, batch), batch.response_mask
         )

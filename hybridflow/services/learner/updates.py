@@ -14,6 +14,7 @@ This module knows nothing about gRPC, checkpoints or how the models were loaded.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -39,8 +40,8 @@ from hybridflow.services.learner.batching import (
     MicroBatch,
     PaddedBatch,
     StepPlan,
-    build_padded_batch,
-    plan_micro_batches,
+    build_batch,
+    plan_step_micro_batches,
 )
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.distributed import all_gather_objects
@@ -71,18 +72,55 @@ class UpdateContext:
 
     def batch(self, micro: MicroBatch) -> PaddedBatch:
         rows = [self.samples[i] for i in micro.indices]
-        batch = build_padded_batch(
+        batch = build_batch(
             [s.prompt_ids for s in rows],
             [s.response_ids for s in rows],
             self.pad_id,
             self.device,
             micro.weights,
+            packed=self.config.memory.packing,
         )
         if self.config.moe_router_replay:  # the samples' routing was checked on arrival
-            batch.routed_experts = batch_routing(
-                [s.routed_experts for s in rows], batch.input_ids.shape[1], self.device
-            )
+            if batch.packed:  # each sequence's routing at its own tokens, back to back
+                batch.routed_experts = torch.cat(
+                    [
+                        batch_routing([s.routed_experts], length, self.device)
+                        for s, length in zip(rows, self.lengths(micro.indices), strict=True)
+                    ]
+                )
+            else:
+                batch.routed_experts = batch_routing(
+                    [s.routed_experts for s in rows], batch.input_ids.shape[1], self.device
+                )
         return batch
+
+    def lengths(self, indices: Sequence[int] | None = None) -> list[int]:
+        """Prompt + response tokens of the samples at ``indices`` (None: all)."""
+        picked = self.samples if indices is None else [self.samples[i] for i in indices]
+        return [len(s.prompt_ids) + len(s.response_ids) for s in picked]
+
+    def plan_micro(
+        self, rank_slices: Sequence[Sequence[int]], filler_index: int
+    ) -> list[MicroBatch]:
+        """This rank's micro-batches of ``rank_slices`` (rows, or ``learner.memory``'s token
+        budget), as many as every other rank's."""
+        return plan_step_micro_batches(
+            rank_slices,
+            self.plan.rank,
+            self.config.update.micro_batch_size,
+            filler_index,
+            self.lengths(),
+            self.config.memory.max_tokens_per_micro_batch,
+        )
+
+    def logprobs(
+        self, model: nn.Module, batch: PaddedBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``policy_forward`` at the configured temperature and log-prob chunk."""
+        cfg = self.config
+        return policy_forward(
+            model, batch, cfg.temperature, with_entropy, cfg.memory.logprob_chunk_tokens
+        )
 
     def stack(
         self, per_sample: dict[int, torch.Tensor], micro: MicroBatch, width: int
@@ -100,12 +138,7 @@ class UpdateContext:
         return float(sum(len(self.samples[i].response_ids) for i in indices)), float(len(indices))
 
     def micro_batches(self, mb: int) -> list[MicroBatch]:
-        return plan_micro_batches(
-            self.plan.rank_slices[mb],
-            self.plan.rank,
-            self.config.update.micro_batch_size,
-            self.plan.mini_batches[mb].start,
-        )
+        return self.plan_micro(self.plan.rank_slices[mb], self.plan.mini_batches[mb].start)
 
     def rollout_logprobs(self, micro: MicroBatch, like: torch.Tensor) -> torch.Tensor:
         """The rollout engine's log-probs of a micro-batch, padded like ``like``."""
@@ -133,7 +166,7 @@ class UpdateContext:
         for micro in self.micro_batches(mb):
             batch = self.batch(micro)
             width, mask = batch.response_mask.shape[1], batch.response_mask
-            logp, entropy = policy_forward(actor, batch, cfg.temperature, with_entropy=True)
+            logp, entropy = self.logprobs(actor, batch, with_entropy=True)
             assert entropy is not None
             old = (
                 self.stack(cache["old_logp"], micro, width)
@@ -271,17 +304,15 @@ def precompute(
     cache: Cache = {}
     if not (need_old or reference is not None or critic is not None):
         return cache
-    for micro in plan_micro_batches(
-        ctx.plan.owned_by_rank(), ctx.plan.rank, cfg.update.micro_batch_size, 0
-    ):
+    for micro in ctx.plan_micro(ctx.plan.owned_by_rank(), 0):
         batch = ctx.batch(micro)
         results: dict[str, torch.Tensor] = {}
         if need_old and actor is not None:
-            results["old_logp"] = policy_forward(actor, batch, cfg.temperature, False)[0]
+            results["old_logp"] = ctx.logprobs(actor, batch, False)[0]
         if reference is not None:
             # The reference routes by itself: replay follows the policy that sampled.
             own = replace(batch, routed_experts=None)
-            results["ref_logp"] = policy_forward(reference, own, cfg.temperature, False)[0]
+            results["ref_logp"] = ctx.logprobs(reference, own, False)[0]
         if critic is not None:
             results["values"] = value_forward(critic, batch)
         for key, tensor in results.items():

@@ -43,15 +43,15 @@ from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.models.router_replay import check_routing, moe_routers
 from hybridflow.services.learner.batching import (
     StepPlan,
-    build_padded_batch,
-    plan_micro_batches,
+    build_batch,
+    plan_step_micro_batches,
     split_contiguous,
     validate_samples,
     validate_sequences,
 )
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.distributed import all_gather_objects, current_dist_info
-from hybridflow.services.learner.forward import policy_forward
+from hybridflow.services.learner.forward import output_head, policy_forward
 from hybridflow.services.learner.fsdp import iter_full_state_dict, shard_module
 from hybridflow.services.learner.metrics import StepMetrics
 from hybridflow.services.learner.mfu import (
@@ -150,6 +150,8 @@ class LearnerWorker:
                 f"learner.moe_router_replay: {model_path} has no mixture-of-experts layers "
                 "whose routing could be replayed (Qwen3-MoE routers are)"
             )
+        if config.memory.logprob_chunk_tokens > 0 and self._actor is not None:
+            output_head(self._actor)  # refuses a model whose logits it cannot chunk
         embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)
@@ -388,18 +390,28 @@ class LearnerWorker:
         mine: list[FloatArray] = []
         if self._actor is None:
             return [row for part in all_gather_objects(mine) for row in part]
+        memory = self.config.memory
         slices = [list(r) for r in split_contiguous(len(prompts), self.role.group_size)]
-        for micro in plan_micro_batches(
-            slices, self.role.group_rank, self.config.update.micro_batch_size, 0
+        lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
+        for micro in plan_step_micro_batches(
+            slices,
+            self.role.group_rank,
+            self.config.update.micro_batch_size,
+            0,
+            lengths,
+            memory.max_tokens_per_micro_batch,
         ):
-            batch = build_padded_batch(
+            batch = build_batch(
                 [prompts[i] for i in micro.indices],
                 [responses[i] for i in micro.indices],
                 self.pad_id,
                 self.device,
                 micro.weights,
+                packed=memory.packing,
             )
-            logprobs, _ = policy_forward(self._actor, batch, temperature, with_entropy=False)
+            logprobs, _ = policy_forward(
+                self._actor, batch, temperature, False, memory.logprob_chunk_tokens
+            )
             for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
                 if w > 0:
                     mine.append(logprobs[row, : len(responses[i])].float().cpu().numpy())

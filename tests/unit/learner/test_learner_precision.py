@@ -9,25 +9,24 @@ from typing import Any
 import pytest
 import torch
 
-from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.memory_config import LearnerMemoryConfig
 from hybridflow.services.learner.precision import check_memory_config
 from hybridflow.services.learner.train_state import save_train_state
 from hybridflow.services.learner.worker import LearnerWorker
+from tests.helpers import learner_config
 
 BASE: dict[str, Any] = {
     "algorithm": "grpo",
-    "lr": 1e-3,
-    "micro_batch_size": 2,
-    "use_reference": True,
-    "kl_coef": 0.05,
-    "entropy_coef": 0.01,
+    "optimizer": {"lr": 1e-3},
+    "update": {"micro_batch_size": 2},
+    "kl": {"use_reference": True, "coef": 0.05},
+    "loss": {"entropy_coef": 0.01},
 }
 REWARDS = [1.0, 0.0, 0.5, 1.0, 0.0, 0.2]
 
 
 def _worker(path: Path, **memory: Any) -> LearnerWorker:
-    return LearnerWorker(LearnerConfig(**BASE, memory=LearnerMemoryConfig(**memory)), path)
+    return LearnerWorker(learner_config(BASE, memory=LearnerMemoryConfig(**memory)), path)
 
 
 def _step(worker: LearnerWorker, samples: list[Any]) -> dict[str, Any]:
@@ -163,8 +162,11 @@ def test_the_critic_takes_checkpointing_and_bf16_too(
     tiny_checkpoint: Path, make_samples: Any
 ) -> None:
     def run(**memory: Any) -> dict[str, float]:
-        cfg = LearnerConfig(
-            algorithm="ppo", lr=1e-3, critic_lr=1e-3, memory=LearnerMemoryConfig(**memory)
+        cfg = learner_config(
+            algorithm="ppo",
+            optimizer={"lr": 1e-3},
+            critic={"lr": 1e-3},
+            memory=LearnerMemoryConfig(**memory),
         )
         return LearnerWorker(cfg, tiny_checkpoint).train_step(make_samples(REWARDS)).metrics
 

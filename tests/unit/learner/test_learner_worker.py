@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from hybridflow.services.learner.memory_config import LearnerMemoryConfig
 from hybridflow.services.learner.worker import LearnerWorker
 from hybridflow.types import TrainSample
 from tests.helpers import learner_config
@@ -76,10 +77,23 @@ def test_equal_rewards_give_zero_advantage_and_zero_loss(
     assert result.policy_version == 1
 
 
-def test_micro_batching_matches_one_big_batch(tiny_checkpoint: Path, make_samples) -> None:
+@pytest.mark.parametrize(
+    "split_by",
+    [
+        {"update": {"micro_batch_size": 2}},
+        # Token budgets (learner.memory) over samples of 5, 8, 11, 6, 9, 7, 7 tokens:
+        # 14 gives [5, 8], [11], [6], [9], [7, 7]; 20 gives [5, 8], [11, 6], [9, 7], [7].
+        {"memory": LearnerMemoryConfig(max_tokens_per_micro_batch=14)},
+        {"memory": LearnerMemoryConfig(max_tokens_per_micro_batch=20, packing=True)},
+    ],
+    ids=["rows", "tokens", "tokens_packed"],
+)
+def test_micro_batching_matches_one_big_batch(
+    tiny_checkpoint: Path, make_samples, split_by: dict[str, object]
+) -> None:
     samples = make_samples([1.0, 0.0, 0.3, 0.9, 0.5, 0.0, 0.2])
     whole = _worker(tiny_checkpoint, update={"micro_batch_size": 16})
-    split = _worker(tiny_checkpoint, update={"micro_batch_size": 2})
+    split = _worker(tiny_checkpoint, **split_by)
     m_whole = whole.train_step(samples).metrics
     m_split = split.train_step(samples).metrics
     for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
