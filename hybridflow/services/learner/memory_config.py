@@ -19,8 +19,9 @@ class LearnerMemoryConfig:
     """How the learner holds a step in memory (the results stay those of the default)."""
 
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Parameters and compute: float32, or bfloat16 with float32 master weights, optimizer
-    state and gradient reduction (FSDP2's MixedPrecisionPolicy)."""
+    """Parameters and compute: float32, or bfloat16 compute with float32 master weights,
+    optimizer state and gradient reduction (FSDP2's MixedPrecisionPolicy on 2+ ranks;
+    autocast in a single process)."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping
     them."""
