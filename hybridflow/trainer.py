@@ -1,7 +1,7 @@
 """``RLTrainer``: the whole RL step in one process, over the in-process twins of the services.
 
-Each ``step`` runs the coordinator's own schedule (``TrainingJob``, synchronous:
-``max_staleness: 0``) for one step over ``LocalRollout``, ``RewardScorer`` and ``LearnerCore``
+Each ``step`` runs one ``TrainingJob.step`` of the coordinator's own schedule (synchronous:
+``max_staleness: 0``; the job continues the previous one's state) over ``LocalRollout``, ``RewardScorer`` and ``LearnerCore``
 directly: no sockets, no subprocesses, and the same admission, dispatch, scoring, dynamic
 sampling, ReMax baselines, metrics and audit as a job started with ``deploy/launch.sh``.
 
@@ -149,7 +149,12 @@ class RLTrainer:
             continue_from=self._state,
             needs=self.learner.schedule_needs(),
         )
-        job.run()
+        run = job.open()
+        try:
+            if not job.step(run.first_step, run):
+                raise RuntimeError("RLTrainer.step: the job stopped before it trained")
+        finally:
+            job.close(run)
         self._state = job.state
         m = job.last_metrics
         metrics = {

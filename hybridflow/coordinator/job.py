@@ -408,10 +408,10 @@ class TrainingJob:
     # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
         """Trains steps until ``num_steps`` or a stop; checkpoints; returns the summary."""
-        run = self._open()
+        run = self.open()
         try:
             for step in range(run.first_step, self.config.num_steps + 1):
-                if not self._train_one(step, run):
+                if not self.step(step, run):
                     run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
             self._finish(run)
@@ -420,12 +420,14 @@ class TrainingJob:
             self.control.finish(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            self._close(run)
+            self.close(run)
         return self._summarize(run)
 
-    def _open(self) -> RunState:
+    def open(self) -> RunState:
         """Restores (resume), opens the logs, brings fresh replicas up to date, starts the
-        dispatchers."""
+        dispatchers. ``run`` is ``open``, ``step`` until ``num_steps`` or a stop, the final
+        checkpoint, ``close`` and the summary; ``RLTrainer`` calls ``open``, one ``step`` and
+        ``close`` for each of its steps (no checkpoints, no summary)."""
         if self.resume:
             self._restore()
         st = self.state
@@ -448,8 +450,9 @@ class TrainingJob:
             d.start()
         return run
 
-    def _train_one(self, step: int, run: RunState) -> bool:
-        """One step: batch → train → publish → pace → log → checkpoint. False: stopped."""
+    def step(self, step: int, run: RunState) -> bool:
+        """Train step ``step`` of the open ``run``: batch → train → publish → pace → log →
+        checkpoint. False: stopped before it trained."""
         cfg, st = self.config, self.state
         if not self.control.wait_to_continue():
             return False
@@ -548,7 +551,7 @@ class TrainingJob:
                     f"hf/{self.checkpoints.step_name(st.step)}"
                 )
 
-    def _close(self, run: RunState) -> None:
+    def close(self, run: RunState) -> None:
         """Stops the dispatchers and closes the logs (also after a failure)."""
         self._stop.set()
         self.buffer.wake_all()
