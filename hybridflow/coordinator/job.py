@@ -32,6 +32,11 @@ Invariants (tested in tests/unit/coordinator/):
   while its engine makes no progress on the request it holds, fails within
   ``replica_stall_timeout_s`` (``liveness.py``), so a hung one holds neither a batch nor a
   publish. Liveness probes never run inside the learner's critical section.
+
+The file is long on purpose: the step loop, the checkpoints and the replicas' publish and
+rejoin share one buffer, one set of dispatchers and the learner's lock, so they stay one
+class. What needs none of that state lives beside it (``buffer``, ``dispatch``,
+``staleness``, ``schedule_state``, ``run_records``).
 """
 
 from __future__ import annotations

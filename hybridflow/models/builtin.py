@@ -173,12 +173,19 @@ def _install(entry: ShippedModel, source: Path, models_root: Path, target: Path)
                 f"the shipped builtin:{entry.name} in {source} does not match its manifest "
                 f"({'; '.join(problems)}): reinstall hybridflow, or rebuild with `make builtins`"
             )
-        for child in tmp.iterdir():  # mkdtemp is private; the cache is meant to be readable
-            child.chmod(0o644)
-        tmp.chmod(0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
+        move_into_place(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def move_into_place(tmp: Path, target: Path) -> None:
+    """A finished build in the private temp dir ``tmp`` becomes the cache entry ``target``:
+    made readable (mkdtemp is private; the cache is meant to be readable), any old ``target``
+    removed, then one rename."""
+    for child in tmp.iterdir():
+        child.chmod(0o644)
+    tmp.chmod(0o755)
+    if target.exists():
+        shutil.rmtree(target)
+    os.rename(tmp, target)

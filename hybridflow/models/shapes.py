@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -113,16 +112,13 @@ def ensure_shape_model(name: str, root: str | Path | None = None) -> Path:
 
 
 def _build_into(shape: ModelShape, models_root: Path, target: Path) -> None:
+    from hybridflow.models.builtin import move_into_place
+
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=models_root))
     try:
         build_shape_model(shape, tmp)
         (tmp / COMPLETE).write_text(shape.digest() + "\n")
-        for child in tmp.iterdir():
-            child.chmod(0o644)
-        tmp.chmod(0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
+        move_into_place(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -1,4 +1,6 @@
-"""Learner service configuration (imports without torch or grpc).
+"""Learner service configuration (imports without torch or grpc). One file for the whole
+section: its sub-sections are small, each field with its docstring and bound, and a reader
+(and the loader) sees the tree of ``learner.*`` keys in one place.
 
 ``LearnerConfig`` picks the algorithm (GRPO, PPO, online DPO or RFT) and the pieces that
 override its preset (advantage estimator, policy loss); its sections hold the rest by concern:
