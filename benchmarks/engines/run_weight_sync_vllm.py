@@ -2,6 +2,7 @@
 
     python benchmarks/engines/run_weight_sync_vllm.py                 # 100m, TP 2, 5 syncs
     python benchmarks/engines/run_weight_sync_vllm.py --model tiny --syncs 3
+    python benchmarks/engines/run_weight_sync_vllm.py --model builtin:qwen2.5-0.5b-shape --syncs 3
 
 One real rollout service process (``rollout.engine=vllm``, ``tensor_parallel_size`` TP
 workers) and one in-process learner (one rank) holding the same model. Each variant is a
@@ -109,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="100m", help="100m or tiny (builtin:tiny)")
+    parser.add_argument(
+        "--model",
+        default="100m",
+        help="100m (a Llama built here), or a model spec: builtin:tiny, "
+        "builtin:qwen2.5-0.5b-shape, a checkpoint directory",
+    )
     parser.add_argument("--tp", type=int, default=2, help="TP workers of the vLLM replica")
     parser.add_argument("--syncs", type=int, default=5, help="timed syncs per variant and round")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
@@ -129,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        if args.model == "tiny":
-            path = resolve_model_path("builtin:tiny")
-        else:
+        if args.model == "100m":
             path = build_100m(tmp / "llama-100m")
+        else:  # "tiny" is the old spelling of builtin:tiny
+            path = resolve_model_path("builtin:tiny" if args.model == "tiny" else args.model)
         worker = LearnerWorker(LearnerConfig(), path)
         model_bytes = sum(p.numel() * p.element_size() for p in worker.actor.parameters())
         proc, address, log_path = start_service(path, args.tp, tmp)
