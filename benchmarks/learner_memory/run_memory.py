@@ -12,7 +12,13 @@ the log-probs and entropy, ``backward`` per micro-batch as the actor update does
 * ``chunked``: ``logprob_chunk_tokens = --chunk``;
 * ``packed``: ``packing``;
 * ``token_budget``: ``max_tokens_per_micro_batch = --budget`` (padded rows);
-* ``all``: the three together.
+* ``logprob_tools``: the three above together;
+* ``bf16``: ``dtype: bfloat16`` as a single-process learner runs it (autocast over the fp32
+  parameters; a sharded learner all-gathers in bf16 instead);
+* ``checkpointing``: ``activation_checkpointing`` (every decoder layer recomputed in the
+  backward);
+* ``all``: the five together. ``cpu_offload`` is not a setting here: on a CPU learner the
+  parameters already live in host memory and it changes nothing (docs/learner-memory.md).
 
 Peak RSS is the process's ``VmHWM``, reset (``/proc/self/clear_refs``) after the model is
 built, so it is the step's peak over the model's resident size; ``model_rss_mb`` is that size.
@@ -43,7 +49,10 @@ SETTINGS: dict[str, dict[str, bool]] = {
     "chunked": {"chunk": True},
     "packed": {"packing": True},
     "token_budget": {"budget": True},
-    "all": {"chunk": True, "packing": True, "budget": True},
+    "logprob_tools": {"chunk": True, "packing": True, "budget": True},
+    "bf16": {"bf16": True},
+    "checkpointing": {"checkpointing": True},
+    "all": {"chunk": True, "packing": True, "budget": True, "bf16": True, "checkpointing": True},
 }
 
 
@@ -88,6 +97,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from hybridflow.models.shapes import QWEN25_05B
     from hybridflow.services.learner.batching import build_batch, plan_step_micro_batches
     from hybridflow.services.learner.forward import policy_forward
+    from hybridflow.services.learner.models import decoder_layer_classes
+    from hybridflow.services.learner.precision import autocast_forward, checkpoint_layers
 
     torch.set_num_threads(args.threads)
     flags = SETTINGS[name]
@@ -95,6 +106,10 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     config = Qwen2Config(**{**QWEN25_05B.dims, "num_hidden_layers": args.layers})
     model = Qwen2ForCausalLM(config).float().eval()
+    if flags.get("checkpointing"):  # before autocast, as the learner applies them
+        checkpoint_layers(model, decoder_layer_classes(model))
+    if flags.get("bf16"):
+        autocast_forward(model, "cpu")
     build_s = time.perf_counter() - started
     vocab = config.vocab_size
     prompt_lens, response_lens = _lengths(args.tokens, args.seed)

@@ -228,6 +228,13 @@ class UpdateContext:
                     agg_loss(diff, mask, "token-mean", num_tokens=batch_tokens),
                 )
                 m.max("training/rollout_probs_diff_max", masked_extrema(diff, mask)[0])
+                # The same mismatch in log space, where a precision change shows first.
+                logp_diff = (rollout - old).abs()
+                m.add(
+                    "training/rollout_logprob_diff_mean",
+                    agg_loss(logp_diff, mask, "token-mean", num_tokens=batch_tokens),
+                )
+                m.max("training/rollout_logprob_diff_max", masked_extrema(logp_diff, mask)[0])
             (loss * self.world_size).backward()
         self._step(actor, optim, "actor", scale)
 
