@@ -155,6 +155,8 @@ class TrainingJob:
         self._publishing: threading.Thread | None = None
         """The background publish in flight (``_sync_weights``), until joined."""
         self._publish_error: BaseException | None = None
+        # Only when the next step may train before the publish ends (sync runs gain nothing).
+        self._overlap_publish = config.overlap_publish and bound.max_steps >= 1
         self.events = EventLog(run_dir / "events.jsonl")
         self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
         self.state = self._initial_state(continue_from)
@@ -287,8 +289,9 @@ class TrainingJob:
                     self._stop.wait(1.0)
 
     def _sync_weights(self, step: int, version: int, since: float) -> None:
-        """Step ``step``'s weights (``version``) to the serving replicas. A learner that
-        publishes in the background (``PublishesInBackground``) is asked to start, which
+        """Step ``step``'s weights (``version``) to the serving replicas. In an async run
+        (``overlap_publish``), a learner that publishes in the background
+        (``PublishesInBackground``) is asked to start, which
         returns once its weights are snapshotted, and a thread waits for the end while the
         next step trains; the replicas are noted at ``version`` and admission learns the step
         is out only once every target holds it. One publish is in flight at a time: the next
@@ -296,7 +299,7 @@ class TrainingJob:
         self._join_publish()
         learner = self.services.learner
         serving = [d for d in self.dispatchers if not d.failed]
-        if serving and isinstance(learner, PublishesInBackground):
+        if serving and self._overlap_publish and isinstance(learner, PublishesInBackground):
             targets = [self.services.weight_targets[d.index] for d in serving]
             try:
                 with self._learner_lock:

@@ -285,7 +285,8 @@ class DistPublisher:
         aborts the group), the group is (re)built if the targets changed, this rank's shards
         are copied, and their send, with rank 0's receive calls, runs on a background thread
         over the weight-sync group only: never the learner's own group, so it may run beside
-        the next train step's collectives. ``finish`` reports it (rank 0)."""
+        the next train step's collectives. ``finish`` reports it (rank 0). On NCCL the send
+        runs inline instead (``in_background``)."""
         self.start_with(targets, version, *self._reach())
 
     def start_with(
@@ -305,7 +306,8 @@ class DistPublisher:
         try:
             if self._group is None or tuple(targets) != self._targets:
                 self._build(tuple(targets), join, describe)
-            shards = {n: _snapshot(p, self._wire_dtype) for n, p in self.module.named_parameters()}
+            copy = _snapshot if self.in_background else _local
+            shards = {n: copy(p, self._wire_dtype) for n, p in self.module.named_parameters()}
         except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
             ok, error = False, f"{type(exc).__name__}: {exc}"
         if not _all_ok(ok, self.group):
@@ -313,9 +315,24 @@ class DistPublisher:
             raise RuntimeError(
                 f"weight sync to {list(targets)} failed: {error or 'on another learner rank'}"
             )
-        self._inflight = self._reported = self._sender.submit(
-            self._send, tuple(targets), version, shards, receive, start
-        )
+        if self.in_background:
+            self._inflight = self._reported = self._sender.submit(
+                self._send, tuple(targets), version, shards, receive, start
+            )
+            return
+        done: Future[WeightUpdateReport] = Future()
+        try:
+            done.set_result(self._send(tuple(targets), version, shards, receive, start))
+        except Exception as exc:  # noqa: BLE001 — settled and reported like a background one
+            done.set_exception(exc)
+        self._inflight = self._reported = done
+
+    @property
+    def in_background(self) -> bool:
+        """Whether ``start`` leaves the send to a background thread: on gloo (CPU). NCCL
+        sends inline: NCCL kernels of two communicators (this group's and FSDP's) issued from
+        two threads in different orders on different ranks may wait on each other."""
+        return self.backend == "gloo"
 
     def finish(self) -> WeightUpdateReport:
         """Waits for the send ``start`` began (bounded by ``timeout_s``) and reports it; on

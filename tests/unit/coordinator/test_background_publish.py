@@ -131,21 +131,20 @@ def test_in_an_async_run_each_publish_runs_beside_the_next_train_step(tmp_path) 
         assert all(step - 1 - s.policy_version <= 2 for s in batch)
 
 
-def test_a_sync_run_still_generates_each_batch_under_the_previous_step_weights(
-    tmp_path,
-) -> None:
+def test_a_sync_run_publishes_before_the_next_generation(tmp_path) -> None:
     job, learner = make_job(tmp_path, hold=False, max_staleness=0)
     job.run()
     for step, batch in enumerate(learner.batches, start=1):
         assert {s.policy_version for s in batch} == {step - 1}  # on-policy
-    # Each train step came after the publish of the step before had finished.
-    events = [e for e in learner.log if e[0] in ("train", "finish")]
-    assert events == [
-        ("train", 1),
-        *[e for v in range(1, 5) for e in (("finish", v), ("train", v + 1))],
-        ("finish", 5),
-    ]
-    assert learner.overlapped == []
+    # Nothing to overlap: the plain publish, which ends before the step does.
+    assert [kind for kind, _ in learner.log] == ["train"] * 5
+
+
+def test_overlap_publish_false_keeps_every_publish_on_the_step(tmp_path) -> None:
+    job, learner = make_job(tmp_path, hold=False, max_staleness=2, overlap_publish=False)
+    summary = job.run()
+    assert summary.num_steps == 5 and job.dispatchers[0].published_version == 5
+    assert [kind for kind, _ in learner.log] == ["train"] * 5 and learner.overlapped == []
 
 
 def test_a_failed_background_publish_is_done_again_and_nothing_is_lost(tmp_path) -> None:
