@@ -283,8 +283,8 @@ class TrainingJob:
                             describe_error(exc),
                         )
                 if not dead:
-                    if time.monotonic() > deadline:
-                        raise
+                    if time.monotonic() > deadline or self._stop.is_set():
+                        raise  # past the wait, or the job is closing (a publish thread)
                     log.warning("weight publish failed (%s); retrying", describe_error(exc))
                     self._stop.wait(1.0)
 
@@ -631,13 +631,13 @@ class TrainingJob:
                 )
 
     def close(self, run: RunState) -> None:
-        """Waits for the publish in flight, stops the dispatchers and closes the logs (also
-        after a failure)."""
+        """Stops the dispatchers, waits for the publish in flight (a failed one is not
+        retried any more) and closes the logs (also after a failure)."""
+        self._stop.set()
         try:
             self._join_publish()
         except RuntimeError as exc:
             log.warning("%s", exc)
-        self._stop.set()
         self.buffer.wake_all()
         for d in self.dispatchers:
             d.join(timeout=60)

@@ -180,3 +180,32 @@ def test_a_publish_that_cannot_be_done_again_stops_the_run(tmp_path) -> None:
     learner.publish_weights = refuse  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="weight publish failed"):
         job.run()
+
+
+def test_a_job_failing_mid_publish_stops_retrying_it_when_it_closes(tmp_path) -> None:
+    """The learner fails: the background publish of v2 fails and its synchronous retry keeps
+    failing while every replica answers (it would retry for service_wait_s), then step 3's
+    train step fails. Closing the job ends the retries instead of waiting them out."""
+    job, learner = make_job(tmp_path, hold=False, max_staleness=2, num_steps=20)
+    learner.fail_finish_of = 2
+    learner.fail_at_step = 3
+    attempts: list[int] = []
+    retrying = threading.Event()
+
+    def refuse(targets: Sequence[str]) -> WeightUpdateReport:
+        attempts.append(1)
+        retrying.set()
+        raise Unavailable()
+
+    original = learner.train_step
+
+    def train_step(samples: list[TrainSample]) -> TrainStepResult:
+        if len(learner.batches) + 1 >= 3:
+            assert retrying.wait(WAIT_S)  # step 3 fails while the publish is being retried
+        return original(samples)
+
+    learner.publish_weights = refuse  # type: ignore[method-assign]
+    learner.train_step = train_step  # type: ignore[method-assign]
+    with pytest.raises(Unavailable):
+        job.run()
+    assert 1 <= len(attempts) <= 3  # not one a second for coordinator.service_wait_s (120 s)
