@@ -10,7 +10,7 @@ it sheds load, another ``ServiceError`` otherwise. Imports neither gRPC, torch n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hybridflow.types import (
     Completion,
@@ -47,6 +47,22 @@ class RewardClient(Protocol):
 
     def score_batch(self, items: list[ScoreItem]) -> list[ScoreResult]:
         """One result per item, in order."""
+        ...
+
+
+@runtime_checkable
+class PublishesInBackground(Protocol):
+    """A learner whose weight publish can run beside its next train step (the gRPC client
+    and ``LearnerCore``; a learner without it publishes synchronously)."""
+
+    def start_publish(self, targets: Sequence[str]) -> int:
+        """Begins a publish of the current weights; returns its version once the next
+        train step may run (the weights are snapshotted, their send under way)."""
+        ...
+
+    def finish_publish(self) -> WeightUpdateReport:
+        """Waits for that publish; its report once every target holds the weights. Raises
+        (a ``ServiceError`` over gRPC) if they may not."""
         ...
 
 

@@ -74,6 +74,7 @@ def start_learner_server(
         chunk_bytes=MIB,
         checkpoint_root=cfg.checkpoint_dir,
         weight_sync=weight_sync,  # type: ignore[arg-type]
+        finish_publish=core.finish_publish,
     )
     server = start_server(
         ServerConfig(max_message_bytes=max_bytes),

@@ -59,6 +59,13 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
             [m["timing_s/update_actor"] + m.get("timing_s/update_weights", 0.0) for m in timed]
         ),
         "mean_sync_s": mean([m.get("timing_s/update_weights", 0.0) for m in timed]),
+        "mean_step_s": mean([m["timing_s/step"] for m in timed]),
+        "mean_learner_compute_s": mean([m.get("timing_s/learner_compute", 0.0) for m in timed]),
+        # A publish's whole wall time, from the end of its train step until every replica
+        # holds it (beside the next step when coordinator.overlap_publish is on).
+        "mean_publish_wall_s": mean(
+            [e["duration_s"] for e in events if e["kind"] == "sync" and e["start"] >= t_first]
+        ),
         "peak_rss_bytes": {k: int(v["peak_rss_bytes"]) for k, v in usage.items()},
         "peak_gpu_bytes": {
             k: int(v["peak_gpu_bytes"]) for k, v in usage.items() if "peak_gpu_bytes" in v

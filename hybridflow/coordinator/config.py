@@ -61,6 +61,13 @@ class CoordinatorConfig:
     max_staleness: int = knob(0, ge=0)
     """Versions a sample may lag the learner: 0 is synchronous on-policy PPO; k > 0 lets
     rollout run up to k versions ahead of training (asynchronous PPO)."""
+    overlap_publish: bool = True
+    """Asynchronous runs (max_staleness >= 1 version per step): each weight publish runs
+    beside the next train step (the learner sends a snapshot of its shards from a background
+    thread; a replica counts as holding the new version only once the publish finished).
+    Costs the learner one copy of its parameter shards while a publish is on the wire.
+    false: every publish ends before the next step starts. Synchronous runs always publish
+    before the next generation."""
     admission: AdmissionPolicy = "pace"
     """When generation may start, within max_staleness: pace (just in time to keep the
     learner busy, so samples are as fresh as the overlap allows: about 1 version stale when

@@ -50,6 +50,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hybridflow.clients import PublishesInBackground
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
 from hybridflow.coordinator.checkpoint_config import (
@@ -151,6 +152,11 @@ class TrainingJob:
         self.buffer = self._make_buffer(bound)
         self._stop = threading.Event()
         self._learner_lock = threading.Lock()  # trainer loop and rejoining dispatchers
+        self._publishing: threading.Thread | None = None
+        """The background publish in flight (``_sync_weights``), until joined."""
+        self._publish_error: BaseException | None = None
+        # Only when the next step may train before the publish ends (sync runs gain nothing).
+        self._overlap_publish = config.overlap_publish and bound.max_steps >= 1
         self.events = EventLog(run_dir / "events.jsonl")
         self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
         self.state = self._initial_state(continue_from)
@@ -277,10 +283,78 @@ class TrainingJob:
                             describe_error(exc),
                         )
                 if not dead:
-                    if time.monotonic() > deadline:
-                        raise
+                    if time.monotonic() > deadline or self._stop.is_set():
+                        raise  # past the wait, or the job is closing (a publish thread)
                     log.warning("weight publish failed (%s); retrying", describe_error(exc))
                     self._stop.wait(1.0)
+
+    def _sync_weights(self, step: int, version: int, since: float) -> None:
+        """Step ``step``'s weights (``version``) to the serving replicas. In an async run
+        (``overlap_publish``), a learner that publishes in the background
+        (``PublishesInBackground``) is asked to start, which
+        returns once its weights are snapshotted, and a thread waits for the end while the
+        next step trains; the replicas are noted at ``version`` and admission learns the step
+        is out only once every target holds it. One publish is in flight at a time: the next
+        one, a checkpoint and ``close`` wait for it first."""
+        self._join_publish()
+        learner = self.services.learner
+        serving = [d for d in self.dispatchers if not d.failed]
+        if serving and self._overlap_publish and isinstance(learner, PublishesInBackground):
+            targets = [self.services.weight_targets[d.index] for d in serving]
+            try:
+                with self._learner_lock:
+                    learner.start_publish(targets)
+            except ServiceError as exc:
+                log.warning("weight publish did not start (%s)", describe_error(exc))
+            else:
+                self._publishing = threading.Thread(
+                    target=self._complete_publish,
+                    args=(learner, serving, step, version, since),
+                    name="weight-publish",
+                    daemon=True,
+                )
+                self._publishing.start()
+                return
+        self._publish()  # synchronous: probes, drops the dead, retries
+        self._published(step, version, since)
+
+    def _complete_publish(
+        self,
+        learner: PublishesInBackground,
+        serving: Sequence[ReplicaDispatcher],
+        step: int,
+        version: int,
+        since: float,
+    ) -> None:
+        """The publish thread: waits for the learner's report, notes the replicas, frees
+        admission. A failed background publish is done again synchronously (``_publish``:
+        the dead replica leaves the set, the others get the then current weights, whose
+        version its report gives)."""
+        try:
+            try:
+                report = learner.finish_publish()
+                for d in serving:
+                    d.note_published(report.policy_version)
+            except ServiceError as exc:
+                log.warning("background weight publish failed (%s); again", describe_error(exc))
+                self._publish()
+            self._published(step, version, since)
+        except BaseException as exc:  # noqa: BLE001 — raised by the trainer loop's next join
+            self._publish_error = exc
+
+    def _published(self, step: int, version: int, since: float) -> None:
+        self.buffer.publish(step)
+        self.events.record("sync", since, time.time(), step=step, version=version)
+
+    def _join_publish(self) -> None:
+        """Waits for the background publish in flight (bounded: its learner call has a
+        deadline) and raises what failed it."""
+        thread, self._publishing = self._publishing, None
+        if thread is not None:
+            thread.join()
+        error, self._publish_error = self._publish_error, None
+        if error is not None:
+            raise RuntimeError(f"weight publish failed: {error}") from error
 
     def _next_batch(self, version: int) -> list[ScoredGroup] | None:
         """Blocks for a batch; waits (bounded) while no replica serves; raises if the
@@ -399,6 +473,7 @@ class TrainingJob:
         """Learner train state, then the schedule's state (which completes the checkpoint)."""
         if self.checkpoints is None:
             return ""
+        self._join_publish()  # the schedule state saved says which step is out
         if self.checkpoints.is_complete(step):
             return str(self.checkpoints.root / self.checkpoints.step_name(step))
         self.checkpoints.begin(step)
@@ -419,6 +494,7 @@ class TrainingJob:
                 if not self.step(step, run):
                     run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
+            self._join_publish()
             self._finish(run)
             self.control.finish()
         except Exception as exc:
@@ -475,9 +551,7 @@ class TrainingJob:
         version = result.policy_version
         if step % cfg.sync_every == 0:
             # A failed replica leaves the set: the weight-sync group is re-planned.
-            self._publish()
-            self.buffer.publish(step)
-            self.events.record("sync", w2, time.time(), step=step, version=version)
+            self._sync_weights(step, version, w2)
         lead = self.buffer.pace(self.pacer, wait_s=t1 - t0)  # pacing.py
         t3 = time.perf_counter()
         st.learner_busy_s += t3 - t1
@@ -557,8 +631,13 @@ class TrainingJob:
                 )
 
     def close(self, run: RunState) -> None:
-        """Stops the dispatchers and closes the logs (also after a failure)."""
+        """Stops the dispatchers, waits for the publish in flight (a failed one is not
+        retried any more) and closes the logs (also after a failure)."""
         self._stop.set()
+        try:
+            self._join_publish()
+        except RuntimeError as exc:
+            log.warning("%s", exc)
         self.buffer.wake_all()
         for d in self.dispatchers:
             d.join(timeout=60)

@@ -95,6 +95,7 @@ RULES: dict[str, Rule] = {
         "admission is rebuilt from it and every batch is checked against it"
     ),
     "coordinator.admission": _SCHEDULE,
+    "coordinator.overlap_publish": _SCHEDULE,
     "coordinator.dynamic_sampling": _SCHEDULE,
     "coordinator.dynamic_sampling_max_rounds": _SCHEDULE,
     "coordinator.rollout_addresses": _ADDRESS,

@@ -50,6 +50,16 @@ class LearnerServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsRequest.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.FromString,
                 _registered_method=True)
+        self.StartPublish = channel.unary_unary(
+                '/hybridflow.v1.LearnerService/StartPublish',
+                request_serializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.FromString,
+                _registered_method=True)
+        self.FinishPublish = channel.unary_unary(
+                '/hybridflow.v1.LearnerService/FinishPublish',
+                request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.FromString,
+                _registered_method=True)
         self.GetWeights = channel.unary_stream(
                 '/hybridflow.v1.LearnerService/GetWeights',
                 request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
@@ -96,6 +106,23 @@ class LearnerServiceServicer:
 
     def PublishWeights(self, request, context):
         """Sends the current weights to rollout replicas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartPublish(self, request, context):
+        """Starts a publish of the current weights and returns once every rank holds a snapshot
+        of its shards and their send has begun (policy_version: the version being sent); the
+        next TrainStep may run while it is on the wire. FinishPublish reports how it ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishPublish(self, request, context):
+        """Waits (without blocking other calls) for the publish StartPublish began, and reports
+        it once every target holds its weights; an error means they may not.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,6 +180,16 @@ def add_LearnerServiceServicer_to_server(servicer, server):
             'PublishWeights': grpc.unary_unary_rpc_method_handler(
                     servicer.PublishWeights,
                     request_deserializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.SerializeToString,
+            ),
+            'StartPublish': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartPublish,
+                    request_deserializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.SerializeToString,
+            ),
+            'FinishPublish': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishPublish,
+                    request_deserializer=hybridflow_dot_v1_dot_common__pb2.Empty.FromString,
                     response_serializer=hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.SerializeToString,
             ),
             'GetWeights': grpc.unary_stream_rpc_method_handler(
@@ -261,6 +298,60 @@ class LearnerService:
             target,
             '/hybridflow.v1.LearnerService/PublishWeights',
             hybridflow_dot_v1_dot_learner__pb2.PublishWeightsRequest.SerializeToString,
+            hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartPublish(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.LearnerService/StartPublish',
+            hybridflow_dot_v1_dot_learner__pb2.PublishWeightsRequest.SerializeToString,
+            hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishPublish(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.LearnerService/FinishPublish',
+            hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
             hybridflow_dot_v1_dot_learner__pb2.PublishWeightsResponse.FromString,
             options,
             channel_credentials,

@@ -35,6 +35,15 @@ class WeightPublisher(Protocol):
 
     def publish(self, targets: Sequence[str], version: int) -> WeightUpdateReport: ...
 
+    def start(self, targets: Sequence[str], version: int) -> None:
+        """Begins a publish; returns once the parameters may change again (the send may
+        still be on its way: ``finish``)."""
+        ...
+
+    def finish(self) -> WeightUpdateReport:
+        """Waits for the publish ``start`` began; its report once every target has it."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -101,6 +110,7 @@ class SendPublisher:
         self._rank = rank
         self._sender_factory = sender_factory
         self._senders: dict[str, WeightSender] = {}
+        self._last: WeightUpdateReport | None = None
 
     def attach(self, target: str, sender: WeightSender) -> None:
         """Use ``sender`` for ``target`` (e.g. an in-process replica)."""
@@ -114,6 +124,17 @@ class SendPublisher:
             for target in targets:
                 num_bytes = self._sender(target).send(items, version).num_bytes
         return WeightUpdateReport(version, num_bytes, time.perf_counter() - start)
+
+    def start(self, targets: Sequence[str], version: int) -> None:
+        """The whole publish, at once (the gather is a collective on the learner's group,
+        which must not run beside a train step): ``finish`` only reports it."""
+        self._last = self.publish(targets, version)
+
+    def finish(self) -> WeightUpdateReport:
+        if self._last is None:
+            raise RuntimeError("no publish in flight: call start first")
+        last, self._last = self._last, None
+        return last
 
     def _sender(self, target: str) -> WeightSender:
         if target not in self._senders:

@@ -38,8 +38,8 @@ class WeightSyncConfig:
         default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
         free="host names, matched against each publish target (at least one: validate)",
     )
-    """Hosts PublishWeights may send to (a target is host:port); loopback only by default.
-    List the rollout hosts of a multi-host deployment here."""
+    """Hosts PublishWeights and StartPublish may send to (a target is host:port); loopback
+    only by default. List the rollout hosts of a multi-host deployment here."""
     connect_timeout_s: float = knob(5.0, gt=0)
     """Each target must answer a Describe probe within this before a sync starts; else the
     publish fails at once with UNAVAILABLE naming it (the learner's lock is not held)."""

@@ -259,6 +259,14 @@ class DistPublisher:
     _wire_dtype: torch.dtype | None = None
     """The replicas' dtype when it is not the learner's (shards are cast to it)."""
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "weight-sync"))
+    _sender: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, "weight-sync-send")
+    )
+    """Runs the one background send ``start`` began (at most one is in flight)."""
+    _inflight: Future[WeightUpdateReport] | None = None
+    """That send, until the next publish settles it on every learner rank."""
+    _reported: Future[WeightUpdateReport] | None = None
+    """That send, until ``finish`` reports it."""
 
     @property
     def backend(self) -> str:
@@ -268,12 +276,121 @@ class DistPublisher:
 
     def publish(self, targets: Sequence[str], version: int) -> WeightUpdateReport:
         """Sends the current weights to every target (the WeightPublisher interface)."""
+        self._settle()
+        return self.publish_with(targets, version, *self._reach())
+
+    def start(self, targets: Sequence[str], version: int) -> None:
+        """Begins a publish and returns once it no longer reads the parameters: the previous
+        background send is settled (every learner rank agrees how it ended; a failed one
+        aborts the group), the group is (re)built if the targets changed, this rank's shards
+        are copied, and their send, with rank 0's receive calls, runs on a background thread
+        over the weight-sync group only: never the learner's own group, so it may run beside
+        the next train step's collectives. ``finish`` reports it (rank 0). On NCCL the send
+        runs inline instead (``in_background``)."""
+        self.start_with(targets, version, *self._reach())
+
+    def start_with(
+        self,
+        targets: Sequence[str],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        describe: DescribeFn | None = None,
+    ) -> None:
+        """``start`` reaching the replicas through ``join``, ``receive`` and ``describe``
+        (rank 0 only; as in ``publish_with``)."""
+        self._settle()
+        start = time.perf_counter()
+        ok, error = True, ""
+        shards: dict[str, torch.Tensor] = {}
+        try:
+            if self._group is None or tuple(targets) != self._targets:
+                self._build(tuple(targets), join, describe)
+            copy = _snapshot if self.in_background else _local
+            shards = {n: copy(p, self._wire_dtype) for n, p in self.module.named_parameters()}
+        except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        if not _all_ok(ok, self.group):
+            self._abort()
+            raise RuntimeError(
+                f"weight sync to {list(targets)} failed: {error or 'on another learner rank'}"
+            )
+        if self.in_background:
+            self._inflight = self._reported = self._sender.submit(
+                self._send, tuple(targets), version, shards, receive, start
+            )
+            return
+        done: Future[WeightUpdateReport] = Future()
+        try:
+            done.set_result(self._send(tuple(targets), version, shards, receive, start))
+        except Exception as exc:  # noqa: BLE001 — settled and reported like a background one
+            done.set_exception(exc)
+        self._inflight = self._reported = done
+
+    @property
+    def in_background(self) -> bool:
+        """Whether ``start`` leaves the send to a background thread: on gloo (CPU). NCCL
+        sends inline: NCCL kernels of two communicators (this group's and FSDP's) issued from
+        two threads in different orders on different ranks may wait on each other."""
+        return self.backend == "gloo"
+
+    def finish(self) -> WeightUpdateReport:
+        """Waits for the send ``start`` began (bounded by ``timeout_s``) and reports it; on
+        rank 0 it returns only once every target received its weights. Raises if the send
+        failed (the group is rebuilt at the next publish). Runs beside train steps."""
+        reported, self._reported = self._reported, None
+        if reported is None:
+            raise RuntimeError("no publish in flight: call start first")
+        try:
+            return reported.result(timeout=self.config.timeout_s)
+        except FutureTimeout as exc:
+            raise TimeoutError("weight sync did not finish within weight_sync.timeout_s") from exc
+
+    def _send(
+        self,
+        targets: tuple[str, ...],
+        version: int,
+        shards: dict[str, torch.Tensor],
+        receive: ReceiveFn | None,
+        start: float,
+    ) -> WeightUpdateReport:
+        """The background half of ``start``: the shards along the plan, then (rank 0) every
+        target's receive call."""
+        assert self._executor is not None
+        futures: list[Future[int]] = []
+        if self.rank == 0:
+            assert receive is not None
+            futures = [self._pool.submit(receive, t, version) for t in targets]
+        try:
+            self._executor.sync(shards)
+            deadline = time.monotonic() + self.config.timeout_s
+            received = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+        except FutureTimeout as exc:
+            raise TimeoutError(f"weight sync to {list(targets)} timed out") from exc
+        return WeightUpdateReport(version, max(received, default=0), time.perf_counter() - start)
+
+    def _settle(self) -> None:
+        """Ends the background send in flight, if any, on every learner rank together (a
+        collective on the learner's group, so it runs in the relayed command, never beside
+        a train step): if it failed anywhere, the group is aborted and rebuilt next time."""
+        if self._inflight is None:
+            return
+        inflight, self._inflight = self._inflight, None
+        try:
+            inflight.result(timeout=self.config.timeout_s)
+            ok = True
+        except (Exception, FutureTimeout) as exc:  # noqa: BLE001 — reported by finish
+            log.warning("background weight sync failed (%s); the group is rebuilt", exc)
+            ok = False
+        if not _all_ok(ok, self.group):
+            self._abort()
+
+    def _reach(self) -> tuple[JoinFn | None, ReceiveFn | None, DescribeFn | None]:
+        """How rank 0 reaches the replicas (join, receive, describe); None on other ranks."""
         if self.rank != 0:
-            return self.publish_with(targets, version, None, None)
+            return None, None, None
         timeout_s = self.config.timeout_s
-        return self.publish_with(
-            targets,
-            version,
+        return (
             lambda t, spec, i: self._client(t).join_weight_sync(spec, i),
             lambda t, v: self._client(t).receive_weights(v, timeout_s),
             lambda t: self._client(t).describe(),
@@ -490,11 +607,15 @@ class DistPublisher:
         self._group, self._executor, self._targets = None, None, ()
 
     def close(self) -> None:
+        if self._inflight is not None:
+            futures_wait([self._inflight], timeout=self.config.timeout_s)
+            self._inflight = None
         if self._executor is not None:
             self._executor.close()
         if self._group is not None:
             self._group.close()
         self._group, self._executor, self._targets = None, None, ()
+        self._sender.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
         for client in self._clients.values():
             client.close()
@@ -528,6 +649,13 @@ def _local(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """This rank's shard of ``p`` (in ``dtype`` when given: a copy)."""
     local = p.to_local() if hasattr(p, "to_local") else p
     return local.detach() if dtype is None else local.detach().to(dtype)
+
+
+def _snapshot(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A copy of this rank's shard of ``p`` (in ``dtype`` when given) that the next optimizer
+    step does not change: what a background send reads."""
+    local = p.to_local() if hasattr(p, "to_local") else p
+    return local.detach().to(dtype=dtype or local.dtype, copy=True)
 
 
 def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:

@@ -84,6 +84,45 @@ def test_parity_after_every_sync_and_replanning(
             s.stop(0)
 
 
+def test_a_started_publish_runs_beside_the_next_train_step_and_delivers_its_version(
+    tiny_model_path,
+):
+    """StartPublish returns once the weights are snapshotted; the next TrainStep runs while
+    the send may still be on its way (the learner's lock is free), and FinishPublish reports
+    the started version once the replica holds exactly those weights, not the newer ones."""
+    import torch
+
+    cfg = WeightSyncConfig(transport="dist", timeout_s=30)
+    learner_server, core = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-2}
+    )
+    server, rollout = start_rollout_server(tiny_model_path)
+    learner = GrpcLearnerClient(learner_server.address)
+    replica = GrpcRolloutClient(server.address)
+    try:
+        train_once(replica, learner, 0)
+        for version in range(1, 3):
+            sent = {n: t.clone() for n, t in core.full_weights()}
+            assert learner.start_publish([server.address]) == version
+            assert train_once(replica, learner, version - 1).policy_version == version + 1
+            report = learner.finish_publish()
+            assert report.policy_version == version and report.num_bytes > 0
+            # Received by a busy replica (the train step's rollout ran beside it), so staged
+            # and applied before its next request, which runs under exactly those weights.
+            first = replica.generate(PROBE[:1], SamplingParams(n=1, max_new_tokens=1))
+            assert first[0][0].policy_version == version
+            held = rollout.engine.model.state_dict()
+            for name, tensor in sent.items():
+                assert torch.equal(held[name], tensor), name
+            assert probe_parity(replica, learner) > 1e-3  # the learner has moved on
+        report = learner.publish_weights([server.address])  # settles, then a plain publish
+        assert report.policy_version == 3
+        assert probe_parity(replica, learner) <= 1e-4
+    finally:
+        learner_server.stop(0)
+        server.stop(0)
+
+
 def test_sync_to_a_dead_replica_fails_with_an_error_and_recovers(tiny_model_path):
     cfg = WeightSyncConfig(transport="dist", timeout_s=5)
     learner_server, core = start_learner_server(

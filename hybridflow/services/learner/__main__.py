@@ -173,6 +173,7 @@ def _start_server(learner: _Learner) -> RunningServer:
         checkpoint_root=cfg.checkpoint_dir,
         weight_sync=job.weight_sync,
         channel=channel,
+        finish_publish=core.finish_publish,
     )
     running = start_server(
         cfg.server,

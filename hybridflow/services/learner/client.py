@@ -65,6 +65,19 @@ class GrpcLearnerClient:
         return WeightUpdateReport(reply.policy_version, reply.num_bytes, reply.duration_s)
 
     @translate_errors
+    def start_publish(self, targets: Sequence[str]) -> int:
+        reply = self._stub.StartPublish(
+            learner_pb2.PublishWeightsRequest(targets=list(targets)),
+            timeout=self._config.timeout_s,
+        )
+        return int(reply.policy_version)
+
+    @translate_errors
+    def finish_publish(self) -> WeightUpdateReport:
+        reply = self._stub.FinishPublish(common_pb2.Empty(), timeout=self._config.timeout_s)
+        return WeightUpdateReport(reply.policy_version, reply.num_bytes, reply.duration_s)
+
+    @translate_errors
     def save_checkpoint(self, path: str) -> str:
         reply = self._stub.SaveCheckpoint(
             learner_pb2.SaveCheckpointRequest(path=path), timeout=self._config.timeout_s

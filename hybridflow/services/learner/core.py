@@ -44,6 +44,8 @@ class LearnerCore:
         self._weight_sync = weight_sync
         self._client_factory = client_factory
         self._publisher = publisher
+        self._started: int | None = None
+        """The version ``start_publish`` began sending, until ``finish_publish``."""
 
     @property
     def policy_version(self) -> int:
@@ -90,6 +92,30 @@ class LearnerCore:
         the actor: the sources; critic ranks of a split learner take no part)."""
         if not self.worker.has_actor:
             return WeightUpdateReport(self.worker.policy_version, 0, 0.0)
+        return self._get_publisher().publish(targets, self.worker.policy_version)
+
+    def start_publish(self, targets: Sequence[str]) -> int:
+        """Begins a publish of the current weights (every rank, relayed like
+        ``publish_weights``) and returns its version once the next ``train_step`` may run:
+        each rank has copied its shards, and their send runs beside it (the ``dist``
+        transport; ``grpc`` sends at once). ``finish_publish`` reports it."""
+        version = self.worker.policy_version
+        if self.worker.has_actor:
+            self._get_publisher().start(targets, version)
+        self._started = version
+        return version
+
+    def finish_publish(self) -> WeightUpdateReport:
+        """Waits for the publish ``start_publish`` began, on this rank only (rank 0: until
+        every target has the weights); it takes no lock, so train steps go on meanwhile."""
+        if self._started is None:
+            raise ValueError("no publish in flight: StartPublish first")
+        version, self._started = self._started, None
+        if not self.worker.has_actor:
+            return WeightUpdateReport(version, 0, 0.0)
+        return self._get_publisher().finish()
+
+    def _get_publisher(self) -> WeightPublisher:
         if self._publisher is None:
             from hybridflow.weights.publishers import make_publisher
 
@@ -104,7 +130,7 @@ class LearnerCore:
                 client_factory=self._client_factory,
                 group=role.group,
             )
-        return self._publisher.publish(targets, self.worker.policy_version)
+        return self._publisher
 
     def save_checkpoint(self, name: str) -> str:
         """The actor as a Hugging Face checkpoint under ``learner.checkpoint_dir/name`` (a new
@@ -151,6 +177,7 @@ _COMMANDS = frozenset(
         "compute_logprobs",
         "full_weights",
         "publish_weights",
+        "start_publish",
         "save_checkpoint",
         "save_train_state",
         "load_train_state",

@@ -29,6 +29,7 @@ from hybridflow.rpc.config import ChannelConfig
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.services.learner import convert
 from hybridflow.services.learner.checkpoint_paths import resolve_checkpoint_target
+from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 from hybridflow.weights.client import check_targets, probe_replica
 from hybridflow.weights.config import WeightSyncConfig
@@ -55,10 +56,13 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         weight_sync: WeightSyncConfig | None = None,
         channel: ChannelConfig | None = None,
         probe: Callable[[str, ChannelConfig | None, float], None] = probe_replica,
+        finish_publish: Callable[[], WeightUpdateReport] | None = None,
     ) -> None:
         """``checkpoint_root``: learner.checkpoint_dir (empty: SaveCheckpoint refused);
         ``weight_sync``: allowed hosts and the probe deadline; ``channel``: how the probe
-        reaches replicas (TLS, token)."""
+        reaches replicas (TLS, token); ``finish_publish``: rank 0's wait for the publish
+        StartPublish began (``LearnerCore.finish_publish``; None: FinishPublish refused)."""
+        self._finish_publish = finish_publish
         self._checkpoint_root = Path(checkpoint_root) if checkpoint_root else None
         self._weight_sync = weight_sync or WeightSyncConfig()
         self._channel = channel
@@ -105,6 +109,31 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def PublishWeights(
         self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
     ) -> learner_pb2.PublishWeightsResponse:
+        report = self._run("publish_weights", self._checked_targets(request, context))
+        self.last_publish_s = report.duration_s
+        return _report_to_proto(report)
+
+    @handle_errors
+    def StartPublish(
+        self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
+    ) -> learner_pb2.PublishWeightsResponse:
+        version = self._run("start_publish", self._checked_targets(request, context))
+        return learner_pb2.PublishWeightsResponse(policy_version=version)
+
+    @handle_errors
+    def FinishPublish(
+        self, request: common_pb2.Empty, context: grpc.ServicerContext
+    ) -> learner_pb2.PublishWeightsResponse:
+        if self._finish_publish is None:
+            raise FailedPrecondition("this learner cannot publish in the background")
+        report = self._finish_publish()  # rank 0 alone, outside the lock: train steps go on
+        self.last_publish_s = report.duration_s
+        return _report_to_proto(report)
+
+    def _checked_targets(
+        self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
+    ) -> list[str]:
+        """The request's targets, each on ``allowed_hosts`` and answering a probe."""
         targets = list(request.targets)
         check_targets(targets, self._weight_sync.allowed_hosts)
         for target in targets:  # outside the lock: a dead target never blocks other calls
@@ -115,13 +144,7 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
                 # replica is reported once, not after every retry's probe.
                 context.set_trailing_metadata(((RETRY_PUSHBACK, "-1"),))
                 raise
-        report = self._run("publish_weights", targets)
-        self.last_publish_s = report.duration_s
-        return learner_pb2.PublishWeightsResponse(
-            policy_version=report.policy_version,
-            num_bytes=report.num_bytes,
-            duration_s=report.duration_s,
-        )
+        return targets
 
     @handle_errors
     def GetWeights(
@@ -165,3 +188,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self, request: common_pb2.Empty, context: grpc.ServicerContext
     ) -> learner_pb2.LearnerInfo:
         return self._info()
+
+
+def _report_to_proto(report: WeightUpdateReport) -> learner_pb2.PublishWeightsResponse:
+    return learner_pb2.PublishWeightsResponse(
+        policy_version=report.policy_version,
+        num_bytes=report.num_bytes,
+        duration_s=report.duration_s,
+    )

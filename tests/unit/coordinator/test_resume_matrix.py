@@ -57,6 +57,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.max_staleness": ("coordinator.max_staleness=0",),
     "coordinator.max_staleness+": ("coordinator.max_staleness=2",),
     "coordinator.admission": ("coordinator.admission=greedy",),
+    "coordinator.overlap_publish": ("coordinator.overlap_publish=false",),
     "coordinator.dynamic_sampling": ("coordinator.dynamic_sampling=true",),
     "coordinator.dynamic_sampling_max_rounds": ("coordinator.dynamic_sampling_max_rounds=3",),
     "coordinator.rollout_addresses": ("coordinator.rollout_addresses=[h:1]",),
