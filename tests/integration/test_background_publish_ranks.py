@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from tests.helpers import build_tiny_checkpoint, learner_config
@@ -28,6 +29,10 @@ from tests.integration.test_fsdp_parity import (
 
 FIELDS: dict[str, Any] = {"algorithm": "grpo", "optimizer": {"lr": 1e-2}}
 TARGETS = (["replica0"],)
+
+# Two spawned ranks, ~20-40 s: the single-rank paths run in the default suite
+# (tests/unit/weights/test_background_send.py, tests/unit/coordinator/test_background_publish.py).
+pytestmark = pytest.mark.slow
 
 
 def _gated(core: Any) -> Any:
