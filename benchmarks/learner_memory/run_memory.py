@@ -161,6 +161,12 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "tokens": sum(lengths),
         "micro_batches": len(plan),
         "largest_micro_batch_tokens": max(sum(lengths[i] for i in m.indices) for m in plan),
+        "largest_micro_batch_positions": max(
+            sum(lengths[i] for i in m.indices)
+            if flags.get("packing")
+            else len(m.indices) * max(lengths[i] for i in m.indices)
+            for m in plan
+        ),
         "loss": loss,
         "model_rss_mb": round(model_rss_kb / 1024, 1),
         "peak_rss_mb": round(peak_kb / 1024, 1),
