@@ -65,7 +65,10 @@ def _setup(
         setup_logging,
         watch_parent,
     )
+    from hybridflow.utils.startup_marks import mark, mark_process_start
 
+    name = _mark_name()
+    mark_process_start(name)
     parser = service_arg_parser("hybridflow-learner", "Serve the learner (rank 0) over gRPC.")
     args = parser.parse_args(argv)
     watch_parent()
@@ -75,10 +78,12 @@ def _setup(
     job = load_job_config(args.config, args.set)
     cfg = job.learner
     set_torch_threads(cfg.topology.num_threads)
+    mark(name, "torch_imported")  # and the config loaded
 
     from hybridflow.services.learner.distributed import init_from_env
 
     dist_info = init_from_env(cfg.topology.device)
+    mark(name, "process_group")
     log = setup_logging(f"learner{dist_info.rank}")
     return args, job, dist_info, log
 
@@ -90,8 +95,10 @@ def _build(job: JobConfig, dist_info: DistInfo, log: logging.Logger) -> _Learner
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.distributed import CommandRelay, control_group
     from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.utils.startup_marks import mark
     from hybridflow.weights.client import GrpcWeightSyncClient
 
+    mark(_mark_name(), "imported")
     cfg = job.learner
     try:
         path = resolve_model_path(job.model)
@@ -99,6 +106,7 @@ def _build(job: JobConfig, dist_info: DistInfo, log: logging.Logger) -> _Learner
     except ValueError as exc:
         log.error("cannot load the model: %s", exc)
         return None
+    mark(_mark_name(), "model_built")
     # The replicas' weight-sync services are called with the job's client settings (TLS
     # across hosts), with the learner's message limit.
     channel = replace(job.coordinator.channel, max_message_bytes=cfg.server.max_message_bytes)
@@ -140,6 +148,9 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
     )
     if port_file:  # last: whoever waits for it finds the ready line logged
         write_port_file(port_file, running.address)
+    from hybridflow.utils.startup_marks import mark
+
+    mark(_mark_name(), "serving")
     serve_until_signal(running, cfg.server.grace_s, on_stop=learner.relay.shutdown)
 
 
@@ -189,6 +200,13 @@ def _start_server(learner: _Learner) -> RunningServer:
             lambda: servicer.last_publish_s,
         )
     return running
+
+
+def _mark_name() -> str:
+    """This rank's name in the start-up marks: ``learner`` and its torchrun rank."""
+    import os
+
+    return f"learner{os.environ.get('RANK', '0')}"
 
 
 if __name__ == "__main__":

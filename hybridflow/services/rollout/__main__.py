@@ -28,10 +28,12 @@ def _stop_starting(signum: int, _frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridflow.services.bootstrap import service_arg_parser
+    from hybridflow.utils.startup_marks import mark_process_start
 
     parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")
     parser.add_argument("--replica-index", type=int, default=0, help="index among replicas")
     args = parser.parse_args(argv)
+    mark_process_start(f"rollout{args.replica_index}")
     from hybridflow.services.ipc import IpcLedger
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -55,7 +57,9 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
     serves until a signal or the engine's death; returns the exit code."""
     from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
+    from hybridflow.utils.startup_marks import mark
 
+    name = f"rollout{args.replica_index}"
     watch_parent()
     log = setup_logging(f"rollout{args.replica_index}")
 
@@ -75,6 +79,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
     from hybridflow.weights.servicer import WeightSyncServicer
 
+    mark(name, "imported")  # and the config loaded
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
     if cfg.server.metrics_port:
@@ -83,6 +88,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         path = resolve_model_path(job.model)
         engine = build_engine(cfg, path, args.replica_index)
         engine_box.append(engine)
+        mark(name, "engine_built")
     except ValueError as exc:
         log.error("cannot start the %s engine: %s", cfg.engine, exc)
         return 2
@@ -125,6 +131,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
             on_dead("")
     if args.port_file:
         write_port_file(args.port_file, running.address)
+    mark(name, "serving")
     log.info("rollout replica %d ready on %s (model %s)", args.replica_index, running.address, path)
     serve_until_signal(running, cfg.server.grace_s, stop=dead)  # a signal sets it too
     dead_reason = getattr(engine, "dead_reason", None)
