@@ -6,7 +6,6 @@ the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -210,4 +209,6 @@ def _mark_name() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hybridflow.services.bootstrap import exit_service
+
+    exit_service(main())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 
 def main(argv: list[str] | None = None) -> int:
     from hybridflow.utils.startup_marks import mark, mark_process_start
@@ -53,4 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hybridflow.services.bootstrap import exit_service
+
+    exit_service(main())

@@ -10,7 +10,6 @@ through the same path, which releases the shared memory and semaphores the engin
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -147,4 +146,6 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hybridflow.services.bootstrap import exit_service
+
+    exit_service(main())
