@@ -101,3 +101,17 @@ def test_the_phase_table_counts_from_the_newest_launch(tmp_path):
 def test_a_run_without_marks_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no marks"):
         phase_rows(tmp_path)
+
+
+def test_run_startup_reports_each_phase_s_median_and_blanks_for_a_tree_without_marks():
+    from benchmarks.startup.run_startup import format_phases, phase_medians
+
+    def row(at: float, cpu: float) -> dict:  # type: ignore[type-arg]
+        return {"process": "learner0", "phase": "imported", "at_s": at, "wall_s": at, "cpu_s": cpu}
+
+    runs = [{"phases": [row(3.0, 1.0)]}, {"phases": [row(5.0, 2.0)]}, {"phases": [row(4.0, 9.0)]}]
+    medians = phase_medians(runs)
+    assert medians["learner0/imported"] == {"at_s": 4.0, "wall_s": 4.0, "cpu_s": 2.0}
+    report = {"phase_medians": {"baseline": phase_medians([{"phases": []}]), "tree": medians}}
+    table = format_phases(report, ["baseline", "tree"])
+    assert "learner0/imported" in table and "4.00" in table
