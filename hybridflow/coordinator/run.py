@@ -93,8 +93,10 @@ def run_job(
     serve the control API, train, report."""
     origin = launch_time(time.time() if started_at is None else started_at)
     from hybridflow.deploy.lifeline import watch_parent
+    from hybridflow.utils.startup_gc import pause_collection, resume_collection
     from hybridflow.utils.startup_marks import mark, mark_process_start
 
+    pause_collection()  # until the tokenizer's imports are done (_prepare)
     mark_process_start("coordinator")
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
@@ -103,7 +105,10 @@ def run_job(
         level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"
     )
     try:
-        prepared = _prepare(config_path, overrides, run_dir_arg, addresses_from_stdin)
+        try:
+            prepared = _prepare(config_path, overrides, run_dir_arg, addresses_from_stdin)
+        finally:
+            resume_collection()  # also when the preparation is refused
         services, close_clients = _connect(prepared)
         mark("coordinator", "connected")
         try:
@@ -140,6 +145,7 @@ def _prepare(
     from hybridflow.job_config import load_job_config
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
+    from hybridflow.utils.startup_gc import resume_collection
     from hybridflow.utils.startup_marks import mark
 
     mark("coordinator", "imported")
@@ -166,6 +172,7 @@ def _prepare(
     mark("coordinator", "config_checked")  # and the run dir locked
     model_dir = resolve_model_path(job.model)
     tokenizer = load_tokenizer(model_dir)  # no torch in this process
+    resume_collection()  # before the dataset is read
     mark("coordinator", "tokenizer")
     try:
         dataset = load_dataset(job.coordinator, model_dir, tokenizer)

@@ -41,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     """The learner on every rank: its config and place in the group, then the model; rank 0
     serves gRPC until a signal, the other ranks serve the commands it relays. Exit 2 when
     the model does not load, else 0 once stopped."""
-    args, job, dist_info, log = _setup(argv)
-    learner = _build(job, dist_info, log)
+    from hybridflow.utils.startup_gc import resume_collection
+
+    try:
+        args, job, dist_info, log = _setup(argv)
+        learner = _build(job, dist_info, log)
+    finally:
+        resume_collection()  # _build resumes it after the imports; this, on any failure
     if learner is None:
         return 2
     if dist_info.rank != 0:
@@ -64,8 +69,10 @@ def _setup(
         setup_logging,
         watch_parent,
     )
+    from hybridflow.utils.startup_gc import pause_collection
     from hybridflow.utils.startup_marks import mark, mark_process_start
 
+    pause_collection()  # until the imports are done (_build)
     name = _mark_name()
     mark_process_start(name)
     parser = service_arg_parser("hybridflow-learner", "Serve the learner (rank 0) over gRPC.")
@@ -94,9 +101,11 @@ def _build(job: JobConfig, dist_info: DistInfo, log: logging.Logger) -> _Learner
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.distributed import CommandRelay, control_group
     from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.utils.startup_gc import resume_collection
     from hybridflow.utils.startup_marks import mark
     from hybridflow.weights.client import GrpcWeightSyncClient
 
+    resume_collection()  # before the model loads
     mark(_mark_name(), "imported")
     cfg = job.learner
     try:

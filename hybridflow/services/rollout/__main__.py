@@ -27,7 +27,10 @@ def _stop_starting(signum: int, _frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridflow.services.bootstrap import service_arg_parser
+    from hybridflow.utils.startup_gc import pause_collection
     from hybridflow.utils.startup_marks import mark_process_start
+
+    pause_collection()  # until the imports are done (_serve)
 
     parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")
     parser.add_argument("--replica-index", type=int, default=0, help="index among replicas")
@@ -56,6 +59,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
     serves until a signal or the engine's death; returns the exit code."""
     from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
+    from hybridflow.utils.startup_gc import resume_collection
     from hybridflow.utils.startup_marks import mark
 
     name = f"rollout{args.replica_index}"
@@ -78,6 +82,11 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
     from hybridflow.weights.servicer import WeightSyncServicer
 
+    if cfg.engine == "hf":  # its module (transformers) imports with the collector paused too
+        import hybridflow.services.rollout.engine  # noqa: F401
+    # Before the engine builds: a model's tensors, and a vLLM engine's worker processes,
+    # which must not inherit a paused collector.
+    resume_collection()
     mark(name, "imported")  # and the config loaded
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
