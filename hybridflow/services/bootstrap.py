@@ -1,6 +1,6 @@
 """What every service's ``__main__`` does before its own work: args, logging, threads, and
-``watch_parent`` (end with the launcher that started it; a no-op when started by hand); and
-after it: ``exit_service`` (the exit code, without the interpreter's teardown).
+``watch_parent`` (end with the launcher that started it; a no-op when started by hand).
+After it: ``hybridflow.utils.fast_exit.exit_service``.
 
 Kept free of torch and grpc at import time so ``--help`` is instant.
 """
@@ -8,21 +8,13 @@ Kept free of torch and grpc at import time so ``--help`` is instant.
 from __future__ import annotations
 
 import argparse
-import atexit
 import logging
 import os
 import sys
-from typing import NoReturn
 
 from hybridflow.deploy.lifeline import watch_parent
 
-__all__ = [
-    "exit_service",
-    "service_arg_parser",
-    "set_torch_threads",
-    "setup_logging",
-    "watch_parent",
-]
+__all__ = ["service_arg_parser", "set_torch_threads", "setup_logging", "watch_parent"]
 
 
 def service_arg_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -56,16 +48,3 @@ def set_torch_threads(num_threads: int) -> None:
     if num_threads > 0:
         torch.set_num_threads(num_threads)
         os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
-
-
-def exit_service(code: int) -> NoReturn:
-    """Ends a service process with ``code`` once its ``main`` has returned (server stopped,
-    engine closed, shared memory released): the ``atexit`` handlers run (logging's flush
-    among them), then the process exits without the interpreter's teardown. With torch and
-    transformers loaded, that teardown (freeing every module and object one by one) takes
-    1-3 s of CPU per process for nothing, and the launcher's stop waits for it. For a
-    service's ``python -m`` entry only, never inside another program."""
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import atexit, logging, sys
-from hybridflow.services.bootstrap import exit_service
+from hybridflow.utils.fast_exit import exit_service
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 atexit.register(lambda: print("atexit ran", file=sys.stderr))
 class Teardown:

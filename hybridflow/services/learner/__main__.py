@@ -218,6 +218,6 @@ def _mark_name() -> str:
 
 
 if __name__ == "__main__":
-    from hybridflow.services.bootstrap import exit_service
+    from hybridflow.utils.fast_exit import exit_service
 
     exit_service(main())

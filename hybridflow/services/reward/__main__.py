@@ -51,6 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hybridflow.services.bootstrap import exit_service
+    from hybridflow.utils.fast_exit import exit_service
 
     exit_service(main())

@@ -155,6 +155,6 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
 
 
 if __name__ == "__main__":
-    from hybridflow.services.bootstrap import exit_service
+    from hybridflow.utils.fast_exit import exit_service
 
     exit_service(main())
