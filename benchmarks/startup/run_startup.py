@@ -13,7 +13,10 @@ reports about itself (so an old tree without ``time_to_first_step_s`` works too)
   from this process's ``RUSAGE_CHILDREN`` once the launcher has exited), and per 1,000
   samples;
 - ``samples_per_s``: trained samples per second between the first and the last step, and
-  over the whole launch (``e2e_samples_per_s``).
+  over the whole launch (``e2e_samples_per_s``);
+- where the tree's processes write start-up marks (``<run dir>/startup.jsonl``), the phase
+  table of ``phases.py`` per run, and its medians per tree: when each phase ended (seconds
+  since the launch) and its CPU seconds, side by side (a tree without marks shows blanks).
 
     python benchmarks/startup/run_startup.py --baseline-tree ../wt-old [--tree .] \\
         [--steps 40] [--repeats 3] [--set coordinator.prompts_per_step=32 ...]
@@ -40,6 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.startup.phases import phase_rows  # noqa: E402
 from hybridflow.deploy.launcher import process_tree  # noqa: E402
 
 CONFIG = "deploy/configs/quickstart.yaml"
@@ -136,6 +140,10 @@ def run_once(
         "e2e_samples_per_s": samples / wall,
         "launch_wall_s": wall,
     }
+    try:
+        result["phases"] = phase_rows(run_dir)
+    except ValueError:  # a tree from before the start-up marks
+        result["phases"] = []
     summary = run_dir / "summary.json"
     if summary.is_file():  # what the job says of itself, as a cross-check
         reported = json.loads(summary.read_text())
@@ -153,6 +161,41 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {m: statistics.median(r[m] for r in runs) for m in METRICS}
+
+
+def phase_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per ``process/phase``: the median of when it ended (``at_s``), of its wall and of its
+    CPU seconds over the runs that logged it."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        for row in run.get("phases", []):
+            cell = values.setdefault(f"{row['process']}/{row['phase']}", {})
+            for key in ("at_s", "wall_s", "cpu_s"):
+                if row[key] is not None:
+                    cell.setdefault(key, []).append(row[key])
+    return {
+        name: {k: statistics.median(v) if v else None for k, v in cell.items()}
+        for name, cell in values.items()
+    }
+
+
+def format_phases(report: dict[str, Any], labels: list[str]) -> str:
+    """The phase medians of every tree side by side: ended at (s since launch) and CPU-s."""
+    tables = report["phase_medians"]
+    names = list(dict.fromkeys(n for label in labels for n in tables[label]))
+    if not names:
+        return ""
+
+    def cell(label: str, name: str, key: str) -> str:
+        value = tables[label].get(name, {}).get(key)
+        return f"{value:9.2f}" if value is not None else f"{'':9}"
+
+    head = "".join(f"{label + ' at_s':>16}{'cpu_s':>9}" for label in labels)
+    lines = [f"{'phase (medians)':36}{head}"]
+    for name in names:
+        row = "".join(f"{'':7}{cell(lb, name, 'at_s')}{cell(lb, name, 'cpu_s')}" for lb in labels)
+        lines.append(f"{name:36}{row}")
+    return "\n".join(lines)
 
 
 def environment() -> dict[str, Any]:
@@ -207,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "trees": {label: {"path": str(t), "commit": commit_of(t)} for label, t in trees.items()},
         "runs": runs,
         "medians": {label: medians(r) for label, r in runs.items()},
+        "phase_medians": {label: phase_medians(r) for label, r in runs.items()},
     }
     if "baseline" in trees:
         old, new = report["medians"]["baseline"], report["medians"]["tree"]
@@ -221,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         if "ratios_tree_over_baseline" in report:
             row += f"{report['ratios_tree_over_baseline'][m]:10.3f}"
         print(row)
+    phases = format_phases(report, labels)
+    if phases:
+        print(phases)
     print(f"results: {out / 'summary.json'}")
     return 0
 

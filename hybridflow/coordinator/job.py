@@ -89,6 +89,7 @@ from hybridflow.errors import (
     ServiceError,
 )
 from hybridflow.types import LearnerNeeds, SamplingParams
+from hybridflow.utils.startup_marks import mark
 
 log = logging.getLogger(__name__)
 NO_NEEDS = LearnerNeeds()
@@ -495,7 +496,9 @@ class TrainingJob:
                     run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
             self._join_publish()
+            mark("coordinator", "last_step_done")
             self._finish(run)
+            mark("coordinator", "final_checkpoint")
             self.control.finish()
         except Exception as exc:
             self.control.finish(f"{type(exc).__name__}: {exc}")
@@ -582,6 +585,7 @@ class TrainingJob:
         self.last_metrics = metrics
         if run.first_step_s is None:
             run.first_step_s = time.time() - self.launch_time
+            mark("coordinator", "first_step_done")
             run.progress.first_step(run.first_step_s)
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             run.last_checkpoint = self._checkpoint(step)

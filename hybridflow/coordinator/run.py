@@ -93,6 +93,11 @@ def run_job(
     serve the control API, train, report."""
     origin = launch_time(time.time() if started_at is None else started_at)
     from hybridflow.deploy.lifeline import watch_parent
+    from hybridflow.utils.startup_gc import pause_collection, resume_collection
+    from hybridflow.utils.startup_marks import mark, mark_process_start
+
+    pause_collection()  # until the tokenizer's imports are done (_prepare)
+    mark_process_start("coordinator")
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to stderr
@@ -100,10 +105,15 @@ def run_job(
         level=logging.INFO, format="%(asctime)s coordinator %(levelname)s: %(message)s"
     )
     try:
-        prepared = _prepare(config_path, overrides, run_dir_arg, addresses_from_stdin)
+        try:
+            prepared = _prepare(config_path, overrides, run_dir_arg, addresses_from_stdin)
+        finally:
+            resume_collection()  # also when the preparation is refused
         services, close_clients = _connect(prepared)
+        mark("coordinator", "connected")
         try:
             control, server = _serve_control(prepared)
+            mark("coordinator", "control_serving")
             try:
                 summary = _train(prepared, services, control, resume, origin)
             finally:
@@ -115,6 +125,7 @@ def run_job(
             print(line, file=sys.stderr)
         return done.code
     _report(summary, prepared.run_dir)
+    mark("coordinator", "report_drawn")
     return 0
 
 
@@ -134,7 +145,10 @@ def _prepare(
     from hybridflow.job_config import load_job_config
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
+    from hybridflow.utils.startup_gc import resume_collection
+    from hybridflow.utils.startup_marks import mark
 
+    mark("coordinator", "imported")
     try:
         job = load_job_config(config_path, overrides)
     except ConfigError as exc:
@@ -155,12 +169,16 @@ def _prepare(
         run_lock = acquire_unless_parent_holds(run_dir)
     except RunDirBusy as exc:
         raise _Exit(2, f"error: {exc}") from exc
+    mark("coordinator", "config_checked")  # and the run dir locked
     model_dir = resolve_model_path(job.model)
     tokenizer = load_tokenizer(model_dir)  # no torch in this process
+    resume_collection()  # before the dataset is read
+    mark("coordinator", "tokenizer")
     try:
         dataset = load_dataset(job.coordinator, model_dir, tokenizer)
     except ValueError as exc:  # every prompt over the limit, or the model has no room
         raise _Exit(2, f"data error: {exc}") from exc
+    mark("coordinator", "dataset")
     if addresses_from_stdin:
         try:
             job = load_job_config(config_path, [*overrides, *read_address_overrides(sys.stdin)])
@@ -170,6 +188,7 @@ def _prepare(
             raise _Exit(1, f"error: {exc}") from exc
         if _report_missing_addresses(job.coordinator):
             raise _Exit(2)
+        mark("coordinator", "addresses")
     dump_yaml(job, run_dir / "config.yaml")
     return _Prepared(job, run_dir, run_lock, tokenizer, dataset)
 

@@ -349,10 +349,16 @@ def _run_services(launch: _Launch, launch_time: float) -> int:
     130 when interrupted before the services were ready."""
     from hybridflow.deploy.launcher import ServiceGroup
     from hybridflow.deploy.lifeline import launcher_env
+    from hybridflow.utils.startup_marks import ENV as STARTUP_LOG_ENV
+    from hybridflow.utils.startup_marks import mark
 
     env = launch.env
     env.update(launcher_env())
     env[LAUNCH_TIME_ENV] = repr(launch_time)
+    # Every process marks the phases of its start here (benchmarks/startup/phases.py).
+    os.environ[STARTUP_LOG_ENV] = str((launch.run_dir / "startup.jsonl").resolve())
+    mark("launcher", "start", at=launch_time, cpu_s=0.0)
+    mark("launcher", "prepared")  # config, preflight, run dir, token
     run = _Run(
         ServiceGroup(launch.job, launch.config_path, launch.overrides, launch.run_dir, env=env)
     )
@@ -371,6 +377,7 @@ def _run_services(launch: _Launch, launch_time: float) -> int:
         if run.coordinator is not None and run.supervisor is None:  # never handed over
             stop_unstarted(run.coordinator)
         run.group.stop()
+        mark("launcher", "stopped")
     return _report(outcome, launch.run_dir)
 
 
@@ -395,6 +402,9 @@ def _start(launch: _Launch, run: _Run) -> subprocess.Popen[bytes]:
     run.coordinator = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, env={**os.environ, **launch.env}, start_new_session=True
     )
+    from hybridflow.utils.startup_marks import mark
+
+    mark("launcher", "spawned")
     log.info(
         "waiting for %d services and the coordinator (logs in %s/logs)",
         len(run.group.processes),
@@ -415,8 +425,11 @@ def _wait_ready(launch: _Launch, run: _Run, coordinator: subprocess.Popen[bytes]
         run.phase = "stopping"
         log.error("%s", exc)
         return False
+    from hybridflow.utils.startup_marks import mark
+
     log.info("services ready: %s", ", ".join(f"{k}={v}" for k, v in addresses.items()))
     send_addresses(coordinator, run.group.address_overrides())
+    mark("launcher", "addresses_sent")
     return True
 
 
@@ -435,8 +448,11 @@ def _supervise(launch: _Launch, run: _Run, coordinator: subprocess.Popen[bytes])
         stop_timeout_s=deploy.stop_timeout_s,
         health_timeout_s=deploy.health_timeout_s,
     )
+    from hybridflow.utils.startup_marks import mark
+
     run.phase = "running"
     outcome = run.supervisor.run()
+    mark("launcher", "coordinator_exited")
     run.phase = "stopping"
     _write_usage(run.group, run_dir)
     log.info("coordinator exited with %d; stopping services", coordinator.returncode)

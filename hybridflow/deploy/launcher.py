@@ -24,6 +24,7 @@ from typing import Any
 
 from hybridflow.deploy.gpu_memory import GpuMemorySampler
 from hybridflow.job_config import JobConfig
+from hybridflow.utils.startup_marks import mark
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,7 @@ class ServiceGroup:
                         )
                     if proc.name in channels and check_health(channels[proc.name], timeout_s=1.0):
                         pending.remove(proc)
+                        mark("launcher", f"{proc.name}_healthy")
                         log.info(
                             "%s serving on %s after %.1fs",
                             proc.name,

@@ -1,5 +1,6 @@
 """What every service's ``__main__`` does before its own work: args, logging, threads, and
 ``watch_parent`` (end with the launcher that started it; a no-op when started by hand).
+After it: ``hybridflow.utils.fast_exit.exit_service``.
 
 Kept free of torch and grpc at import time so ``--help`` is instant.
 """

@@ -6,7 +6,6 @@ the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -42,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     """The learner on every rank: its config and place in the group, then the model; rank 0
     serves gRPC until a signal, the other ranks serve the commands it relays. Exit 2 when
     the model does not load, else 0 once stopped."""
-    args, job, dist_info, log = _setup(argv)
-    learner = _build(job, dist_info, log)
+    from hybridflow.utils.startup_gc import resume_collection
+
+    try:
+        args, job, dist_info, log = _setup(argv)
+        learner = _build(job, dist_info, log)
+    finally:
+        resume_collection()  # _build resumes it after the imports; this, on any failure
     if learner is None:
         return 2
     if dist_info.rank != 0:
@@ -65,7 +69,12 @@ def _setup(
         setup_logging,
         watch_parent,
     )
+    from hybridflow.utils.startup_gc import pause_collection
+    from hybridflow.utils.startup_marks import mark, mark_process_start
 
+    pause_collection()  # until the imports are done (_build)
+    name = _mark_name()
+    mark_process_start(name)
     parser = service_arg_parser("hybridflow-learner", "Serve the learner (rank 0) over gRPC.")
     args = parser.parse_args(argv)
     watch_parent()
@@ -75,10 +84,12 @@ def _setup(
     job = load_job_config(args.config, args.set)
     cfg = job.learner
     set_torch_threads(cfg.topology.num_threads)
+    mark(name, "torch_imported")  # and the config loaded
 
     from hybridflow.services.learner.distributed import init_from_env
 
     dist_info = init_from_env(cfg.topology.device)
+    mark(name, "process_group")
     log = setup_logging(f"learner{dist_info.rank}")
     return args, job, dist_info, log
 
@@ -90,8 +101,12 @@ def _build(job: JobConfig, dist_info: DistInfo, log: logging.Logger) -> _Learner
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.distributed import CommandRelay, control_group
     from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.utils.startup_gc import resume_collection
+    from hybridflow.utils.startup_marks import mark
     from hybridflow.weights.client import GrpcWeightSyncClient
 
+    resume_collection()  # before the model loads
+    mark(_mark_name(), "imported")
     cfg = job.learner
     try:
         path = resolve_model_path(job.model)
@@ -99,6 +114,7 @@ def _build(job: JobConfig, dist_info: DistInfo, log: logging.Logger) -> _Learner
     except ValueError as exc:
         log.error("cannot load the model: %s", exc)
         return None
+    mark(_mark_name(), "model_built")
     # The replicas' weight-sync services are called with the job's client settings (TLS
     # across hosts), with the learner's message limit.
     channel = replace(job.coordinator.channel, max_message_bytes=cfg.server.max_message_bytes)
@@ -140,6 +156,9 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
     )
     if port_file:  # last: whoever waits for it finds the ready line logged
         write_port_file(port_file, running.address)
+    from hybridflow.utils.startup_marks import mark
+
+    mark(_mark_name(), "serving")
     serve_until_signal(running, cfg.server.grace_s, on_stop=learner.relay.shutdown)
 
 
@@ -192,5 +211,14 @@ def _start_server(learner: _Learner) -> RunningServer:
     return running
 
 
+def _mark_name() -> str:
+    """This rank's name in the start-up marks: ``learner`` and its torchrun rank."""
+    import os
+
+    return f"learner{os.environ.get('RANK', '0')}"
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from hybridflow.utils.fast_exit import exit_service
+
+    exit_service(main())

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 
 def main(argv: list[str] | None = None) -> int:
+    from hybridflow.utils.startup_marks import mark, mark_process_start
+
+    mark_process_start("reward")
     from hybridflow.services.bootstrap import (
         service_arg_parser,
         set_torch_threads,
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.v1 import reward_pb2_grpc
 
     job = load_job_config(args.config, args.set)
+    mark("reward", "imported")  # and the config loaded
     cfg = job.reward
     if cfg.model_components():  # torch only when a reward model is configured
         set_torch_threads(cfg.torch_threads)
@@ -37,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.port_file:
         write_port_file(args.port_file, running.address)
+    mark("reward", "serving")
     log.info(
         "reward service ready on %s (scorers: %s; components: %s)",
         running.address,
@@ -48,4 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hybridflow.utils.fast_exit import exit_service
+
+    exit_service(main())

@@ -10,7 +10,6 @@ through the same path, which releases the shared memory and semaphores the engin
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +27,15 @@ def _stop_starting(signum: int, _frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridflow.services.bootstrap import service_arg_parser
+    from hybridflow.utils.startup_gc import pause_collection
+    from hybridflow.utils.startup_marks import mark_process_start
+
+    pause_collection()  # until the imports are done (_serve)
 
     parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")
     parser.add_argument("--replica-index", type=int, default=0, help="index among replicas")
     args = parser.parse_args(argv)
+    mark_process_start(f"rollout{args.replica_index}")
     from hybridflow.services.ipc import IpcLedger
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -55,7 +59,10 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
     serves until a signal or the engine's death; returns the exit code."""
     from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
+    from hybridflow.utils.startup_gc import resume_collection
+    from hybridflow.utils.startup_marks import mark
 
+    name = f"rollout{args.replica_index}"
     watch_parent()
     log = setup_logging(f"rollout{args.replica_index}")
 
@@ -75,6 +82,12 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
     from hybridflow.weights.servicer import WeightSyncServicer
 
+    if cfg.engine == "hf":  # its module (transformers) imports with the collector paused too
+        import hybridflow.services.rollout.engine  # noqa: F401
+    # Before the engine builds: a model's tensors, and a vLLM engine's worker processes,
+    # which must not inherit a paused collector.
+    resume_collection()
+    mark(name, "imported")  # and the config loaded
     if cfg.server.port:
         cfg.server.port += args.replica_index  # a fixed base port: one port per replica
     if cfg.server.metrics_port:
@@ -83,6 +96,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         path = resolve_model_path(job.model)
         engine = build_engine(cfg, path, args.replica_index)
         engine_box.append(engine)
+        mark(name, "engine_built")
     except ValueError as exc:
         log.error("cannot start the %s engine: %s", cfg.engine, exc)
         return 2
@@ -125,6 +139,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
             on_dead("")
     if args.port_file:
         write_port_file(args.port_file, running.address)
+    mark(name, "serving")
     log.info("rollout replica %d ready on %s (model %s)", args.replica_index, running.address, path)
     serve_until_signal(running, cfg.server.grace_s, stop=dead)  # a signal sets it too
     dead_reason = getattr(engine, "dead_reason", None)
@@ -140,4 +155,6 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hybridflow.utils.fast_exit import exit_service
+
+    exit_service(main())
