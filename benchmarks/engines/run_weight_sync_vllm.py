@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import signal
 import statistics
 import subprocess
@@ -49,6 +50,7 @@ def start_service(model_path: Path, tp: int, tmp: Path) -> tuple[subprocess.Pope
         "--set", f"model={model_path}", "--set", "rollout.engine=vllm",
         "--set", f"rollout.tensor_parallel_size={tp}", "--set", "rollout.max_model_len=64",
         "--set", "rollout.server.max_message_bytes=1073741824",
+        "--set", "weight_sync.timeout_s=600",
     ]  # fmt: skip
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -125,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    # The rollout service refuses state-changing calls without a token (safe default): one
+    # for this run, inherited by the service and read by this process's weight-sync clients.
+    os.environ.setdefault("HYBRIDFLOW_TOKEN", secrets.token_hex(16))
     from benchmarks.common.runner import environment
     from benchmarks.engines.run_engines import build_100m
     from hybridflow.models import resolve_model_path
