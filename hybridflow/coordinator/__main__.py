@@ -1,5 +1,7 @@
-"""``python -m hybridflow.coordinator`` is ``hybridflow-coordinator``."""
+"""``python -m hybridflow.coordinator`` is ``hybridflow-coordinator``; it ends like the
+services do (``exit_service``: no interpreter teardown)."""
 
-from hybridflow.coordinator.cli import exit_fast, main
+from hybridflow.coordinator.cli import main
+from hybridflow.utils.fast_exit import exit_service
 
-exit_fast(main())
+exit_service(main())

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,17 +141,6 @@ def verify_command(root: Path) -> int:
         if step == steps[0]:
             newest_ok = problem is None
     return 0 if newest_ok else 1
-
-
-def exit_fast(code: int) -> NoReturn:
-    """Ends the process with ``code`` without the interpreter's teardown: with torch and
-    transformers loaded (the tokenizer), tearing the modules down costs about a CPU-second
-    for nothing. Every file the job writes is closed by then; logs and stdio are flushed
-    here. For ``python -m hybridflow.coordinator`` only, never inside another program."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def control_command(args: argparse.Namespace) -> int:

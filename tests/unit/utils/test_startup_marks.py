@@ -40,6 +40,7 @@ def test_without_the_launcher_no_file_is_written(tmp_path, monkeypatch):
 def test_an_unwritable_file_never_stops_a_start(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(tmp_path / "missing-dir" / "startup.jsonl"))
     mark("reward", "serving")  # no exception
+    assert list(tmp_path.iterdir()) == []  # and nothing written elsewhere
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
