@@ -14,6 +14,13 @@ This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightC
 ``join`` / ``receive`` / ``describe`` callables. Before a group forms, every replica's
 reported layout is compared with the one the learner's family registry entry gives
 (``resharding.layout``): a replica that places a parameter otherwise is refused, named.
+
+The file is long because the learner side (``DistPublisher``: build, publish, the background
+send of ``start``/``finish``, abort) and the replica side share the group's life cycle and
+its failure agreement; splitting them would split one protocol across files. Known
+near-copy: ``_publish_once`` and ``start_with`` + ``_send`` build, copy and send alike; they
+differ in when the ranks agree on a failed send (at once, or at the next publish), which is
+why they are not yet one path.
 """
 
 from __future__ import annotations
