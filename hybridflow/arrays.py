@@ -16,6 +16,8 @@ TokenArray = npt.NDArray[np.int32]
 FloatArray = npt.NDArray[np.float32]
 RoutingArray = npt.NDArray[np.int16]
 """Mixture-of-experts routing: ``[tokens, moe layers, top_k]`` expert ids."""
+MaskArray = npt.NDArray[np.uint8]
+"""A 0/1 flag per token (multi-turn loss masks: 1 on policy tokens)."""
 
 TokenLike = TokenArray | Sequence[int]
 """Token ids as an array, or as a list where a caller builds them by hand."""
@@ -23,6 +25,7 @@ TokenLike = TokenArray | Sequence[int]
 TOKEN_DTYPE = np.dtype(np.int32)
 FLOAT_DTYPE = np.dtype(np.float32)
 ROUTING_DTYPE = np.dtype(np.int16)
+MASK_DTYPE = np.dtype(np.uint8)
 
 
 def as_tokens(values: Any) -> TokenArray:
@@ -61,4 +64,21 @@ def as_floats(values: Any) -> FloatArray:
     arr = np.asarray(values, dtype=FLOAT_DTYPE)
     if arr.ndim != 1:
         raise ValueError(f"expected a flat sequence of floats, got shape {arr.shape}")
+    return arr
+
+
+def as_mask(values: Any) -> MaskArray:
+    """``values`` as a 1-D uint8 array of 0/1 flags (no copy when it already is one);
+    ValueError for another shape or a value other than 0 and 1."""
+    if isinstance(values, np.ndarray) and values.dtype == MASK_DTYPE and values.ndim == 1:
+        arr = values
+    else:
+        arr = np.asarray(values)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iub"):
+            raise ValueError(f"a mask must be a flat sequence of 0/1, got {arr.dtype}{arr.shape}")
+        if arr.size and (arr.min() < 0 or arr.max() > 1):
+            raise ValueError("a mask holds 0 and 1 only")
+        return arr.astype(MASK_DTYPE, copy=False)
+    if arr.size and arr.max() > 1:
+        raise ValueError("a mask holds 0 and 1 only")
     return arr

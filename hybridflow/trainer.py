@@ -199,6 +199,7 @@ def twin_services(
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.services.reward.scorers import RewardScorer
     from hybridflow.services.rollout.engine import HFEngine
+    from hybridflow.envs.runner import LocalEnvironments
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.weights.base import LocalWeightSender, SendPublisher
 
@@ -213,5 +214,7 @@ def twin_services(
         learner=LearnerCore(worker, publisher=publisher),
         weight_targets=["local"],
         decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
+        environments=LocalEnvironments(),
+        tokenizer=tokenizer,
     )
     return Twins(services, worker, tokenizer)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from hybridflow.arrays import FloatArray, RoutingArray, TokenArray
+    from hybridflow.arrays import FloatArray, MaskArray, RoutingArray, TokenArray
 
 FinishReason = Literal["stop", "length"]
 
@@ -89,9 +89,13 @@ class Completion:
     routed_experts: RoutingArray | None = None
     """When the request asked: int16 ``[tokens read, moe layers, top_k]``, the experts each
     token the model read (prompt, then every sampled token but the last) was routed to."""
+    loss_mask: MaskArray | None = None
+    """A multi-turn trajectory's 0/1 per token of ``token_ids``: 1 where the policy sampled
+    the token, 0 on the environment's observation and chat-template tokens (whose
+    ``logprobs`` are 0 and ``token_versions`` -1); None when every token was sampled."""
 
     def __post_init__(self) -> None:
-        from hybridflow.arrays import as_floats, as_routing, as_tokens
+        from hybridflow.arrays import as_floats, as_mask, as_routing, as_tokens
 
         self.token_ids = as_tokens(self.token_ids)
         self.logprobs = as_floats(self.logprobs)
@@ -99,6 +103,12 @@ class Completion:
             self.token_versions = as_tokens(self.token_versions)
         if self.routed_experts is not None:
             self.routed_experts = as_routing(self.routed_experts)
+        if self.loss_mask is not None:
+            self.loss_mask = as_mask(self.loss_mask)
+            if self.loss_mask.size != self.token_ids.size:
+                raise ValueError(
+                    f"loss_mask: {self.loss_mask.size} flags for {self.token_ids.size} tokens"
+                )
 
     __eq__ = arrays_equal
 
@@ -142,15 +152,32 @@ class TrainSample:
     routed_experts: RoutingArray | None = None
     """The rollout's routing of prompt + response (``Completion.routed_experts``), which the
     learner replays under ``learner.moe_router_replay``; None when not reported."""
+    loss_mask: MaskArray | None = None
+    """Multi-turn: 0/1 per response token, 1 on policy tokens (the only ones the losses,
+    advantages and off-policy corrections see); None: every response token is the policy's."""
 
     def __post_init__(self) -> None:
-        from hybridflow.arrays import as_floats, as_routing, as_tokens
+        from hybridflow.arrays import as_floats, as_mask, as_routing, as_tokens
 
         self.prompt_ids = as_tokens(self.prompt_ids)
         self.response_ids = as_tokens(self.response_ids)
         self.rollout_logprobs = as_floats(self.rollout_logprobs)
         if self.routed_experts is not None:
             self.routed_experts = as_routing(self.routed_experts)
+        if self.loss_mask is not None:
+            self.loss_mask = as_mask(self.loss_mask)
+            if self.loss_mask.size != self.response_ids.size:
+                raise ValueError(
+                    f"loss_mask: {self.loss_mask.size} flags for "
+                    f"{self.response_ids.size} response tokens"
+                )
+            if not self.loss_mask.any():
+                raise ValueError("loss_mask: no policy token (nothing to train on)")
+
+    @property
+    def num_loss_tokens(self) -> int:
+        """Response tokens the losses count: the policy's (all of them without a mask)."""
+        return int(self.loss_mask.sum()) if self.loss_mask is not None else len(self.response_ids)
 
     __eq__ = arrays_equal
 

@@ -176,14 +176,16 @@ def remax_advantages(
 
 
 def last_token_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Token-level rewards ``[B, T]``: each sample's score at its last valid response token."""
-    lengths = response_mask.long().sum(dim=-1)
-    if bool((lengths == 0).any()):
+    """Token-level rewards ``[B, T]``: each sample's score at its last valid response token
+    (the last 1 of its mask row, wherever holes are: multi-turn observation tokens)."""
+    valid = response_mask > 0
+    if bool((~valid.any(dim=-1)).any()):
         raise ValueError("response_mask: every sample needs at least one response token")
     out = torch.zeros(response_mask.shape, dtype=scores.dtype, device=scores.device)
     rows = torch.arange(response_mask.shape[0], device=scores.device)
-    # Right-padded responses: the last valid token of row i sits at index lengths[i] - 1.
-    out[rows, lengths - 1] = scores
+    slots = torch.arange(response_mask.shape[-1], device=scores.device)
+    last = torch.where(valid, slots, -1).max(dim=-1).values
+    out[rows, last] = scores
     return out
 
 

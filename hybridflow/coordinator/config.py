@@ -30,6 +30,24 @@ class SamplingConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """Multi-turn episodes with an environment (docs/environments.md); an empty ``env``
+    keeps every rollout one prompt and one response."""
+
+    env: str = knob("", free="an import path, checked when the environment loads")
+    """The environment class, ``module:Class`` or ``file.py:Class`` (reset / step)."""
+    max_turns: int = knob(4, ge=1)
+    """Policy turns per episode at most."""
+    max_total_tokens: int = knob(256, ge=2)
+    """Response tokens per trajectory (the policy's and the observations') at most; a turn
+    that would pass it is cut to fit, an observation that would is not appended."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.env)
+
+
+@dataclass
 class CoordinatorConfig:
     """The single controller: data, schedule, addresses of the services."""
 
@@ -53,6 +71,9 @@ class CoordinatorConfig:
     """Completions per prompt (GRPO group)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """How rollouts are sampled."""
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    """Episodes of several turns against an environment (off unless ``env`` is set);
+    ``sampling.max_new_tokens`` bounds each turn."""
     prompts_per_request: int = knob(0, ge=0)
     """Prompts per Generate call (0: prompts_per_step / replicas); smaller keeps replicas
     busier between weight updates."""

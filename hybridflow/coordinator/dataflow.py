@@ -34,6 +34,8 @@ class ScoredGroup:
     results: list[ScoreResult]
     baseline: float | None = None
     """Score of the prompt's greedy response (ReMax's baseline); None when none was made."""
+    episodes: list[Any] | None = None
+    """Multi-turn: each completion's ``EpisodeRecord`` (``coordinator.episodes``)."""
 
 
 def split_round_robin(num_items: int, num_workers: int) -> list[list[int]]:
@@ -108,6 +110,7 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
                     policy_version=completion.policy_version,
                     baseline=group.baseline,
                     routed_experts=completion.routed_experts,
+                    loss_mask=completion.loss_mask,
                 )
             )
     return samples
@@ -137,6 +140,11 @@ def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
     baseline_metrics = (
         {"rollout/baseline_score/mean": sum(baselines) / len(baselines)} if baselines else {}
     )
+    records = [r for g in scored for r in (g.episodes or ())]
+    if records:
+        from hybridflow.coordinator.episodes import episode_metrics
+
+        baseline_metrics.update(episode_metrics(records))
     return {
         **baseline_metrics,
         **component_means(r for g in scored for r in g.results),

@@ -29,7 +29,8 @@ from hybridflow.arrays import TokenArray
 from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
-from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
+from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, attach_scores, score_items
+from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, EpisodeRunner
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import Reading, ReplicaStalled, StallWatch, probe_timing
 from hybridflow.errors import ResourceExhausted, ServiceError, Unavailable
@@ -65,6 +66,7 @@ class ReplicaDispatcher(threading.Thread):
         probe_interval_s: float | None = None,
         rejoin_interval_s: float = 2.0,
         request_size: Callable[[], int] | None = None,
+        episodes: EpisodeRunner | None = None,
     ) -> None:
         """``rejoin(index, timeout_s)``: the weights version replica ``index`` holds once it
         is healthy again and has the current weights, None while it is not back (waiting
@@ -76,7 +78,10 @@ class ReplicaDispatcher(threading.Thread):
         failed (0: never probed); ``probe_interval_s`` defaults from it (``liveness.py``).
         ``clock`` times deadlines and silences (a fake in tests). ``request_size``: prompts
         per request now (None: always ``prompts_per_request``); the job's default splits a
-        step among the replicas serving, so one left alone takes whole steps."""
+        step among the replicas serving, so one left alone takes whole steps.
+        ``episodes``: multi-turn rollouts (``coordinator.multi_turn``): each request runs
+        its prompts' episodes on this replica and the environment's rewards are the scores
+        (the reward service is not called)."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.replica_name = f"replica {index}" + (f" ({name})" if name else "")
@@ -108,6 +113,10 @@ class ReplicaDispatcher(threading.Thread):
         self.busy_s = 0.0
         """Seconds spent generating (greedy baselines included)."""
         self.num_requeued = 0
+        self.episodes = episodes
+        self.num_episodes_restarted = 0
+        """Episodes restarted from their task because the environment service was down."""
+        self._env_down_since: float | None = None
         self.error: BaseException | None = None
         self.started_at = time.perf_counter()
 
@@ -176,8 +185,24 @@ class ReplicaDispatcher(threading.Thread):
             wall_start = time.time()
             start = time.perf_counter()
             expected_version = self.published_version
+            request_id = f"r{self.index}-{request}"
+            episodes = None
             try:
-                groups, greedy = self._generate_watched(prompts, params, f"r{self.index}-{request}")
+                if self.episodes is not None:
+                    episodes = self._watched(
+                        lambda: self._run_episodes(prompts, params, request_id)
+                    )
+                    groups, greedy = episodes.groups, None
+                else:
+                    groups, greedy = self._watched(
+                        lambda: self._generate(prompts, params, request_id)
+                    )
+            except EnvironmentDown as exc:
+                self.buffer.requeue(prompts)
+                self.num_requeued += len(prompts)
+                self.num_episodes_restarted += len(prompts) * params.n
+                self._wait_for_environment(exc)
+                continue
             except ServiceError as exc:
                 self.mark_failed()  # first: the prompts' next taker sees it out of the set
                 log.warning(
@@ -218,6 +243,17 @@ class ReplicaDispatcher(threading.Thread):
                 num_tokens=sum(len(c.token_ids) for g in generated for c in g),
                 policy_version=groups[0][0].policy_version if groups else -1,
             )
+            self._env_down_since = None
+            if episodes is not None:  # the environment scored them
+                self.buffer.put(
+                    [
+                        ScoredGroup(p, g, r, None, rec)
+                        for p, g, r, rec in zip(
+                            prompts, episodes.groups, episodes.results, episodes.records
+                        )
+                    ]
+                )
+                continue
             try:
                 results = self._score(score_items(prompts, groups, self.decode, greedy))
             except Exception:
@@ -228,18 +264,33 @@ class ReplicaDispatcher(threading.Thread):
             )
             self.buffer.put(attach_scores(prompts, groups, results, greedy is not None))
 
-    def _generate_watched(
+    def _run_episodes(
         self, prompts: list[Prompt], params: SamplingParams, request_id: str
-    ) -> tuple[list[list[Completion]], list[list[Completion]] | None]:
-        """``_generate`` on a helper thread while this one probes the replica;
+    ) -> EpisodeBatch:
+        assert self.episodes is not None
+        return self.episodes.run(prompts, params, self.rollout.generate, request_id)
+
+    def _wait_for_environment(self, exc: EnvironmentDown) -> None:
+        """After the environment service failed a request: fatal once it has been down for
+        ``service_wait_s`` (it is being restarted until then), else a pause before retrying."""
+        now = time.monotonic()
+        if self._env_down_since is None:
+            self._env_down_since = now
+        if now - self._env_down_since > self.service_wait_s:
+            raise exc
+        log.warning("%s; the request's episodes restart from their tasks", exc)
+        self.stop_event.wait(1.0)
+
+    def _watched(self, work: Callable[[], Any]) -> Any:
+        """``work`` (the request's generation) on a helper thread while this one probes the replica;
         ``ReplicaStalled`` once it has shown no sign of life (``liveness.py``: no answer, or
         answers while its engine makes no progress on a request it holds) for
         ``stall_timeout_s``. The abandoned call ends on its own (its deadline, or the
         replica waking), and its result is dropped: its prompts are re-queued by the
         caller, so each is trained once."""
         if self.stall_timeout_s <= 0:
-            return self._generate(prompts, params, request_id)
-        call = _Call(lambda: self._generate(prompts, params, request_id), f"{self.name}-call")
+            return work()
+        call = _Call(work, f"{self.name}-call")
         watch = StallWatch(self.stall_timeout_s, self.clock())
         while not call.done.wait(self.probe_interval_s):
             answered, reading = self._probe()

@@ -63,6 +63,7 @@ from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
+from hybridflow.coordinator.episodes import EpisodeRunner
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
@@ -189,6 +190,7 @@ class TrainingJob:
         per_request = cfg.prompts_per_request or max(
             1, cfg.prompts_per_step // len(services.rollouts)
         )
+        episodes = self._make_episodes(greedy_baseline)
         return [
             ReplicaDispatcher(
                 i,
@@ -208,9 +210,31 @@ class TrainingJob:
                 name=services.weight_targets[i],
                 stall_timeout_s=cfg.replica_stall_timeout_s,
                 request_size=None if cfg.prompts_per_request else self._request_size,
+                episodes=episodes,
             )
             for i, r in enumerate(services.rollouts)
         ]
+
+    def _make_episodes(self, greedy_baseline: bool) -> EpisodeRunner | None:
+        """The multi-turn loop (``coordinator.multi_turn``), None for single-turn rollouts."""
+        cfg, services = self.config.multi_turn, self.services
+        if not cfg.enabled:
+            return None
+        if greedy_baseline:
+            raise ValueError(
+                "coordinator.multi_turn: ReMax (a greedy baseline per prompt) is not supported "
+                "for multi-turn episodes; use grpo, rloo or gae"
+            )
+        if services.environments is None or services.tokenizer is None:
+            raise ValueError(
+                "coordinator.multi_turn.env is set but the job has no environment client or "
+                "tokenizer to run episodes with"
+            )
+        from hybridflow.envs.chat_tokens import ChatTokens
+        from hybridflow.envs.runner import load_environment_class
+
+        load_environment_class(cfg.env)  # a bad path fails here, before any work
+        return EpisodeRunner(services.environments, ChatTokens(services.tokenizer), cfg)
 
     def _initial_state(self, continue_from: CoordinatorState | None) -> CoordinatorState:
         """A fresh job's state, or the previous job's (``continue_from``): then every step was

@@ -213,6 +213,8 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
         learner=learner,
         weight_targets=list(cfg.rollout_addresses),
         decode=lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
+        environments=_environments(cfg),
+        tokenizer=tokenizer,
     )
 
     def close() -> None:
@@ -222,6 +224,15 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
         learner.close()
 
     return services, close
+
+
+def _environments(cfg: CoordinatorConfig) -> Any:
+    """The episodes' environments (multi-turn only): in this process for now."""
+    if not cfg.multi_turn.enabled:
+        return None
+    from hybridflow.envs.runner import LocalEnvironments
+
+    return LocalEnvironments()
 
 
 def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from hybridflow.arrays import TokenArray
 from hybridflow.clients import LearnerClient, RewardClient, RolloutClient
@@ -20,6 +21,11 @@ class Services:
     weight_targets: list[str]
     decode: Callable[[TokenArray], str]
     """Response tokens → text for the reward service."""
+    environments: Any = None
+    """Multi-turn (``coordinator.multi_turn``): the ``EnvironmentClient`` the episodes step
+    (the environment service's client, or ``LocalEnvironments`` in process)."""
+    tokenizer: Any = None
+    """Multi-turn: the tokenizer whose chat template renders the observations."""
 
     def __post_init__(self) -> None:
         if not self.rollouts:

@@ -60,6 +60,9 @@ class PromptRecord:
     """The row's ``extra_info`` (passed to user scorers)."""
     index: int = 0
     """0-based row number in the source: unique and stable (gaps where rows were dropped)."""
+    task_prompt: str = ""
+    """The prompt as a multi-turn environment's task: the last user message of a chat
+    prompt, the string itself otherwise."""
 
     def __post_init__(self) -> None:
         self.prompt_ids = as_tokens(self.prompt_ids)
@@ -374,7 +377,13 @@ def _row_to_record(
         ground_truth=ground_truth,
         extra_info=extra_info,
         index=index,
+        task_prompt=prompt if isinstance(prompt, str) else _last_user_content(prompt),
     )
+
+
+def _last_user_content(messages: list[dict[str, Any]]) -> str:
+    users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+    return users[-1] if users else ""
 
 
 def _row_fields(

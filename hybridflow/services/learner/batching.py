@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridflow.arrays import TokenLike, as_tokens
+from hybridflow.arrays import MaskArray, TokenLike, as_tokens
 from hybridflow.types import TrainSample
 
 
@@ -115,8 +115,11 @@ def build_padded_batch(
     pad_id: int,
     device: torch.device,
     row_weights: Sequence[float] | None = None,
+    loss_masks: Sequence[MaskArray | None] | None = None,
 ) -> PaddedBatch:
-    """Right-padded tensors for rows ``prompt + response``; ``row_weights`` 0 marks filler rows."""
+    """Right-padded tensors for rows ``prompt + response``; ``row_weights`` 0 marks filler rows;
+    ``loss_masks`` (multi-turn, one per row or None) zero the ``response_mask`` on the
+    response tokens the policy did not sample."""
     rows = len(prompts)
     prompt_arrays = [as_tokens(p) for p in prompts]
     response_arrays = [as_tokens(r) for r in responses]
@@ -140,6 +143,9 @@ def build_padded_batch(
         else np.asarray(row_weights, dtype=np.float32)
     )
     response_mask = in_response * weights[:, None]
+    for i, flags in enumerate(loss_masks or ()):
+        if flags is not None:
+            response_mask[i, : flags.size] *= flags
     # Padded response slots point at the last real position (any valid index would do).
     response_index = np.minimum(
         np.arange(resp_len)[None, :] + prompt_len[:, None] - 1, (total - 2)[:, None]
@@ -161,12 +167,13 @@ def build_packed_batch(
     pad_id: int,
     device: torch.device,
     row_weights: Sequence[float] | None = None,
+    loss_masks: Sequence[MaskArray | None] | None = None,
 ) -> PaddedBatch:
     """The sequences ``prompt + response`` concatenated into one row with no padding, position
     ids restarting at 0 for each; response tensors stay ``[rows, resp]`` as in
     ``build_padded_batch`` (same ``response_ids`` and ``response_mask``), with
     ``response_index`` pointing into the packed row."""
-    padded = build_padded_batch(prompts, responses, pad_id, device, row_weights)
+    padded = build_padded_batch(prompts, responses, pad_id, device, row_weights, loss_masks)
     lengths = padded.attention_mask.sum(-1)
     starts = torch.cumsum(lengths, 0) - lengths
     real = padded.attention_mask.bool()
@@ -188,10 +195,11 @@ def build_batch(
     device: torch.device,
     row_weights: Sequence[float] | None = None,
     packed: bool = False,
+    loss_masks: Sequence[MaskArray | None] | None = None,
 ) -> PaddedBatch:
     """``build_packed_batch`` when ``packed`` (``learner.memory.packing``), else padded."""
     build = build_packed_batch if packed else build_padded_batch
-    return build(prompts, responses, pad_id, device, row_weights)
+    return build(prompts, responses, pad_id, device, row_weights, loss_masks)
 
 
 def split_contiguous(num_items: int, num_parts: int) -> list[range]:

@@ -32,6 +32,8 @@ def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
         rest.baselines.CopyFrom(pack_floats(_baselines_with_nan(samples)))
     if any(s.routed_experts is not None for s in samples):
         rest.routed_experts.CopyFrom(pack_routed([s.routed_experts for s in samples]))
+    if any(s.loss_mask is not None for s in samples):
+        rest.loss_masks = _loss_masks(samples)
     fields = learner_pb2.TrainBatch
     return [
         *wire.bytes_field(
@@ -46,6 +48,32 @@ def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
         ),
         wire.message_piece(rest),
     ]
+
+
+def _loss_masks(samples: Sequence[TrainSample]) -> bytes:
+    """Every sample's 0/1 flags back to back (all 1 for a sample without a mask)."""
+    return b"".join(
+        s.loss_mask.tobytes() if s.loss_mask is not None else b"\x01" * len(s.response_ids)
+        for s in samples
+    )
+
+
+def _loss_masks_from_proto(
+    msg: learner_pb2.TrainBatch, offsets: np.ndarray
+) -> list[np.ndarray | None]:
+    """Per sample its loss mask (a view over the message), None for all when the field is
+    empty; ValueError when the flags do not cover the responses or are not 0/1."""
+    n = offsets.size - 1
+    if not msg.loss_masks:
+        return [None] * n
+    flags = np.frombuffer(msg.loss_masks, dtype=np.uint8)
+    if flags.size != int(offsets[-1]):
+        raise ValueError(
+            f"batch.loss_masks: {flags.size} flags for {int(offsets[-1])} response tokens"
+        )
+    if flags.size and flags.max() > 1:
+        raise ValueError("batch.loss_masks: flags must be 0 or 1")
+    return list(split_by(flags, offsets))
 
 
 def _baselines_with_nan(samples: Sequence[TrainSample]) -> np.ndarray:
@@ -107,6 +135,7 @@ def batch_from_proto(
         if msg.HasField("routed_experts")
         else [None] * n
     )
+    masks = _loss_masks_from_proto(msg, response_offsets)
     return [
         TrainSample(
             prompt_ids=prompts[i],
@@ -117,6 +146,7 @@ def batch_from_proto(
             policy_version=version,
             baseline=baselines[i],
             routed_experts=routed[i],
+            loss_mask=masks[i],
         )
         for i, (reward, group_id, version) in enumerate(
             zip(rewards.tolist(), msg.group_ids, msg.policy_versions)

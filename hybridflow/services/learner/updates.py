@@ -79,6 +79,7 @@ class UpdateContext:
             self.device,
             micro.weights,
             packed=self.config.memory.packing,
+            loss_masks=[s.loss_mask for s in rows],
         )
         if self.config.moe_router_replay:  # the samples' routing was checked on arrival
             if batch.packed:  # each sequence's routing at its own tokens, back to back
@@ -135,7 +136,7 @@ class UpdateContext:
     def counts(self, mb: int) -> tuple[float, float]:
         """Global (tokens, sequences) of mini-batch ``mb``."""
         indices = self.plan.mini_batches[mb]
-        return float(sum(len(self.samples[i].response_ids) for i in indices)), float(len(indices))
+        return float(sum(self.samples[i].num_loss_tokens for i in indices)), float(len(indices))
 
     def micro_batches(self, mb: int) -> list[MicroBatch]:
         return self.plan_micro(self.plan.rank_slices[mb], self.plan.mini_batches[mb].start)
@@ -161,7 +162,7 @@ class UpdateContext:
         """One actor optimizer step on mini-batch ``mb``."""
         cfg, m = self.config, self.metrics
         num_tokens, num_seqs = self.counts(mb)
-        batch_tokens = float(sum(len(s.response_ids) for s in self.samples))
+        batch_tokens = float(sum(s.num_loss_tokens for s in self.samples))
         optim.zero_grad(set_to_none=True)
         for micro in self.micro_batches(mb):
             batch = self.batch(micro)
@@ -346,6 +347,9 @@ def compute_advantages(
     lengths = torch.tensor([len(s.response_ids) for s in samples])
     width = int(lengths.max())
     mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(-1)).float()
+    for i, s in enumerate(samples):  # multi-turn: observation tokens are holes in the mask
+        if s.loss_mask is not None:
+            mask[i, : s.loss_mask.size] = torch.from_numpy(s.loss_mask).float()
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     if cfg.overlong.buffer > 0:
         penalty = overlong_penalty(

@@ -1,0 +1,312 @@
+"""Multi-turn episodes: the policy acts, the environment answers, until done.
+
+The loop lives on the coordinator side, in the dispatcher thread of the replica that serves
+the request (docs/environments.md says why: the rollout stays a stateless engine, so a replica
+dying mid-episode costs only a re-queue; weights may change between turns and each turn's
+tokens carry the version that sampled them; the coordinator already holds the tokenizer, the
+dataset and the exactly-once audit).
+
+All episodes of one request advance turn by turn: each turn is one ``Generate`` call holding
+every live episode's whole context (its prompt, its earlier turns and observations) with
+``n = 1``, so the engine batches them and vLLM's prefix cache serves what an episode already
+read. A trajectory is built by appending only (``hybridflow.envs.chat_tokens``): the ids the
+engine sampled, then the observation's ids, each tokenised once. The loss mask is 1 exactly
+on the sampled ids; their log-probs and versions come from the engine, the observation's are
+0 and -1. An episode ends when the environment says done, at ``max_turns`` policy turns, or
+when its response (policy plus observation tokens) would pass ``max_total_tokens``; a turn
+that would pass it is cut to fit (a prefix of what was sampled, so still exactly on-policy).
+
+Failures: an environment that raises ends its own episode with an error (reward 0, trained
+like a sample whose scoring failed); an unreachable environment service fails the request
+with ``EnvironmentDown`` and the dispatcher restarts its episodes from their tasks; a replica
+failing mid-episode fails the request as a single-turn one would (the prompts are re-queued).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from hybridflow.arrays import TokenArray
+from hybridflow.coordinator.config import MultiTurnConfig
+from hybridflow.coordinator.dataflow import Prompt
+from hybridflow.envs.base import StepResult, Task
+from hybridflow.envs.chat_tokens import ChatTokens
+from hybridflow.envs.runner import EnvironmentClient, EpisodeError
+from hybridflow.errors import ServiceError
+from hybridflow.types import Completion, SamplingParams, ScoreResult
+
+Generate = Callable[[list[TokenArray], SamplingParams, str], list[list[Completion]]]
+
+
+class EnvironmentDown(RuntimeError):
+    """The environment service did not answer: the request's episodes restart from their
+    tasks (the dispatcher re-queues its prompts; the replica is not to blame)."""
+
+
+@dataclass
+class EpisodeRecord:
+    """What one episode did (for metrics and the run's records)."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    success: bool = False
+    env_seconds: float = 0.0
+    env_calls: int = 0
+    policy_tokens: int = 0
+    total_tokens: int = 0
+    finish: str = ""
+    """``done``, ``max_turns``, ``max_total_tokens`` or ``error``."""
+
+
+@dataclass
+class _Episode:
+    episode_id: str
+    prompt_index: int
+    prompt_ids: TokenArray
+    error: str | None = None
+    reward: float = 0.0
+    ids: list[np.ndarray] = field(default_factory=list)
+    logprobs: list[np.ndarray] = field(default_factory=list)
+    versions: list[np.ndarray] = field(default_factory=list)
+    mask: list[np.ndarray] = field(default_factory=list)
+    used: int = 0
+    record: EpisodeRecord = field(default_factory=EpisodeRecord)
+
+    def context(self) -> TokenArray:
+        return np.concatenate([self.prompt_ids, *self.ids]).astype(np.int32, copy=False)
+
+    def add_policy(self, completion: Completion, take: int) -> None:
+        ids = completion.token_ids[:take]
+        versions = (
+            completion.token_versions[:take]
+            if completion.token_versions is not None
+            else np.full(take, completion.policy_version, dtype=np.int32)
+        )
+        self.ids.append(ids)
+        self.logprobs.append(completion.logprobs[:take])
+        self.versions.append(versions)
+        self.mask.append(np.ones(take, dtype=np.uint8))
+        self.used += take
+        self.record.turns += 1
+        self.record.policy_tokens += take
+
+    def add_observation(self, ids: TokenArray) -> None:
+        self.ids.append(ids)
+        self.logprobs.append(np.zeros(ids.size, dtype=np.float32))
+        self.versions.append(np.full(ids.size, -1, dtype=np.int32))
+        self.mask.append(np.zeros(ids.size, dtype=np.uint8))
+        self.used += ids.size
+
+    def completion(self) -> Completion:
+        versions = np.concatenate(self.versions)
+        mask = np.concatenate(self.mask)
+        self.record.total_tokens = int(mask.size)
+        return Completion(
+            token_ids=np.concatenate(self.ids),
+            logprobs=np.concatenate(self.logprobs),
+            finish_reason="stop" if self.record.finish == "done" else "length",
+            policy_version=int(versions[mask == 1].min()),
+            token_versions=versions,
+            loss_mask=mask,
+        )
+
+
+@dataclass
+class EpisodeBatch:
+    """A request's episodes, grouped like ``Generate``'s answer (prompt-major)."""
+
+    groups: list[list[Completion]]
+    results: list[list[ScoreResult]]
+    records: list[list[EpisodeRecord]]
+
+
+def task_of(prompt: Prompt) -> Task:
+    """The environment's view of a dataset row."""
+    return Task(
+        prompt=str(getattr(prompt, "task_prompt", "") or prompt.prompt_text),
+        ground_truth=prompt.ground_truth,
+        data_source=prompt.data_source,
+        extra_info=dict(prompt.extra_info),
+    )
+
+
+class EpisodeRunner:
+    """Runs one request's episodes against an ``EnvironmentClient`` (module docstring)."""
+
+    def __init__(
+        self,
+        envs: EnvironmentClient,
+        chat: ChatTokens,
+        config: MultiTurnConfig,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if not config.enabled:
+            raise ValueError("EpisodeRunner needs coordinator.multi_turn.env")
+        self.envs = envs
+        self.chat = chat
+        self.config = config
+        self.clock = clock
+
+    def run(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams,
+        generate: Generate,
+        request_id: str,
+    ) -> EpisodeBatch:
+        episodes = [
+            self._reset(f"{request_id}-{p}-{j}", p, prompt)
+            for p, prompt in enumerate(prompts)
+            for j in range(params.n)
+        ]
+        live = list(episodes)
+        turn = 0
+        try:
+            while live:
+                turn_params = replace(
+                    params,
+                    n=1,
+                    seed=None if params.seed is None else (params.seed + 7919 * turn) % 2**31,
+                )
+                answers = generate([e.context() for e in live], turn_params, f"{request_id}-t{turn}")
+                if len(answers) != len(live) or any(len(a) != 1 for a in answers):
+                    raise ValueError(
+                        f"rollout answered {[len(a) for a in answers]} completions for "
+                        f"{len(live)} episode contexts (one each expected)"
+                    )
+                for episode, (completion,) in zip(live, answers, strict=True):
+                    self._after_turn(episode, completion)
+                live = [e for e in live if not e.record.finish]
+                turn += 1
+        except BaseException:
+            for episode in live:
+                self._close_quietly(episode.episode_id)
+            raise
+        n = params.n
+        groups, results, records = [], [], []
+        for p in range(len(prompts)):
+            mine = episodes[p * n : (p + 1) * n]
+            groups.append([e.completion() for e in mine])
+            results.append(
+                [
+                    ScoreResult(0.0, e.error) if e.error is not None else ScoreResult(e.reward)
+                    for e in mine
+                ]
+            )
+            records.append([e.record for e in mine])
+        return EpisodeBatch(groups, results, records)
+
+    # ------------------------------------------------------------------ one episode
+    def _reset(self, episode_id: str, index: int, prompt: Prompt) -> _Episode:
+        """A fresh episode. If the environment's reset raised, the episode still takes one
+        policy turn on the dataset's own prompt (so its group keeps its size) and ends with
+        the error, reward 0."""
+        start = self.clock()
+        try:
+            opening = self._env(lambda: self.envs.reset(episode_id, self.config.env, task_of(prompt)))
+        except EpisodeError as exc:
+            episode = _Episode(episode_id, index, prompt.prompt_ids, error=str(exc))
+        else:
+            episode = _Episode(episode_id, index, self.chat.opening(opening))
+        episode.record.env_seconds += self.clock() - start
+        episode.record.env_calls += 1
+        return episode
+
+    def _after_turn(self, episode: _Episode, completion: Completion) -> None:
+        cfg, record = self.config, episode.record
+        take = min(completion.token_ids.size, cfg.max_total_tokens - episode.used)
+        ended_with_eos = completion.finish_reason == "stop" and take == completion.token_ids.size
+        episode.add_policy(completion, take)
+        if episode.error is not None:
+            record.finish = "error"
+            return
+        action = self.chat.decode_turn(completion.token_ids[:take])
+        result = self._step(episode, action)
+        if result is None:
+            return
+        episode.reward += float(result.reward)
+        record.tool_calls += int(result.info.get("tool_calls", 0))
+        record.tool_errors += int(result.info.get("tool_errors", 0))
+        record.success = record.success or bool(result.info.get("success", False))
+        if result.done:
+            record.finish = "done"
+            return
+        if record.turns >= cfg.max_turns:
+            record.finish = "max_turns"
+        else:
+            observation = self.chat.observation(result.observation, ended_with_eos)
+            if episode.used + observation.size + 1 > cfg.max_total_tokens:
+                record.finish = "max_total_tokens"  # no room for the observation and a turn
+            else:
+                episode.add_observation(observation)
+                return
+        self._close_quietly(episode.episode_id)
+
+    def _step(self, episode: _Episode, action: str) -> StepResult | None:
+        """The environment's answer; None when it failed (the episode ended with the error)."""
+        start = self.clock()
+        try:
+            result = self._env(lambda: self.envs.step(episode.episode_id, action))
+            if not result.done and not result.observation:
+                self._close_quietly(episode.episode_id)
+                raise EpisodeError(
+                    f"episode {episode.episode_id!r}: step returned no observation and not done"
+                )
+        except EpisodeError as exc:
+            episode.error = str(exc)
+            episode.reward = 0.0
+            episode.record.finish = "error"
+            return None
+        finally:
+            episode.record.env_seconds += self.clock() - start
+            episode.record.env_calls += 1
+        return result
+
+    def _env(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except ServiceError as exc:
+            raise EnvironmentDown(f"environment service: {exc}") from exc
+
+    def _close_quietly(self, episode_id: str) -> None:
+        try:
+            self.envs.close(episode_id)
+        except Exception:  # noqa: BLE001 — closing is best effort; the service drops it anyway
+            pass
+
+
+def episode_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """``episode/*`` metrics of one batch's episodes."""
+    if not records:
+        return {}
+    n = len(records)
+    env_calls = sum(r.env_calls for r in records)
+    successes = sum(r.success for r in records)
+    total = sum(r.total_tokens for r in records)
+    finishes = {"done": 0, "max_turns": 0, "max_total_tokens": 0, "error": 0}
+    for r in records:
+        finishes[r.finish] = finishes.get(r.finish, 0) + 1
+    return {
+        "episode/turns/mean": sum(r.turns for r in records) / n,
+        "episode/turns/max": float(max(r.turns for r in records)),
+        "episode/tool_calls/mean": sum(r.tool_calls for r in records) / n,
+        "episode/tool_errors/mean": sum(r.tool_errors for r in records) / n,
+        "episode/tool_use_rate": sum(r.tool_calls > 0 for r in records) / n,
+        "episode/success_rate": sum(r.success for r in records) / n,
+        "episode/turns_per_success": (
+            sum(r.turns for r in records if r.success) / successes if successes else 0.0
+        ),
+        "episode/env_latency_s/mean": (
+            sum(r.env_seconds for r in records) / env_calls if env_calls else 0.0
+        ),
+        "episode/policy_token_frac": (
+            sum(r.policy_tokens for r in records) / total if total else 1.0
+        ),
+        **{f"episode/finish/{name}": count / n for name, count in finishes.items()},
+    }
