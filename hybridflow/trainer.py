@@ -64,13 +64,20 @@ class RLTrainer:
         seed: int = 0,
         run_dir: str | Path | None = None,
         dynamic_sampling: bool = False,
+        env: str | None = None,
+        max_turns: int = 4,
+        max_total_tokens: int = 256,
         **learner_overrides: Any,
     ) -> None:
         """``actor``: builtin:tiny or a local HF checkpoint dir. ``algo``: the learner's preset
         (grpo, ppo, dpo: online DPO on each group's best and worst response, rft:
         rejection-sampling fine-tuning). ``run_dir``: where metrics.jsonl, trained.jsonl and
         events.jsonl go (None: a temporary directory removed by ``close``).
-        ``dynamic_sampling``: DAPO's (coordinator.dynamic_sampling). ``learner_overrides``
+        ``dynamic_sampling``: DAPO's (coordinator.dynamic_sampling). ``env``: an
+        environment class (``module:Class``): each prompt becomes a multi-turn episode's
+        task, of at most ``max_turns`` policy turns and ``max_total_tokens`` response tokens,
+        rewarded by the environment (``reward_fn`` is then not called; pass any).
+        ``learner_overrides``
         set LearnerConfig keys as a job file does (e.g. ``optimizer={"lr": 1e-3}``; the old
         flat names, ``lr=1e-3``, still work)."""
         from hybridflow.config.loader import with_keys
@@ -81,6 +88,11 @@ class RLTrainer:
         self.params = replace(sampling or SamplingParams(max_new_tokens=8), n=group_size)
         self.seed = seed
         self.dynamic_sampling = dynamic_sampling
+        from hybridflow.coordinator.config import MultiTurnConfig
+
+        self.multi_turn = MultiTurnConfig(
+            env=env or "", max_turns=max_turns, max_total_tokens=max_total_tokens
+        )
         learner_cfg = with_keys(
             LearnerConfig(algorithm=algo, seed=seed, temperature=self.params.temperature),
             learner_overrides,
@@ -117,6 +129,7 @@ class RLTrainer:
                 ground_truth=None,
                 extra_info={"prompt": p},
                 index=i,
+                task_prompt=p,
             )
             for i, p in enumerate(prompts)
         ]
@@ -136,6 +149,7 @@ class RLTrainer:
             ),
             max_staleness=0,
             dynamic_sampling=self.dynamic_sampling,
+            multi_turn=self.multi_turn,
             save_checkpoint=False,
             checkpoint_every=0,
             progress=False,
@@ -195,11 +209,11 @@ def twin_services(
     from transformers import AutoTokenizer
 
     from hybridflow.coordinator.services import Services
+    from hybridflow.envs.runner import LocalEnvironments
     from hybridflow.services.learner.core import LearnerCore
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.services.reward.scorers import RewardScorer
     from hybridflow.services.rollout.engine import HFEngine
-    from hybridflow.envs.runner import LocalEnvironments
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.weights.base import LocalWeightSender, SendPublisher
 

@@ -94,10 +94,16 @@ class Completion:
     the token, 0 on the environment's observation and chat-template tokens (whose
     ``logprobs`` are 0 and ``token_versions`` -1); None when every token was sampled."""
 
+    prompt_ids: TokenArray | None = None
+    """A multi-turn trajectory's own prompt (the environment's opening messages, rendered
+    and tokenised), which the learner trains it after; None: the request's prompt."""
+
     def __post_init__(self) -> None:
         from hybridflow.arrays import as_floats, as_mask, as_routing, as_tokens
 
         self.token_ids = as_tokens(self.token_ids)
+        if self.prompt_ids is not None:
+            self.prompt_ids = as_tokens(self.prompt_ids)
         self.logprobs = as_floats(self.logprobs)
         if self.token_versions is not None:
             self.token_versions = as_tokens(self.token_versions)

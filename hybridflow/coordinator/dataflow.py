@@ -102,7 +102,11 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
         for completion, result in zip(group.completions, group.results):
             samples.append(
                 TrainSample(
-                    prompt_ids=group.prompt.prompt_ids,  # arrays shared, never copied here
+                    prompt_ids=(  # arrays shared, never copied here
+                        completion.prompt_ids
+                        if completion.prompt_ids is not None
+                        else group.prompt.prompt_ids
+                    ),
                     response_ids=completion.token_ids,
                     rollout_logprobs=completion.logprobs,
                     reward=float(result.score),

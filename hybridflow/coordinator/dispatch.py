@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from hybridflow.arrays import TokenArray
@@ -190,12 +191,12 @@ class ReplicaDispatcher(threading.Thread):
             try:
                 if self.episodes is not None:
                     episodes = self._watched(
-                        lambda: self._run_episodes(prompts, params, request_id)
+                        partial(self._run_episodes, prompts, params, request_id)
                     )
                     groups, greedy = episodes.groups, None
                 else:
                     groups, greedy = self._watched(
-                        lambda: self._generate(prompts, params, request_id)
+                        partial(self._generate, prompts, params, request_id)
                     )
             except EnvironmentDown as exc:
                 self.buffer.requeue(prompts)

@@ -114,6 +114,7 @@ class _Episode:
             policy_version=int(versions[mask == 1].min()),
             token_versions=versions,
             loss_mask=mask,
+            prompt_ids=self.prompt_ids,
         )
 
 
@@ -174,7 +175,9 @@ class EpisodeRunner:
                     n=1,
                     seed=None if params.seed is None else (params.seed + 7919 * turn) % 2**31,
                 )
-                answers = generate([e.context() for e in live], turn_params, f"{request_id}-t{turn}")
+                answers = generate(
+                    [e.context() for e in live], turn_params, f"{request_id}-t{turn}"
+                )
                 if len(answers) != len(live) or any(len(a) != 1 for a in answers):
                     raise ValueError(
                         f"rollout answered {[len(a) for a in answers]} completions for "
@@ -209,7 +212,9 @@ class EpisodeRunner:
         the error, reward 0."""
         start = self.clock()
         try:
-            opening = self._env(lambda: self.envs.reset(episode_id, self.config.env, task_of(prompt)))
+            opening = self._env(
+                lambda: self.envs.reset(episode_id, self.config.env, task_of(prompt))
+            )
         except EpisodeError as exc:
             episode = _Episode(episode_id, index, prompt.prompt_ids, error=str(exc))
         else:

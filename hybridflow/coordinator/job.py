@@ -63,8 +63,8 @@ from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
-from hybridflow.coordinator.episodes import EpisodeRunner
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
+from hybridflow.coordinator.episodes import EpisodeRunner
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
 from hybridflow.coordinator.metrics import MetricsLog, Progress
@@ -160,6 +160,7 @@ class TrainingJob:
         # Only when the next step may train before the publish ends (sync runs gain nothing).
         self._overlap_publish = config.overlap_publish and bound.max_steps >= 1
         self.events = EventLog(run_dir / "events.jsonl")
+        self._greedy_baseline = needs.greedy_baseline
         self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
         self.state = self._initial_state(continue_from)
         self.last_metrics: dict[str, float] = {}
@@ -190,7 +191,6 @@ class TrainingJob:
         per_request = cfg.prompts_per_request or max(
             1, cfg.prompts_per_step // len(services.rollouts)
         )
-        episodes = self._make_episodes(greedy_baseline)
         return [
             ReplicaDispatcher(
                 i,
@@ -210,7 +210,6 @@ class TrainingJob:
                 name=services.weight_targets[i],
                 stall_timeout_s=cfg.replica_stall_timeout_s,
                 request_size=None if cfg.prompts_per_request else self._request_size,
-                episodes=episodes,
             )
             for i, r in enumerate(services.rollouts)
         ]
@@ -554,7 +553,9 @@ class TrainingJob:
             self.control.step_done(st.step, st.policy_version, {})
         if self.resume and st.step > 0:
             self._publish()  # fresh replicas get the restored weights before generating
+        episodes = self._make_episodes(self._greedy_baseline)  # after the resume checks
         for d in self.dispatchers:
+            d.episodes = episodes
             d.start()
         return run
 

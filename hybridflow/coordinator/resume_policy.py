@@ -98,6 +98,11 @@ RULES: dict[str, Rule] = {
     "coordinator.overlap_publish": _SCHEDULE,
     "coordinator.dynamic_sampling": _SCHEDULE,
     "coordinator.dynamic_sampling_max_rounds": _SCHEDULE,
+    "coordinator.multi_turn.env": _refuse(
+        "the run's rewards and trajectories belong to the environment it was trained with"
+    ),
+    "coordinator.multi_turn.max_turns": _SCHEDULE,
+    "coordinator.multi_turn.max_total_tokens": _SCHEDULE,
     "coordinator.rollout_addresses": _ADDRESS,
     "coordinator.reward_address": _ADDRESS,
     "coordinator.learner_address": _ADDRESS,

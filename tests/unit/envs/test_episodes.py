@@ -58,7 +58,9 @@ class ScriptedEngine:
 
     def __init__(self, tokenizer, turns: list[str], version: int = 3, eos: bool = True) -> None:
         self.tok = tokenizer
-        self.turns = [np.asarray(tokenizer.encode(t, add_special_tokens=False), np.int32) for t in turns]
+        self.turns = [
+            np.asarray(tokenizer.encode(t, add_special_tokens=False), np.int32) for t in turns
+        ]
         self.version = version
         self.eos = eos
         self.contexts: list[np.ndarray] = []
@@ -104,7 +106,9 @@ def record(prompt: str = "hi", **extra) -> PromptRecord:
 
 
 def runner(tokenizer, **cfg) -> EpisodeRunner:
-    return EpisodeRunner(LocalEnvironments(), ChatTokens(tokenizer), MultiTurnConfig(env=ENV, **cfg))
+    return EpisodeRunner(
+        LocalEnvironments(), ChatTokens(tokenizer), MultiTurnConfig(env=ENV, **cfg)
+    )
 
 
 def test_trajectory_is_generated_ids_plus_observation_ids(tokenizer):
@@ -123,6 +127,7 @@ def test_trajectory_is_generated_ids_plus_observation_ids(tokenizer):
     flags = [1] * (len(enc("12")) + 1) + [0] * len(obs2) + [1] * (len(enc("34")) + 1)
     flags += [0] * len(obs1) + [1] * (len(enc("56")) + 1)
     for c in batch.groups[0]:
+        assert c.prompt_ids.tolist() == opening.tolist()
         assert c.token_ids.tolist() == expected
         assert c.loss_mask.tolist() == flags
         assert c.logprobs[c.loss_mask == 0].tolist() == [0.0] * (len(obs1) + len(obs2))
@@ -133,7 +138,10 @@ def test_trajectory_is_generated_ids_plus_observation_ids(tokenizer):
         assert c.policy_version == 3
     # Each turn's context was exactly the opening plus everything appended so far.
     assert engine.contexts[0].tolist() == opening.tolist()
-    assert engine.contexts[2].tolist() == [*opening.tolist(), *expected[: len(enc("12")) + 1 + len(obs2)]]
+    assert engine.contexts[2].tolist() == [
+        *opening.tolist(),
+        *expected[: len(enc("12")) + 1 + len(obs2)],
+    ]
     assert batch.results[0][0].score == pytest.approx(0.25 + 0.25 + 1.25)
     assert batch.records[0][0].turns == 3 and batch.records[0][0].success
     assert batch.records[0][0].finish == "done"
@@ -252,10 +260,25 @@ def test_episode_metrics():
     from hybridflow.coordinator.episodes import EpisodeRecord
 
     records = [
-        EpisodeRecord(turns=2, tool_calls=1, success=True, policy_tokens=6, total_tokens=10,
-                      env_calls=3, env_seconds=0.3, finish="done"),
-        EpisodeRecord(turns=4, tool_errors=2, policy_tokens=4, total_tokens=10, env_calls=5,
-                      env_seconds=0.5, finish="max_turns"),
+        EpisodeRecord(
+            turns=2,
+            tool_calls=1,
+            success=True,
+            policy_tokens=6,
+            total_tokens=10,
+            env_calls=3,
+            env_seconds=0.3,
+            finish="done",
+        ),
+        EpisodeRecord(
+            turns=4,
+            tool_errors=2,
+            policy_tokens=4,
+            total_tokens=10,
+            env_calls=5,
+            env_seconds=0.5,
+            finish="max_turns",
+        ),
     ]
     m = episode_metrics(records)
     assert m["episode/turns/mean"] == 3.0
