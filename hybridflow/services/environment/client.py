@@ -6,7 +6,8 @@ Every call has the deadline ``ChannelConfig.timeout_s`` (keep it above the servi
 before the call gives up). An episode's failure is ``EpisodeError``; refused input is
 ``BadRequest`` (a ValueError, as in process); a service that is unreachable, past the
 deadline, or restarted since it reset the episode is ``EnvironmentUnavailable``: the rollout
-loop restarts those episodes from their task.
+loop closes those episodes (best effort: a call past its deadline may have left one live
+there) and restarts them from their task under new episode ids.
 """
 
 from __future__ import annotations
@@ -29,18 +30,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _unavailable_as_environment(method: F) -> F:
-    """Re-raises ``Unavailable`` (UNAVAILABLE, DEADLINE_EXCEEDED) as EnvironmentUnavailable
-    and forgets the episode (its first argument), which the service may no longer hold."""
+    """Re-raises ``Unavailable`` (UNAVAILABLE, DEADLINE_EXCEEDED) as EnvironmentUnavailable.
+    The episode's record stays until it is closed: a retry after the service came back is
+    still told apart from the episode's own error."""
 
     @functools.wraps(method)
-    def wrapper(self: EnvironmentServiceClient, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except EnvironmentUnavailable:
             raise
         except Unavailable as exc:
-            if args:
-                self._forget(args[0])
             raise EnvironmentUnavailable(str(exc)) from exc
 
     return wrapper  # type: ignore[return-value]
