@@ -1,7 +1,8 @@
 """The environment service as the launcher runs it: a real process started from a job
 config, killed, and restarted on its address by ``ServiceGroup.restart``; the client counts
 the episode the dead process held as unavailable (to restart from its task) and new
-episodes run on the new process. Then SIGTERM drains it and it exits 0."""
+episodes run on the new process. SIGTERM drains it and it exits 0, also while a hung
+environment's thread still runs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from hybridflow.deploy.launcher import ServiceGroup, ServiceProcess
 from hybridflow.envs.base import Task
-from hybridflow.envs.runner import EnvironmentUnavailable
+from hybridflow.envs.runner import EnvironmentUnavailable, EpisodeError
 from hybridflow.job_config import load_job_config
 from hybridflow.rpc.channel import wait_healthy
 from hybridflow.rpc.config import ChannelConfig
@@ -81,3 +82,36 @@ def test_killed_service_restarts_on_its_address_and_episodes_are_counted_lost(
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+def test_a_hung_environment_does_not_keep_the_process_from_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hangs = "tests.unit.envs.test_environment_service:Hangs"  # never released in that process
+    config = tmp_path / "job.yaml"
+    config.write_text(f"environment:\n  envs: [{hangs}]\n  step_timeout_s: 0.5\n")
+    path = [str(REPO), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
+    port_file = tmp_path / "environment.addr"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hybridflow.services.environment", "--config", str(config)]
+        + ["--port-file", str(port_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_file(port_file, proc)
+        address = port_file.read_text().strip()
+        wait_healthy(address, 60)
+        client = EnvironmentServiceClient(address, CHANNEL)
+        client.reset("stuck", hangs, Task("p"))
+        with pytest.raises(EpisodeError, match="step_timeout_s"):
+            client.step("stuck", "go")
+        assert client.info().num_hung == 1
+        client.shutdown()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
