@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Launches a hybridflow job: reward, learner (torchrun when learner.topology.nproc_per_node > 1) and
-# rollout services as their own processes, waits for their health checks, runs the
-# coordinator and supervises them all (a dead rollout / reward service is restarted; a dead
-# learner or coordinator stops the job with the command to resume). SIGTERM or Ctrl-C stops
+# rollout services (and the environment service when environment.envs lists a class) as their
+# own processes, waits for their health checks, runs the coordinator and supervises them all
+# (a dead rollout / reward / environment service is restarted; a dead learner or coordinator
+# stops the job with the command to resume). SIGTERM or Ctrl-C stops
 # every process it started within deploy.stop_timeout_s plus the services' grace; a second
 # one kills at once. Its processes also end when it is killed.
 #

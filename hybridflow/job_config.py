@@ -14,6 +14,7 @@ from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.loader import load_config
 from hybridflow.config.ranges import raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
+from hybridflow.services.environment.config import EnvironmentConfig
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.services.reward.config import RewardConfig
@@ -33,7 +34,7 @@ class DeployConfig:
     """On SIGTERM / Ctrl-C: seconds the coordinator gets to finish its step and save before
     it is killed; the services then get their own drain grace."""
     restart_budget: int = knob(3, ge=0)
-    """Restarts per rollout / reward service before the job stops."""
+    """Restarts per rollout / reward / environment service before the job stops."""
     restart_backoff_s: float = knob(1.0, ge=0)
     """Delay before a service's first restart; doubles with each further restart."""
     group_readable: bool = False
@@ -62,6 +63,9 @@ class JobConfig:
     """Rollout replicas."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Reward service."""
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    """Environment service of multi-turn episodes (started only when environment.envs lists
+    a class)."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """Learner service. The flat keys of earlier versions (learner.lr, learner.kl_coef, ...)
     still load, moved into these sections with a notice; learner.temperature and

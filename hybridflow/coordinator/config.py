@@ -107,6 +107,9 @@ class CoordinatorConfig:
     """host:port of each rollout replica (deploy/launch.sh fills these in)."""
     reward_address: str = knob("", free="host:port, checked when the coordinator connects")
     """host:port of the reward service."""
+    environment_address: str = knob("", free="host:port, checked when the coordinator connects")
+    """host:port of the environment service (deploy/launch.sh sets it when environment.envs
+    is non-empty); empty: multi-turn episodes run their environments in process."""
     learner_address: str = knob("", free="host:port, checked when the coordinator connects")
     """host:port of the learner (rank 0)."""
     channel: ChannelConfig = field(default_factory=ChannelConfig)

@@ -105,6 +105,7 @@ RULES: dict[str, Rule] = {
     "coordinator.multi_turn.max_total_tokens": _SCHEDULE,
     "coordinator.rollout_addresses": _ADDRESS,
     "coordinator.reward_address": _ADDRESS,
+    "coordinator.environment_address": _ADDRESS,
     "coordinator.learner_address": _ADDRESS,
     "coordinator.channel.*": _PROCESS,
     "coordinator.server.*": _PROCESS,
@@ -200,6 +201,9 @@ RULES: dict[str, Rule] = {
         "rollout replicas hold no train state; they get the restored weights before they generate"
     ),
     "reward.*": _apply("the reward service holds no train state"),
+    "environment.*": _apply(
+        "the environment service holds no train state; episodes in flight start again"
+    ),
     "weight_sync.*": _PROCESS,
     "deploy.*": _apply("launcher settings"),
     "preference.*": _refuse("an offline preference job is another kind of job"),

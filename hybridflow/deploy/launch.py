@@ -4,8 +4,8 @@ Starts every service and the coordinator at once, waits for all their health che
 together (each service with its own deadline; the first to exit or miss it ends the start,
 named, and everything started is stopped), hands the coordinator the services' addresses,
 and supervises them (see
-:mod:`hybridflow.deploy.supervisor`): a dead rollout or reward service is restarted on its
-address; a dead learner or coordinator stops the job with one line naming the cause and the
+:mod:`hybridflow.deploy.supervisor`): a dead rollout, reward or environment service is
+restarted on its address; a dead learner or coordinator stops the job with one line naming the cause and the
 command to resume. Every process started here dies with this one, even when it is SIGKILLed
 (:mod:`hybridflow.deploy.lifeline`).
 

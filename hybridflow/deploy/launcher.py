@@ -1,10 +1,11 @@
-"""Starts the reward, learner and rollout services as separate processes and stops them.
+"""Starts the reward, learner and rollout services (and the environment service when
+``environment.envs`` lists a class) as separate processes and stops them.
 
 Each service runs in its own session (process group), so stopping ends the service and the
 children it started (torchrun's ranks) and nothing else. Ports come from the OS: each service
 writes its bound address to a port file that the launcher waits on, then checks health.
-A rollout or reward service can be started again on the address it had (``restart``), so
-clients reconnect without learning a new one. Every process gets ``env`` (the launcher's
+A rollout, reward or environment service can be started again on the address it had
+(``restart``), so clients reconnect without learning a new one. Every process gets ``env`` (the launcher's
 lifeline variables, the run token) on top of the launcher's environment.
 Knows the job config's deploy fields, not the services' internals.
 """
@@ -104,13 +105,14 @@ class ServiceGroup:
 
     def restart(self, proc: ServiceProcess) -> ServiceProcess:
         """Starts ``proc``'s service again on the address it had; returns the new process
-        (which replaces ``proc``). Only rollout and reward services can be restarted."""
+        (which replaces ``proc``). Only rollout, reward and environment services can be
+        restarted."""
         host, _, port_text = proc.address.rpartition(":")
         if not port_text.isdigit():
             raise ValueError(f"{proc.name} has no address to restart on ({proc.address!r})")
         port = int(port_text)
-        if proc.name == "reward":
-            pin = f"reward.server.port={port}"
+        if proc.name in ("reward", "environment"):
+            pin = f"{proc.name}.server.port={port}"
         elif proc.name.startswith("rollout"):
             # A replica adds its index to a fixed base port (see the rollout __main__).
             pin = f"rollout.server.port={port - int(proc.name.removeprefix('rollout'))}"
@@ -141,6 +143,10 @@ class ServiceGroup:
         self.gpu_memory.start()  # samples peak GPU memory per process where nvidia-smi exists
         py = self.python
         self.processes.append(self._spawn("reward", [py, "-m", "hybridflow.services.reward"]))
+        if self.job.environment.enabled:
+            self.processes.append(
+                self._spawn("environment", [py, "-m", "hybridflow.services.environment"])
+            )
         learner_cmd = ranks_command(py, "hybridflow.services.learner", self.job.learner)
         self.processes.append(
             self._spawn("learner", learner_cmd, self.job.learner.topology.visible_devices)
@@ -211,10 +217,16 @@ class ServiceGroup:
         """--set overrides that point the coordinator at the running services."""
         by_name = {p.name: p.address for p in self.processes}
         rollouts = [by_name[f"rollout{i}"] for i in range(self.job.rollout.replicas)]
+        environment = (
+            [f"coordinator.environment_address={by_name['environment']}"]
+            if "environment" in by_name
+            else []
+        )
         return [
             f"coordinator.rollout_addresses=[{','.join(rollouts)}]",
             f"coordinator.reward_address={by_name['reward']}",
             f"coordinator.learner_address={by_name['learner']}",
+            *environment,
         ]
 
     def resource_usage(self) -> dict[str, dict[str, float]]:

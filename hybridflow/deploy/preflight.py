@@ -2,7 +2,8 @@
 
 ``problems(config_path, overrides)`` returns every problem found, one line each naming the
 key, file or row: values out of range (every section, all at once), fixed ports already in
-use, the model and the reward models of ``reward.components``, TLS files, and the dataset (readable, non-empty, every row parsed, fields
+use, the model and the reward models of ``reward.components``, the environment classes of
+``environment.envs``, TLS files, and the dataset (readable, non-empty, every row parsed, fields
 present, ground truths where the row's scorer needs one, prompts within
 ``coordinator.max_prompt_bytes``). ``deploy/launch.sh`` and ``hybridflow-coordinator run``
 call it right after loading the config; ``python -m hybridflow.deploy.preflight --config X``
@@ -52,6 +53,7 @@ def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
         *_port_problems(job, ports),
         *_model_problems(job.model),
         *_reward_model_problems(job),
+        *_environment_problems(job),
         *_tls_problems(job),
         *_exposure_problems(job),
         *_data_problems(job),
@@ -133,9 +135,13 @@ def _qualify(line: str, prefix: str) -> str:
 
 
 def _servers(job: JobConfig) -> list[tuple[str, Any]]:
+    environment = (
+        [("environment.server", job.environment.server)] if job.environment.enabled else []
+    )
     return [
         ("rollout.server", job.rollout.server),
         ("reward.server", job.reward.server),
+        *environment,
         ("learner.server", job.learner.server),
         ("coordinator.server", job.coordinator.server),
     ]
@@ -246,6 +252,20 @@ def _tls_problems(job: JobConfig) -> list[str]:
             found.append(f"config error: {key}: no such file {value!r}")
         elif not os.access(path, os.R_OK):
             found.append(f"config error: {key}: {value!r} is not readable")
+    return found
+
+
+def _environment_problems(job: JobConfig) -> list[str]:
+    """Each ``environment.envs`` path names a class with reset and step (imported here, as
+    the service would at an episode's reset): a typo is refused before anything starts."""
+    from hybridflow.envs.runner import load_environment_class
+
+    found = []
+    for i, path in enumerate(job.environment.envs):
+        try:
+            load_environment_class(path)
+        except ValueError as exc:
+            found.append(f"config error: environment.envs[{i}]: {exc}")
     return found
 
 

@@ -3,7 +3,7 @@
 A poll loop in the launcher's main thread (children are spawned from it, so their
 parent-death signal stays tied to the launcher's life, not a helper thread's):
 
-- a rollout or reward service that exits is restarted on the same host:port after a
+- a rollout, reward or environment service that exits is restarted on the same host:port after a
   doubling backoff, up to ``deploy.restart_budget`` times per service, and counts as back
   once its health check answers;
 - the learner exiting, the coordinator failing, or a spent budget stops the job: the
@@ -39,7 +39,7 @@ verifies. No resume hint follows it."""
 
 log = logging.getLogger("launch")
 
-RESTARTABLE_PREFIXES = ("rollout", "reward")
+RESTARTABLE_PREFIXES = ("rollout", "reward", "environment")
 
 
 class SupervisedProcess(Protocol):
@@ -112,8 +112,8 @@ class _Restart:
 
 @dataclass
 class Supervisor:
-    """Watches the services and the coordinator for the launcher: restarts a dead rollout or
-    reward service within its budget, stops the job when the learner or the coordinator dies,
+    """Watches the services and the coordinator for the launcher: restarts a dead rollout,
+    reward or environment service within its budget, stops the job when the learner or the coordinator dies,
     and records every exit and restart in the event log."""
 
     group: SupervisedGroup

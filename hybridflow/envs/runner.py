@@ -14,11 +14,18 @@ from typing import Any, Protocol
 
 from hybridflow.config.import_path import load_callable
 from hybridflow.envs.base import Environment, Message, StepResult, Task
+from hybridflow.errors import Unavailable
 
 
 class EpisodeError(RuntimeError):
     """The episode's environment raised, or the episode is unknown: that episode ends with
     this error; other episodes go on."""
+
+
+class EnvironmentUnavailable(Unavailable):
+    """The environment service cannot be reached, missed the call's deadline, or restarted
+    and lost its episodes: the episodes in flight there are gone through no fault of their
+    own, and restart from their task (under new episode ids). Never raised in process."""
 
 
 class EnvironmentClient(Protocol):
@@ -28,12 +35,14 @@ class EnvironmentClient(Protocol):
     def reset(self, episode_id: str, env: str, task: Task) -> tuple[Message, ...]:
         """Start episode ``episode_id`` in a fresh environment of class ``env`` (an import
         path) on ``task``; returns the opening messages. EpisodeError if the environment
-        raised; ValueError for a bad ``env`` path or a duplicate live ``episode_id``."""
+        raised; ValueError for a bad ``env`` path or a duplicate live ``episode_id``;
+        EnvironmentUnavailable (the service's client) when the service is gone."""
         ...
 
     def step(self, episode_id: str, action: str) -> StepResult:
         """The policy's turn (decoded text) to the episode's environment. EpisodeError if
-        the environment raised or the episode is not live. A ``done`` result closes it."""
+        the environment raised or the episode is not live. A ``done`` result closes it.
+        EnvironmentUnavailable (the service's client) when the service is gone."""
         ...
 
     def close(self, episode_id: str) -> None:

@@ -32,6 +32,10 @@ STATE_CHANGING_METHODS: set[str] = {
     "Pause",
     "Resume",
     "Stop",
+    # environment episodes (a Reset instantiates an allow-listed class)
+    "Reset",
+    "Step",
+    "Close",
 }
 """Method names (of any hybridflow.v1 service) that need a token even when none is configured.
 A new state-changing RPC is added here."""

@@ -43,7 +43,7 @@ class ServerConfig:
     environment variable is unset or empty."""
     allow_unauthenticated: bool = False
     """With no token configured, state-changing RPCs (train, publish/update weights,
-    checkpoints, pause/resume/stop) are refused unless this is true. Only for a trusted
+    checkpoints, pause/resume/stop, environment episodes) are refused unless this is true. Only for a trusted
     sandbox: anyone who can reach the port can then steer the service."""
     allow_insecure_remote: bool = False
     """Off loopback the service refuses to start without TLS (tls_cert/tls_key) and a token

@@ -117,6 +117,7 @@ ECHO = "import json, sys; print(json.dumps(sys.argv[1:]))"
     ("name", "address", "pin"),
     [
         ("reward", "127.0.0.1:41000", "reward.server.port=41000"),
+        ("environment", "127.0.0.1:41003", "environment.server.port=41003"),
         ("rollout2", "127.0.0.1:41002", "rollout.server.port=41000"),  # base + replica index
     ],
 )

@@ -1,0 +1,64 @@
+"""Configuration of the environment service, the ``environment:`` section of the job config
+(imports without torch or grpc).
+
+This module only describes and validates settings; it never imports an environment class
+(the service does, when an episode of an allow-listed class is reset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hybridflow.config.fields import field_problems, knob
+from hybridflow.config.ranges import raise_problems
+from hybridflow.rpc.config import ServerConfig
+
+
+@dataclass
+class EnvironmentConfig:
+    """Which environment classes the service may run, and its bounds."""
+
+    envs: list[str] = knob(
+        default_factory=list, free="import paths, loaded when an episode is reset (validate)"
+    )
+    """The environment classes the service may instantiate ("package.module:Class" or
+    "path/to/file.py:Class"); a Reset naming any other path is refused, so a call never
+    imports code the job did not list. Empty: deploy/launch.sh starts no environment
+    service."""
+    max_episodes: int = knob(1024, ge=1)
+    """Most episodes live at once; a call that outlived step_timeout_s holds its episode's
+    place until its thread returns. A Reset beyond it is refused."""
+    max_action_chars: int = knob(64 * 1024, ge=1)
+    """Longest policy turn (characters) a Step may carry; a longer one is refused before the
+    environment sees it."""
+    max_message_chars: int = knob(64 * 1024, ge=1)
+    """Longest text of any one message: each text field of a Reset's task is refused above
+    it, and an environment that answers a longer message ends that episode with an error."""
+    step_timeout_s: float = knob(60.0, gt=0)
+    """Seconds an environment's reset or step may run (in a thread of the service); one that
+    takes longer ends that episode with an error while its thread runs on. Keep it below
+    the client's deadline (coordinator.channel.timeout_s)."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """Listening socket and transport limits of the environment service."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the job runs an environment service (``envs`` lists a class)."""
+        return bool(self.envs)
+
+    def validate(self) -> None:
+        """Raise ValueError naming every bad field: each field's bound, plus each ``envs``
+        entry a ``module:Class`` path, listed once."""
+        found = list(field_problems(self, "environment"))
+        seen: set[str] = set()
+        for i, path in enumerate(self.envs):
+            if not isinstance(path, str) or ":" not in path or path.startswith(":"):
+                found.append(
+                    f"environment.envs[{i}]: expected 'package.module:Class' or "
+                    f"'path/to/file.py:Class', got {path!r}"
+                )
+            elif path in seen:
+                found.append(f"environment.envs[{i}]: {path!r} is listed twice")
+            seen.add(str(path))
+        raise_problems(found)
+        self.server.validate()
