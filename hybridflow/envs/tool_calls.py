@@ -10,7 +10,8 @@ Parsing never raises on what the policy wrote: every malformed block (bad JSON, 
 arguments that are not an object, an unclosed tag) becomes a ``ToolCallError`` whose message
 the environment can send back as an observation. Bounds: the text a turn may hold
 (``max_text_chars``; longer text is not parsed at all) and the calls one turn may make
-(``max_calls``; later blocks are refused, one error each).
+(``max_calls``; the blocks after them are refused together, with one error), so what the
+environment answers is bounded too.
 
 This module knows nothing about what the tools do, tokens or chat templates.
 """
@@ -26,7 +27,7 @@ from hybridflow.envs.base import Message
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
 DEFAULT_MAX_CALLS = 4
-"""Tool calls one turn may make; blocks after these are refused with an error each."""
+"""Tool call blocks one turn may make; the blocks after these get one error together."""
 DEFAULT_MAX_TEXT_CHARS = 16_384
 """A turn longer than this (characters) is refused unparsed: a tiny policy that rambles
 should not cost the environment a scan of megabytes."""
@@ -83,7 +84,7 @@ def parse_tool_calls(
     errors: list[ToolCallError] = []
     index = 0
     start = text.find(OPEN_TAG)
-    while start >= 0:
+    while start >= 0 and index < max_calls:
         body_start = start + len(OPEN_TAG)
         end = text.find(CLOSE_TAG, body_start)
         next_open = text.find(OPEN_TAG, body_start)
@@ -91,19 +92,20 @@ def parse_tool_calls(
             errors.append(ToolCallError(f"tool call {index}: {OPEN_TAG} has no {CLOSE_TAG}", index))
             start, index = next_open, index + 1
             continue
-        if index >= max_calls:
-            errors.append(
-                ToolCallError(
-                    f"tool call {index}: refused, a turn may make at most {max_calls} calls", index
-                )
-            )
+        parsed = _parse_body(text[body_start:end], index)
+        if isinstance(parsed, ToolCall):
+            calls.append(parsed)
         else:
-            parsed = _parse_body(text[body_start:end], index)
-            if isinstance(parsed, ToolCall):
-                calls.append(parsed)
-            else:
-                errors.append(parsed)
+            errors.append(parsed)
         start, index = text.find(OPEN_TAG, end + len(CLOSE_TAG)), index + 1
+    if start >= 0:  # blocks past the bound: one error for all, so the answer stays bounded
+        num_refused = text.count(OPEN_TAG, start)
+        errors.append(
+            ToolCallError(
+                f"{num_refused} more tool call(s) refused: a turn may make at most {max_calls}",
+                index,
+            )
+        )
     return ParsedToolCalls(tuple(calls), tuple(errors))
 
 

@@ -7,8 +7,6 @@ import pytest
 
 from hybridflow.envs.base import Environment, Message, StepResult, Task
 from hybridflow.envs.guess_number import (
-    HIGHER,
-    LOWER,
     GuessNumberEnv,
     format_reminder,
     guess_prompt,
@@ -34,9 +32,9 @@ def test_it_is_an_environment() -> None:
 def test_higher_and_lower_then_success() -> None:
     env = started(secret=37)
     assert env.step("<guess>50</guess>") == StepResult(
-        observation=(Message("user", LOWER),), info={"guesses": 1, "success": False}
+        observation=(Message("user", "lower"),), info={"guesses": 1, "success": False}
     )
-    assert env.step("I'll try <guess> 25 </guess>").observation == (Message("user", HIGHER),)
+    assert env.step("I'll try <guess> 25 </guess>").observation == (Message("user", "higher"),)
     final = env.step("<guess>37</guess>")
     assert final == StepResult(
         reward=success_reward(3, 10), done=True, info={"guesses": 3, "success": True}

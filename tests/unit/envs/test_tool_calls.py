@@ -73,12 +73,19 @@ def test_an_unclosed_tag_is_an_error_and_later_blocks_still_parse() -> None:
     assert [type(item) for item in parsed.in_order()] == [ToolCallError, ToolCall, ToolCallError]
 
 
-def test_calls_over_the_per_turn_bound_are_refused_one_error_each() -> None:
-    text = format_tool_call("a", {}) * 5
-    parsed = parse_tool_calls(text, max_calls=3)
+def test_blocks_over_the_per_turn_bound_get_one_error_together() -> None:
+    text = format_tool_call("a", {}) * 3 + "<tool_call>{bad</tool_call>" + "<tool_call>" * 500
+    parsed = parse_tool_calls(text, max_calls=4)
     assert [c.index for c in parsed.calls] == [0, 1, 2]
     assert [e.index for e in parsed.errors] == [3, 4]
-    assert "at most 3 calls" in parsed.errors[0].message
+    assert "invalid JSON" in parsed.errors[0].message
+    assert parsed.errors[1].message == ("500 more tool call(s) refused: a turn may make at most 4")
+
+
+def test_unclosed_blocks_count_toward_the_bound() -> None:
+    parsed = parse_tool_calls("<tool_call>" * 1000, max_calls=2)
+    assert [e.index for e in parsed.errors] == [0, 1, 2]
+    assert parsed.errors[2].message.startswith("998 more tool call(s) refused")
 
 
 def test_an_over_long_turn_is_refused_unparsed() -> None:
