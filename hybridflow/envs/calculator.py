@@ -13,9 +13,9 @@ tool and the answer format, then the question. Per policy turn:
   the episode goes on, reward 0;
 - a turn with neither gets a short user reminder of the two formats; the episode goes on.
 
-``info`` on every step holds the episode's totals so far (the last step's are the episode's):
-``tool_calls`` (call blocks, malformed ones included), ``tool_errors`` (those answered with an
-error) and ``success``.
+``info`` on every step: ``tool_calls`` (the tool messages this turn answered with, results and
+errors) and ``tool_errors`` (those that are errors), counters of this turn that the rollout
+loop sums over the episode, and ``success`` (False until the answer is right).
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ class CalculatorEnv:
 
     def __init__(self) -> None:
         self.answer: int | None = None
-        self.tool_calls = 0
-        self.tool_errors = 0
+        self.num_calls = 0
         self.success = False
 
     def reset(self, task: Task) -> tuple[Message, ...]:
@@ -79,25 +78,28 @@ class CalculatorEnv:
         if final is not None:
             given = final.group(1).strip()
             self.success = bool(_INTEGER.fullmatch(given)) and int(given) == self.answer
-            return StepResult(reward=float(self.success), done=True, info=self._info())
+            return StepResult(reward=float(self.success), done=True, info=self._info(0, 0))
         items = parse_tool_calls(action, max_calls=MAX_CALLS_PER_TURN).in_order()
         if not items:
-            return StepResult(observation=(Message("user", NO_ACTION_FEEDBACK),), info=self._info())
-        observation = tuple(tool_message(self._answer_call(item)) for item in items)
-        return StepResult(observation=observation, info=self._info())
+            feedback = (Message("user", NO_ACTION_FEEDBACK),)
+            return StepResult(observation=feedback, info=self._info(0, 0))
+        answers = [self._answer_call(item) for item in items]
+        observation = tuple(tool_message(text) for text, _ in answers)
+        info = self._info(len(answers), sum(failed for _, failed in answers))
+        return StepResult(observation=observation, info=info)
 
-    def _answer_call(self, item: ToolCall | ToolCallError) -> str:
-        self.tool_calls += 1
+    def _answer_call(self, item: ToolCall | ToolCallError) -> tuple[str, bool]:
+        """(the tool message's text, whether it is an error)."""
+        self.num_calls += 1
         try:
-            return str(self._run(item))
+            return str(self._run(item)), False
         except CalcError as exc:
-            self.tool_errors += 1
-            return f"error: {exc}"
+            return f"error: {exc}", True
 
     def _run(self, item: ToolCall | ToolCallError) -> int:
         if isinstance(item, ToolCallError):
             raise CalcError(item.message)
-        if self.tool_calls > MAX_TOOL_CALLS:
+        if self.num_calls > MAX_TOOL_CALLS:
             raise CalcError(f"over the limit of {MAX_TOOL_CALLS} tool calls; give your answer")
         if item.name != TOOL_NAME:
             raise CalcError(f"unknown tool {item.name!r}; the tool is {TOOL_NAME!r}")
@@ -106,12 +108,8 @@ class CalculatorEnv:
             raise CalcError(f'field "arguments.expression" must be a string, got {expression!r}')
         return evaluate(expression)
 
-    def _info(self) -> dict[str, Any]:
-        return {
-            "tool_calls": self.tool_calls,
-            "tool_errors": self.tool_errors,
-            "success": self.success,
-        }
+    def _info(self, tool_calls: int, tool_errors: int) -> dict[str, Any]:
+        return {"tool_calls": tool_calls, "tool_errors": tool_errors, "success": self.success}
 
 
 def calc_task(rng: random.Random, index: int = 0) -> Task:

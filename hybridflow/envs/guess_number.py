@@ -8,7 +8,8 @@ a turn without a readable guess or a guess outside the range, a short reminder; 
 counts as a guess. A right guess ends the episode with reward
 ``1.0 + 0.5 * (max_guesses - guesses) / max_guesses`` (``guesses`` includes the right one), so
 fewer guesses earn more; after ``max_guesses`` (``extra_info.max_guesses``, default 10) wrong
-ones it ends with reward 0. ``info``: ``guesses`` so far and ``success``.
+ones it ends with reward 0. ``info`` on every step: ``guesses`` (so far in the episode) and
+``success`` (False until the right guess).
 """
 
 from __future__ import annotations

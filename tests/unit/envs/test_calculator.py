@@ -63,11 +63,12 @@ def test_a_call_gets_its_exact_result_then_the_answer_counts() -> None:
     )
     final = env.step("<answer> 5402 </answer>")
     assert final.done and final.reward == 1.0
-    assert final.info == {"tool_calls": 1, "tool_errors": 0, "success": True}
+    assert final.info == {"tool_calls": 0, "tool_errors": 0, "success": True}
 
 
 def test_several_calls_in_one_turn_are_answered_in_order_errors_included() -> None:
     env = started()
+    env.step(call("1+1"))  # the counters are per turn: this one is not in the next
     turn = call("1+2") + "<tool_call>{broken</tool_call>" + call("(3-10)//2")
     result = env.step(turn)
     assert [m.role for m in result.observation] == ["tool", "tool", "tool"]
@@ -116,9 +117,12 @@ def test_calls_over_the_episode_cap_are_refused() -> None:
     env = started()
     for _ in range(MAX_TOOL_CALLS):
         assert env.step(call("1+1")).observation == (Message("tool", "2"),)
-    over = env.step(call("1+1"))
-    assert over.observation[0].content.startswith(f"error: over the limit of {MAX_TOOL_CALLS}")
-    assert over.info == {"tool_calls": MAX_TOOL_CALLS + 1, "tool_errors": 1, "success": False}
+    over = env.step(call("1+1") + call("2+2"))
+    assert [m.content for m in over.observation] == [
+        f"error: over the limit of {MAX_TOOL_CALLS} tool calls; give your answer"
+    ] * 2
+    assert over.info == {"tool_calls": 2, "tool_errors": 2, "success": False}
+    assert env.step("<answer>5402</answer>").reward == 1.0
 
 
 def test_an_answer_in_a_turn_with_a_call_ends_the_episode() -> None:
