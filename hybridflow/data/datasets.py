@@ -1,4 +1,5 @@
-"""Prompt datasets in verl's format, tokenised once: ``builtin:arith``, JSONL and parquet, plus
+"""Prompt datasets in verl's format, tokenised once: ``builtin:arith`` (and the built-in
+environments' ``builtin:calc``, ``builtin:guess``), JSONL and parquet, plus
 ShareGPT conversations (``sharegpt:PATH``, converted to rows by ``sharegpt.py``).
 
 A row holds ``prompt`` (a list of chat messages ``{role, content}``, rendered with the
@@ -37,7 +38,9 @@ from hybridflow.types import arrays_equal
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_DATASETS = ("builtin:arith",)
+BUILTIN_DATASETS = ("builtin:arith", "builtin:calc", "builtin:guess")
+"""``builtin:calc`` and ``builtin:guess`` are the built-in environments' tasks
+(``hybridflow.envs.builtin``): chat prompts, for multi-turn episodes."""
 DEFAULT_BUILTIN_NUM = 1024
 """Rows generated for a builtin dataset when ``num`` is None."""
 LINE_SLACK_BYTES = 1024 * 1024
@@ -116,8 +119,9 @@ def read_prompt_dataset(
 ) -> PromptDataset:
     """Load and tokenise a dataset.
 
-    spec: ``builtin:arith``, a path to a ``.jsonl`` or ``.parquet`` file, or ``sharegpt:PATH``
-        (a ShareGPT ``.json`` list or ``.jsonl``; the first human turn of each is the prompt).
+    spec: one of ``BUILTIN_DATASETS``, a path to a ``.jsonl`` or ``.parquet`` file, or
+        ``sharegpt:PATH`` (a ShareGPT ``.json`` list or ``.jsonl``; the first human turn of
+        each is the prompt).
     num: keep at most this many records: the first ones in source order, after over-long
         prompts are dropped (None: all; a builtin dataset then generates DEFAULT_BUILTIN_NUM).
     seed: seeds the generation of builtin datasets (files are read in order; shuffle per epoch
@@ -237,15 +241,11 @@ def _iter_rows(
     """(location for error messages, raw row) pairs of ``spec``. ``chat``: the builtin data's
     prompts come as one user message each, for the tokenizer's chat template to render."""
     if spec.startswith("builtin:"):
-        if spec != "builtin:arith":
+        if spec not in BUILTIN_DATASETS:
             raise ValueError(
                 f"dataset {spec!r}: unknown builtin dataset; known: {BUILTIN_DATASETS}"
             )
-        from hybridflow.data.arith import make_arith_rows
-
-        rows = make_arith_rows(DEFAULT_BUILTIN_NUM if num is None else num, seed)
-        if chat:
-            rows = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
+        rows = _builtin_rows(spec, DEFAULT_BUILTIN_NUM if num is None else num, seed, chat)
         return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
     if spec.startswith(SHAREGPT_PREFIX):
         return _iter_sharegpt(spec, max_line_bytes, keep_going)
@@ -258,12 +258,27 @@ def _iter_rows(
     raise ValueError(f"dataset {spec!r}: unsupported file type {suffix!r} (use .jsonl or .parquet)")
 
 
+def _builtin_rows(spec: str, num: int, seed: int, chat: bool) -> list[dict[str, Any]]:
+    """Rows of a builtin dataset. arith's plain prompts become one user message for a chat
+    tokenizer; the environments' rows are chat messages always (their openings)."""
+    if spec == "builtin:arith":
+        from hybridflow.data.arith import make_arith_rows
+
+        rows = make_arith_rows(num, seed)
+        if chat:
+            rows = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
+        return rows
+    from hybridflow.envs.builtin import builtin_env_dataset
+
+    return builtin_env_dataset(spec).make_rows(num, seed)
+
+
 def _readable_file(spec: str, file: str) -> Path:
     path = Path(file)
     if not path.is_file():
         raise ValueError(
-            f"dataset {spec!r}: no such file (expected builtin:arith, .jsonl, .parquet or "
-            f"{SHAREGPT_PREFIX}PATH)"
+            f"dataset {spec!r}: no such file (expected {', '.join(BUILTIN_DATASETS)}, .jsonl, "
+            f".parquet or {SHAREGPT_PREFIX}PATH)"
         )
     try:
         with path.open("rb"):
