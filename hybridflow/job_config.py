@@ -98,6 +98,23 @@ class JobConfig:
                 "learner.max_new_tokens must equal coordinator.sampling.max_new_tokens "
                 "when learner.overlong.buffer > 0 (the penalty counts from the sampling limit)"
             )
+        multi_turn = self.coordinator.multi_turn
+        if (
+            multi_turn.enabled
+            and self.environment.envs
+            and multi_turn.env not in self.environment.envs
+        ):
+            raise ValueError(
+                f"coordinator.multi_turn.env {multi_turn.env!r} is not in environment.envs "
+                f"{list(self.environment.envs)}: the environment service runs only the classes "
+                "it lists (add it there, or empty environment.envs to run it in process)"
+            )
+        if self.environment.envs and not multi_turn.enabled:
+            raise ValueError(
+                "environment.envs starts the environment service, but coordinator.multi_turn.env "
+                "is empty, so no episode would use it: set coordinator.multi_turn.env to one of "
+                f"{list(self.environment.envs)}"
+            )
         if self.preference.data and self.learner.topology.critic_nproc_per_node > 0:
             raise ValueError(
                 "learner.topology.critic_nproc_per_node must be 0 for an offline preference job "

@@ -52,7 +52,8 @@ class CoordinatorConfig:
     """The single controller: data, schedule, addresses of the services."""
 
     data: str = knob("builtin:arith", free="a dataset name or path, checked when it loads")
-    """Prompt dataset: builtin:arith, a verl-format .jsonl / .parquet file, or
+    """Prompt dataset: builtin:arith (single-turn), builtin:calc or builtin:guess (multi-turn
+    tasks for the built-in environments), a verl-format .jsonl / .parquet file, or
     sharegpt:PATH (a ShareGPT .json list / .jsonl: the first human turn is the prompt)."""
     data_size: int = knob(2048, ge=1)
     """Rows to generate for builtin datasets (files use all their rows)."""

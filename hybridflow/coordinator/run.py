@@ -202,7 +202,10 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
     from hybridflow.services.rollout.client import GrpcRolloutClient
 
     job, cfg, tokenizer = prepared.job, prepared.job.coordinator, prepared.tokenizer
-    for address in [*cfg.rollout_addresses, cfg.reward_address, cfg.learner_address]:
+    addresses = [*cfg.rollout_addresses, cfg.reward_address, cfg.learner_address]
+    if cfg.multi_turn.enabled and cfg.environment_address:
+        addresses.append(cfg.environment_address)
+    for address in addresses:
         wait_healthy(address, job.deploy.health_timeout_s, config=cfg.channel)
     rollouts = [GrpcRolloutClient(a, cfg.channel) for a in cfg.rollout_addresses]
     reward = GrpcRewardClient(cfg.reward_address, cfg.channel)
@@ -222,17 +225,21 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
             rollout.close()
         reward.close()
         learner.close()
+        shutdown = getattr(services.environments, "shutdown", None)
+        if shutdown is not None:  # the service's client: its channel
+            shutdown()
 
     return services, close
 
 
 def _environments(cfg: CoordinatorConfig) -> Any:
-    """The episodes' environments (multi-turn only): in this process for now."""
+    """The episodes' environments (multi-turn only): the environment service's client when
+    the launcher started one (``coordinator.environment_address``), else in this process."""
     if not cfg.multi_turn.enabled:
         return None
-    from hybridflow.envs.runner import LocalEnvironments
+    from hybridflow.services.environment.factory import make_environment_client
 
-    return LocalEnvironments()
+    return make_environment_client(cfg.environment_address, cfg.channel)
 
 
 def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:

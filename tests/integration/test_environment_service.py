@@ -33,7 +33,10 @@ def test_killed_service_restarts_on_its_address_and_episodes_are_counted_lost(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "job.yaml"
-    config.write_text(f"environment:\n  envs: [{GUESS}]\n  max_episodes: 4\n")
+    config.write_text(
+        f"environment:\n  envs: [{GUESS}]\n  max_episodes: 4\n"
+        f"coordinator:\n  multi_turn:\n    env: {GUESS}\n"
+    )
     path = [str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))  # the test env class
     cmd = [sys.executable, "-m", "hybridflow.services.environment"]
@@ -89,7 +92,10 @@ def test_a_hung_environment_does_not_keep_the_process_from_stopping(
 ) -> None:
     hangs = "tests.unit.envs.test_environment_service:Hangs"  # never released in that process
     config = tmp_path / "job.yaml"
-    config.write_text(f"environment:\n  envs: [{hangs}]\n  step_timeout_s: 0.5\n")
+    config.write_text(
+        f"environment:\n  envs: [{hangs}]\n  step_timeout_s: 0.5\n"
+        f"coordinator:\n  multi_turn:\n    env: {hangs}\n"
+    )
     path = [str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
     port_file = tmp_path / "environment.addr"

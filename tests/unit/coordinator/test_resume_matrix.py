@@ -66,6 +66,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.rollout_addresses": ("coordinator.rollout_addresses=[h:1]",),
     "coordinator.reward_address": ("coordinator.reward_address=h:2",),
     "coordinator.learner_address": ("coordinator.learner_address=h:3",),
+    "coordinator.environment_address": ("coordinator.environment_address=h:4",),
     "coordinator.channel.*": ("coordinator.channel.timeout_s=30",),
     "coordinator.server.*": ("coordinator.server.max_workers=4",),
     "coordinator.save_checkpoint": ("coordinator.save_checkpoint=false",),

@@ -41,7 +41,9 @@ def test_a_job_without_envs_starts_exactly_the_services_it_did(tmp_path: Path) -
 
 
 def test_a_job_with_envs_starts_the_environment_service(tmp_path: Path) -> None:
-    commands = started_commands(tmp_path, [f"environment.envs=[{ENV_CLASS}]"])
+    commands = started_commands(
+        tmp_path, [f"environment.envs=[{ENV_CLASS}]", f"coordinator.multi_turn.env={ENV_CLASS}"]
+    )
     assert list(commands) == ["reward", "environment", "learner", "rollout0"]
     assert commands["environment"].startswith("-m hybridflow.services.environment --config")
     assert commands["environment"].endswith(f"--port-file {tmp_path / 'environment.addr'}")
@@ -91,11 +93,23 @@ def test_a_dead_environment_service_is_restarted_and_the_run_goes_on(tmp_path: P
 
 
 def test_preflight_names_an_environment_class_that_does_not_load() -> None:
-    found = problems(QUICKSTART, ["environment.envs=[tests.no_such_module:Env]"])
+    found = problems(
+        QUICKSTART,
+        [
+            "environment.envs=[tests.no_such_module:Env]",
+            "coordinator.multi_turn.env=tests.no_such_module:Env",
+        ],
+    )
     assert len(found) == 1
     assert found[0].startswith("config error: environment.envs[0]: ")
     assert "tests.no_such_module" in found[0]
-    assert problems(QUICKSTART, [f"environment.envs=[{ENV_CLASS}]"]) == []
+    assert (
+        problems(
+            QUICKSTART,
+            [f"environment.envs=[{ENV_CLASS}]", f"coordinator.multi_turn.env={ENV_CLASS}"],
+        )
+        == []
+    )
 
 
 def test_preflight_checks_the_environment_port_only_when_the_service_runs() -> None:
@@ -104,7 +118,10 @@ def test_preflight_checks_the_environment_port_only_when_the_service_runs() -> N
         port = probe.getsockname()[1]
     shared = [f"environment.server.port={port}", f"reward.server.port={port}"]
     assert problems(QUICKSTART, shared) == []  # no envs: no environment service, no clash
-    found = problems(QUICKSTART, [*shared, f"environment.envs=[{ENV_CLASS}]"])
+    found = problems(
+        QUICKSTART,
+        [*shared, f"environment.envs=[{ENV_CLASS}]", f"coordinator.multi_turn.env={ENV_CLASS}"],
+    )
     assert (
         f"config error: environment.server.port: {port} on 127.0.0.1 is also reward.server.port"
         in found

@@ -48,9 +48,29 @@ def test_an_unknown_role_is_refused_naming_the_message() -> None:
 def test_the_section_loads_and_is_off_by_default(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert not JobConfig().environment.enabled
     path = tmp_path / "job.yaml"
-    path.write_text("environment:\n  envs: ['pkg.mod:Env']\n  max_episodes: 8\n")
+    path.write_text(
+        "environment:\n  envs: ['pkg.mod:Env']\n  max_episodes: 8\n"
+        "coordinator:\n  multi_turn:\n    env: pkg.mod:Env\n"
+    )
     job = load_job_config(path)
     assert job.environment.enabled and job.environment.max_episodes == 8
+
+
+@pytest.mark.parametrize(
+    ("yaml", "message"),
+    [
+        ("environment:\n  envs: ['a:B']\n", "coordinator.multi_turn.env is empty"),
+        (
+            "environment:\n  envs: ['a:B']\ncoordinator:\n  multi_turn:\n    env: a:C\n",
+            "'a:C' is not in environment.envs",
+        ),
+    ],
+)
+def test_the_service_and_the_episodes_must_agree(tmp_path, yaml: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml)
+    with pytest.raises(Exception, match=message):
+        load_job_config(path)
 
 
 @pytest.mark.parametrize(
