@@ -639,6 +639,15 @@ class TrainingJob:
             "async/rollout_idle_ratio": self._rollout_idle_ratio(),
             "async/learner_idle_ratio": 1.0 - self.state.learner_busy_s / wall,
             "training/epoch": float(self.cursor.state.epoch),
+            **(
+                {  # since this coordinator started (restarts before a resume are not kept)
+                    "episode/restarted": float(
+                        sum(d.num_episodes_restarted for d in self.dispatchers)
+                    )
+                }
+                if self.config.multi_turn.enabled
+                else {}
+            ),
         }
 
     def _num_requeued(self) -> int:

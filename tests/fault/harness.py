@@ -47,6 +47,8 @@ VICTIMS = {
     "coordinator": "hybridflow.coordinator",
     "launcher": "hybridflow.deploy.launch",
 }
+PROCESS_OF = {**VICTIMS, "environment": "hybridflow.services.environment"}
+"""Every service a trial may kill (the environment service runs in multi-turn jobs only)."""
 RESUMED = ("learner", "coordinator", "launcher")
 """Victims after whose death the job stops and is continued with --resume."""
 
@@ -59,6 +61,8 @@ class Trial:
     pids: set[int] = field(default_factory=set)
     exit_codes: list[int] = field(default_factory=list)
     output: str = ""
+    extra: tuple[str, ...] = ()
+    """Overrides after the harness's own (``--set`` values)."""
 
 
 def launch(run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -121,7 +125,7 @@ def trained_steps(run_dir: Path) -> int:
 def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
     """Launch, kill the victim once ``kill_after_step`` steps are trained, finish the run."""
     deadline = time.monotonic() + timeout_s
-    proc = launch(trial.run_dir, "--run-dir", str(trial.run_dir), *_sets())
+    proc = launch(trial.run_dir, "--run-dir", str(trial.run_dir), *_sets(trial.extra))
     victim_pid = None
     while victim_pid is None:
         if proc.poll() is not None:
@@ -136,7 +140,7 @@ def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
                 (
                     p
                     for p, cmd in tree.items()
-                    if VICTIMS[trial.victim] in cmd and "bash" not in cmd
+                    if PROCESS_OF[trial.victim] in cmd and "bash" not in cmd
                 ),
                 None,
             )
@@ -189,9 +193,9 @@ def audit(
     }
 
 
-def _sets() -> list[str]:
+def _sets(extra: tuple[str, ...] = ()) -> list[str]:
     out = []
-    for o in OVERRIDES:
+    for o in (*OVERRIDES, *extra):
         out += ["--set", o]
     return out
 

@@ -1,0 +1,43 @@
+"""Multi-turn runs survive their services' deaths: SIGKILL the environment service or the
+rollout replica while episodes are in flight; the launcher restarts it, the episodes it held
+restart from their tasks, and the run completes with 0 tasks lost and 0 trained twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fault.harness import Trial, audit, run_trial
+
+ENV = "tests.fault.multi_turn_env:RetryArithEnv"
+NUM_STEPS = 12  # the kill comes after step 3; 9 steps after it are plenty to see it through
+MULTI_TURN = (
+    f"coordinator.num_steps={NUM_STEPS}",
+    f"coordinator.multi_turn.env={ENV}",
+    "coordinator.multi_turn.max_turns=3",
+    "coordinator.multi_turn.max_total_tokens=48",
+    f"environment.envs=[{ENV}]",
+)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    ["environment", pytest.param("rollout", marks=pytest.mark.slow)],  # rollout: ~90 s
+)
+def test_kill_mid_episode_loses_nothing(victim: str, tmp_path: Path) -> None:
+    trial = Trial(victim, 3, tmp_path / victim, extra=MULTI_TURN)
+    run_trial(trial)
+    assert trial.exit_codes == [0], trial.output
+    counts = audit(trial.run_dir, NUM_STEPS)
+    assert counts["lost"] == 0 and counts["doubled"] == 0
+    metrics = [json.loads(x) for x in (trial.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, NUM_STEPS + 1))
+    assert max(m["episode/turns/max"] for m in metrics) >= 2  # episodes did take turns
+    supervisor = [
+        json.loads(x) for x in (trial.run_dir / "supervisor.jsonl").read_text().splitlines()
+    ]
+    assert any(e["event"] == "restarted" and e["service"].startswith(victim) for e in supervisor)
+    restarted = metrics[-1]["episode/restarted"] + metrics[-1]["async/requeued"]
+    assert restarted >= 1, "the kill interrupted no episode"
