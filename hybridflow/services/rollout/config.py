@@ -40,6 +40,11 @@ class RolloutConfig:
     in_flight_weights: Literal["finish_old", "continue_new"] = "finish_old"
     """When new weights arrive mid-request: finish it on the old weights, or continue on the
     new ones from the next decode step (completions then carry per-token versions)."""
+    prefix_caching: bool = False
+    """vllm: reuse the KV cache of a prompt prefix an earlier request computed under the same
+    weights (multi-turn episodes send every earlier turn again; a group's completions share
+    their prompt). Requests are salted with the policy version, so nothing computed under
+    older weights is read after a weight update. Off: every prompt token is computed."""
     prompts_per_message: int = knob(64, ge=1)
     """Most prompts per streamed Generate response message; a message also ends once it
     holds about ``message_bytes``."""
@@ -69,6 +74,10 @@ class RolloutConfig:
                 else None,
                 "rollout.tensor_parallel_size > 1 needs rollout.engine=vllm"
                 if self.engine == "hf" and self.tensor_parallel_size > 1
+                else None,
+                "rollout.prefix_caching needs rollout.engine=vllm (the hf engine has no "
+                "prefix cache)"
+                if self.engine == "hf" and self.prefix_caching
                 else None,
             ]
         )

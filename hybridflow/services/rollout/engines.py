@@ -38,6 +38,7 @@ def _vllm(cfg: RolloutConfig, model_path: Path, seed: int) -> Engine:
         max_model_len=cfg.max_model_len,
         kv_cache_gib=cfg.kv_cache_gib,
         num_threads=cfg.num_threads,
+        prefix_caching=cfg.prefix_caching,
     )
 
 

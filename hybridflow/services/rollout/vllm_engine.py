@@ -120,7 +120,10 @@ class VLLMEngine:
         max_model_len: int = 0,
         kv_cache_gib: int = 1,
         num_threads: int = 1,
+        prefix_caching: bool = False,
     ) -> None:
+        """``prefix_caching``: vLLM's prefix cache, each request salted with the policy
+        version it starts under (``rollout.prefix_caching``)."""
         path = Path(model_path)
         if not (path / "config.json").is_file():
             raise ValueError(f"model_path {str(path)!r} is not a checkpoint dir with config.json")
@@ -135,6 +138,9 @@ class VLLMEngine:
             env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_thread_binding(
                 tensor_parallel_size, num_threads
             )
+        self.prefix_caching = prefix_caching
+        self.num_cached_prompt_tokens = 0
+        """Prompt tokens the prefix cache served (not computed) so far."""
         with _engine_env(env):
             self._build(path, dtype, seed, tensor_parallel_size, max_model_len)
 
@@ -165,7 +171,10 @@ class VLLMEngine:
             max_model_len=self.max_model_len,
             logprobs_mode="processed_logprobs",
             worker_extension_cls=WORKER_EXTENSION,
-            enable_prefix_caching=False,
+            enable_prefix_caching=self.prefix_caching,
+            # Only whole blocks are cached: CPU's default of 128 tokens would leave the short
+            # turns of small models uncached; 32 is the smallest size it runs at full speed.
+            block_size=32 if self.prefix_caching and not self.device.type == "cuda" else None,
             disable_log_stats=True,
         )
         self._engine = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
@@ -249,6 +258,11 @@ class VLLMEngine:
                 "sampling.return_routed_experts: this model has no mixture-of-experts layers "
                 "(router replay is for MoE models)"
             )
+        if params.return_routed_experts and self.prefix_caching:
+            raise ValueError(
+                "sampling.return_routed_experts with rollout.prefix_caching: a cached prompt "
+                "prefix is not computed, so its routing cannot be recorded (turn one off)"
+            )
         if params.top_p < 1.0:
             raise ValueError(
                 "sampling.top_p < 1 is not supported by the vllm engine: vLLM reports log-probs "
@@ -285,7 +299,6 @@ class VLLMEngine:
         if not prompts:
             return []
         from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         stop_ids = sorted({self.eos_token_id, *params.stop_token_ids})
@@ -312,11 +325,7 @@ class VLLMEngine:
                     )
                     request_id = f"r{next(self._ids)}"
                     rows[request_id] = row
-                    self._engine.add_request(
-                        request_id,
-                        TokensPrompt(prompt_token_ids=as_tokens(prompt).tolist()),
-                        vparams,
-                    )
+                    self._engine.add_request(request_id, self._prompt(prompt), vparams)
             try:
                 tokens, logprobs, versions, stopped = self._run_locked(rows, should_stop)
             finally:  # the recorder forgets these requests whatever happened
@@ -382,6 +391,7 @@ class VLLMEngine:
                     versions[row] += [self.policy_version] * len(new)
                     if out.finished:
                         stopped[row] = completion.finish_reason == "stop"
+                        self.num_cached_prompt_tokens += out.num_cached_tokens or 0
         except BaseException as exc:
             if self.dead_reason is not None:
                 raise Unavailable(self.dead_reason) from exc
@@ -505,6 +515,16 @@ class VLLMEngine:
             if self.dead_reason is not None:
                 raise Unavailable(self.dead_reason) from exc
             raise
+
+    def _prompt(self, prompt: TokenArray) -> Any:
+        """vLLM's prompt of token ids; with the prefix cache, salted with the version of the
+        weights the request starts under: a block computed under other weights never hits."""
+        from vllm.inputs import TokensPrompt
+
+        ids = as_tokens(prompt).tolist()
+        if not self.prefix_caching:
+            return TokensPrompt(prompt_token_ids=ids)
+        return TokensPrompt(prompt_token_ids=ids, cache_salt=f"v{self.policy_version}")
 
     def close(self) -> None:
         self._closing = True
