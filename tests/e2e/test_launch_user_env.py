@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "deploy" / "launch.sh"
 ENV = "my_user_env:Retry"
@@ -34,7 +36,8 @@ USER_MODULE = textwrap.dedent(
 )
 
 
-def test_user_environment_trains_through_launch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_staleness", [0, 2], ids=["sync", "async"])
+def test_user_environment_trains_through_launch(tmp_path: Path, max_staleness: int) -> None:
     (tmp_path / "my_user_env.py").write_text(USER_MODULE)
     run = tmp_path / "run"
     args = [str(LAUNCH), "--run-dir", str(run)]
@@ -46,6 +49,8 @@ def test_user_environment_trains_through_launch(tmp_path: Path) -> None:
         "coordinator.num_steps=3",
         "coordinator.prompts_per_step=8",
         "coordinator.group_size=4",
+        f"coordinator.max_staleness={max_staleness}",
+        "rollout.in_flight_weights=continue_new",  # weights may change inside an episode
     ):
         args += ["--set", o]
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
@@ -68,5 +73,8 @@ def test_user_environment_trains_through_launch(tmp_path: Path) -> None:
             assert m["episode/tool_calls/mean"] > 0.0
         assert m["episode/success_rate"] == m["critic/score/mean"]  # the env's reward
     assert any(m["episode/turns/mean"] > 1.0 for m in metrics)
-    trained = (run / "trained.jsonl").read_text().splitlines()
+    trained = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
     assert len(trained) == 3 * 8
+    # The staleness bound counts a trajectory's oldest policy token (versions per step: 1).
+    for row in trained:
+        assert row["version"] - 1 - row["generated_version"] <= max_staleness, row

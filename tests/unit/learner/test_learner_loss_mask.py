@@ -57,9 +57,10 @@ def _params(worker: LearnerWorker) -> dict[str, torch.Tensor]:
     "keys",
     [
         {"algorithm": "grpo", "loss": {"off_policy": "tis"}},
+        {"algorithm": "grpo", "advantage_estimator": "rloo", "loss": {"off_policy": "decoupled"}},
         {"algorithm": "ppo", "update": {"epochs": 2}},
     ],
-    ids=["grpo-tis", "ppo-gae"],
+    ids=["grpo-tis", "rloo-decoupled", "ppo-gae"],
 )
 def test_observation_tokens_do_not_reach_the_update(
     tiny_checkpoint: Path, make_samples: Callable[..., Any], keys: dict[str, Any]
