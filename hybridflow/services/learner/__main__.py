@@ -183,6 +183,8 @@ def _start_server(learner: _Learner) -> RunningServer:
             versions_per_step=worker.versions_per_step(),
         )
 
+    from hybridflow.weights.client import ReplicaProber
+
     servicer = LearnerServicer(
         dispatch=learner.relay.call,
         info=info,
@@ -192,6 +194,7 @@ def _start_server(learner: _Learner) -> RunningServer:
         checkpoint_root=cfg.checkpoint_dir,
         weight_sync=job.weight_sync,
         channel=channel,
+        probe=ReplicaProber(),  # one kept channel per replica: a probe is one round trip
         finish_publish=core.finish_publish,
     )
     running = start_server(
