@@ -1,0 +1,156 @@
+"""Multi-turn RL learns on this machine: the built-in calculator and guessing-game
+environments, each through ``deploy/launch.sh`` with the environment service, one run after
+the other.
+
+* ``calc``: ``deploy/configs/calc-tools.yaml`` (``builtin:tiny-tools``, the calculator tool);
+* ``calc_no_tool``: the same with ``NoToolCalculatorEnv`` (every tool call is answered with an
+  error): the baseline a model that cannot multiply in its head stays at;
+* ``calc_async``: ``calc`` with ``max_staleness: 2`` (asynchronous multi-turn PPO);
+* ``guess``: ``deploy/configs/guess-number.yaml``.
+
+Per step the coordinator logs ``episode/*`` (turns, tool calls, tool-use rate, success rate,
+turns per success) and ``critic/score/mean`` (the environments' reward). The report gives
+their means over windows of steps; the figure plots them.
+
+    python benchmarks/multi_turn/run_learning.py [--variants calc,calc_no_tool] [--steps 60]
+    python benchmarks/multi_turn/run_learning.py --summarize results/multi_turn_...
+
+Writes ``results/multi_turn_YYYYMMDD_HHMMSS/`` (one run dir per variant, ``summary.json``,
+``learning.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.common.figures import read_jsonl  # noqa: E402
+
+CALC, GUESS = "deploy/configs/calc-tools.yaml", "deploy/configs/guess-number.yaml"
+NO_TOOL = "hybridflow.envs.calculator:NoToolCalculatorEnv"
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "calc": (CALC, {}),
+    "calc_no_tool": (
+        CALC,
+        {"coordinator.multi_turn.env": NO_TOOL, "environment.envs": f"[{NO_TOOL}]"},
+    ),
+    "calc_async": (
+        CALC,
+        {"coordinator.max_staleness": "2", "rollout.in_flight_weights": "continue_new"},
+    ),
+    "guess": (GUESS, {}),
+}
+SERIES = (
+    "critic/score/mean",
+    "episode/success_rate",
+    "episode/tool_use_rate",
+    "episode/turns/mean",
+    "episode/turns_per_success",
+    "episode/tool_errors/mean",
+)
+
+
+def run_variant(name: str, out: Path, steps: int) -> None:
+    config, overrides = VARIANTS[name]
+    overrides = {**overrides, "coordinator.num_steps": str(steps)}
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    cmd = ["deploy/launch.sh", "--config", config, "--set", f"deploy.run_root={out / name}", *sets]
+    with (out / f"{name}.log").open("w") as log:
+        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: deploy/launch.sh exited {done.returncode}; see {name}.log")
+
+
+def metrics_rows(out: Path, name: str) -> list[dict[str, Any]]:
+    found = sorted((out / name).glob("*/metrics.jsonl"))
+    if not found:
+        raise SystemExit(f"{name}: no metrics.jsonl under {out / name}")
+    return read_jsonl(found[-1])
+
+
+def windows(rows: list[dict[str, Any]], key: str, width: int) -> dict[str, float | None]:
+    """Means of ``key`` over the first and last ``width`` steps."""
+    values = [r[key] for r in rows if key in r]
+    if not values:
+        return {"first": None, "last": None}
+    return {
+        "first": round(statistics.fmean(values[:width]), 4),
+        "last": round(statistics.fmean(values[-width:]), 4),
+    }
+
+
+def summarize(rows: list[dict[str, Any]], width: int) -> dict[str, Any]:
+    return {
+        "steps": len(rows),
+        "window": width,
+        **{key: windows(rows, key, width) for key in SERIES},
+        "step_s_median": round(statistics.median(r["timing_s/step"] for r in rows), 3),
+    }
+
+
+def plot(out: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ("critic/score/mean", "episode/tool_use_rate", "episode/turns_per_success")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for ax, key in zip(axes, panels):
+        for name, rows in runs.items():
+            points = [(r["step"], r[key]) for r in rows if key in r]
+            if points:
+                ax.plot(*zip(*points), label=name, linewidth=1)
+        ax.set(xlabel="step", title=key)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "learning.png", dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--window", type=int, default=10, help="steps per reported mean")
+    parser.add_argument("--summarize", type=Path, default=None, help="an earlier results dir")
+    args = parser.parse_args()
+    names = [n for n in args.variants.split(",") if n]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
+    if args.summarize is not None:
+        out = args.summarize
+        names = [n for n in names if (out / n).is_dir()]
+    else:
+        out = REPO / "results" / time.strftime("multi_turn_%Y%m%d_%H%M%S")
+        out.mkdir(parents=True)
+        for name in names:
+            print(f"{name} ...", flush=True)
+            run_variant(name, out, args.steps)
+    runs = {name: metrics_rows(out, name) for name in names}
+    summary = {name: summarize(rows, args.window) for name, rows in runs.items()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot(out, runs)
+    for name, s in summary.items():
+        cells = "  ".join(
+            f"{key.split('/')[-1] if key != 'critic/score/mean' else 'reward'} "
+            f"{s[key]['first']} -> {s[key]['last']}"
+            for key in SERIES
+            if s[key]["first"] is not None
+        )
+        print(f"{name:14s} {cells}  step {s['step_s_median']} s")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
