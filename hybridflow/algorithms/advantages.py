@@ -128,8 +128,11 @@ def reinforce_plus_plus_advantages(
     returns = torch.zeros_like(token_rewards)
     running = torch.zeros_like(token_rewards[:, 0])
     for t in reversed(range(token_rewards.shape[-1])):
-        running = (token_rewards[:, t] + gamma * running) * mask[:, t]
-        returns[:, t] = running
+        # Masked positions are skipped (the return carries over them, as in GAE): holes in
+        # the mask (multi-turn observation tokens) behave like absent tokens.
+        m = mask[:, t]
+        running = (token_rewards[:, t] + gamma * running) * m + running * (1 - m)
+        returns[:, t] = running * m
     return whiten_tokens(returns, mask), returns
 
 

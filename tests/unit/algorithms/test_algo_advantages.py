@@ -102,3 +102,22 @@ def test_masked_whiten_with_given_statistics() -> None:
     # given stats: mean 0, var 4 -> x / 2 on valid tokens
     given = masked_whiten(x, mask, mean=torch.tensor(0.0), var=torch.tensor(4.0))
     torch.testing.assert_close(given, torch.tensor([[0.5, 1.0, 1.5, 0.0]]))
+
+
+def test_returns_carry_over_holes_in_the_mask_like_absent_tokens() -> None:
+    """Multi-turn: observation tokens are holes; the policy tokens before them see the later
+    turns' rewards exactly as the same sequence without the holes would."""
+    from hybridflow.algorithms.advantages import gae_advantages, reinforce_plus_plus_advantages
+
+    holes = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0, 0.0]])
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 2.0, 0.0, 0.0]])
+    _, with_holes = reinforce_plus_plus_advantages(rewards, holes, gamma=0.5)
+    assert with_holes[0].tolist() == [0.25, 0.5, 0.0, 0.0, 1.0]
+    assert with_holes[1].tolist() == [0.5, 1.0, 2.0, 0.0, 0.0]
+    values = torch.tensor([[0.1, 0.2, 9.0, 9.0, 0.3], [0.1, 0.2, 0.3, 9.0, 9.0]])
+    adv, _ = gae_advantages(rewards, values, holes, gamma=0.9, lam=0.8, whiten=False)
+    compact, _ = gae_advantages(
+        torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.1, 0.2, 0.3]]),
+        torch.ones(1, 3), gamma=0.9, lam=0.8, whiten=False,
+    )  # fmt: skip
+    torch.testing.assert_close(adv[0, [0, 1, 4]], compact[0])
