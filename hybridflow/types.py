@@ -94,6 +94,9 @@ class Completion:
     the token, 0 on the environment's observation and chat-template tokens (whose
     ``logprobs`` are 0 and ``token_versions`` -1); None when every token was sampled."""
 
+    turn_rewards: FloatArray | None = None
+    """Multi-turn: a reward per token of ``token_ids``, each turn's reward on its last policy
+    token, 0 elsewhere (the episode's score is their sum); None: one outcome reward."""
     prompt_ids: TokenArray | None = None
     """A multi-turn trajectory's own prompt (the environment's opening messages, rendered
     and tokenised), which the learner trains it after; None: the request's prompt."""
@@ -104,6 +107,8 @@ class Completion:
         self.token_ids = as_tokens(self.token_ids)
         if self.prompt_ids is not None:
             self.prompt_ids = as_tokens(self.prompt_ids)
+        if self.turn_rewards is not None:
+            self.turn_rewards = as_floats(self.turn_rewards)
         self.logprobs = as_floats(self.logprobs)
         if self.token_versions is not None:
             self.token_versions = as_tokens(self.token_versions)
@@ -161,8 +166,14 @@ class TrainSample:
     loss_mask: MaskArray | None = None
     """Multi-turn: 0/1 per response token, 1 on policy tokens (the only ones the losses,
     advantages and off-policy corrections see); None: every response token is the policy's."""
+    turn_rewards: FloatArray | None = None
+    """Multi-turn: a reward per response token, each turn's reward on the turn's last policy
+    token (``reward`` is their sum plus nothing else); None: ``reward`` is an outcome reward
+    on the last response token. The advantage estimators see these as token rewards."""
 
     def __post_init__(self) -> None:
+        import numpy as np
+
         from hybridflow.arrays import as_floats, as_mask, as_routing, as_tokens
 
         self.prompt_ids = as_tokens(self.prompt_ids)
@@ -179,6 +190,20 @@ class TrainSample:
                 )
             if not self.loss_mask.any():
                 raise ValueError("loss_mask: no policy token (nothing to train on)")
+        if self.turn_rewards is not None:
+            self.turn_rewards = as_floats(self.turn_rewards)
+            if self.turn_rewards.size != self.response_ids.size:
+                raise ValueError(
+                    f"turn_rewards: {self.turn_rewards.size} values for "
+                    f"{self.response_ids.size} response tokens"
+                )
+            if not np.isfinite(self.turn_rewards).all():
+                raise ValueError("turn_rewards: not finite")
+            if self.loss_mask is not None and (self.turn_rewards[self.loss_mask == 0] != 0).any():
+                raise ValueError("turn_rewards: a reward on a token the policy did not sample")
+            total = float(self.turn_rewards.sum(dtype=np.float64))
+            if abs(total - self.reward) > 1e-4 * max(1.0, abs(self.reward)):
+                raise ValueError(f"turn_rewards sum to {total}, the reward is {self.reward}")
 
     @property
     def num_loss_tokens(self) -> int:

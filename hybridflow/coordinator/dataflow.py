@@ -115,6 +115,7 @@ def train_samples(scored: Sequence[ScoredGroup], first_group_id: int = 0) -> lis
                     baseline=group.baseline,
                     routed_experts=completion.routed_experts,
                     loss_mask=completion.loss_mask,
+                    turn_rewards=completion.turn_rewards if result.error is None else None,
                 )
             )
     return samples

@@ -76,6 +76,8 @@ class _Episode:
     versions: list[np.ndarray] = field(default_factory=list)
     mask: list[np.ndarray] = field(default_factory=list)
     used: int = 0
+    rewarded: list[tuple[int, float]] = field(default_factory=list)
+    """(response position of a turn's last policy token, that turn's reward)."""
     record: EpisodeRecord = field(default_factory=EpisodeRecord)
 
     def context(self) -> TokenArray:
@@ -107,6 +109,11 @@ class _Episode:
         versions = np.concatenate(self.versions)
         mask = np.concatenate(self.mask)
         self.record.total_tokens = int(mask.size)
+        turn_rewards = None
+        if self.error is None:  # a failed episode scores 0: no per-turn rewards
+            turn_rewards = np.zeros(mask.size, dtype=np.float32)
+            for position, reward in self.rewarded:
+                turn_rewards[position] += reward
         return Completion(
             token_ids=np.concatenate(self.ids),
             logprobs=np.concatenate(self.logprobs),
@@ -115,6 +122,7 @@ class _Episode:
             token_versions=versions,
             loss_mask=mask,
             prompt_ids=self.prompt_ids,
+            turn_rewards=turn_rewards,
         )
 
 
@@ -236,6 +244,7 @@ class EpisodeRunner:
         if result is None:
             return
         episode.reward += float(result.reward)
+        episode.rewarded.append((episode.used - 1, float(result.reward)))
         record.tool_calls += int(result.info.get("tool_calls", 0))
         record.tool_errors += int(result.info.get("tool_errors", 0))
         record.success = record.success or bool(result.info.get("success", False))

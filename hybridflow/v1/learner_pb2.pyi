@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TrainBatch(_message.Message):
-    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines", "routed_experts", "loss_masks")
+    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines", "routed_experts", "loss_masks", "turn_rewards")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class TrainBatch(_message.Message):
     BASELINES_FIELD_NUMBER: _ClassVar[int]
     ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     LOSS_MASKS_FIELD_NUMBER: _ClassVar[int]
+    TURN_REWARDS_FIELD_NUMBER: _ClassVar[int]
     prompts: _common_pb2.TokenBatch
     responses: _common_pb2.TokenBatch
     rollout_logprobs: _common_pb2.Tensor
@@ -27,7 +28,8 @@ class TrainBatch(_message.Message):
     baselines: _common_pb2.Tensor
     routed_experts: _common_pb2.RoutedExperts
     loss_masks: bytes
-    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., routed_experts: _Optional[_Union[_common_pb2.RoutedExperts, _Mapping]] = ..., loss_masks: _Optional[bytes] = ...) -> None: ...
+    turn_rewards: _common_pb2.Tensor
+    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., routed_experts: _Optional[_Union[_common_pb2.RoutedExperts, _Mapping]] = ..., loss_masks: _Optional[bytes] = ..., turn_rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ("policy_version", "metrics")

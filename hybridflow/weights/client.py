@@ -133,9 +133,9 @@ class ReplicaProber:
     def __call__(self, address: str, config: ChannelConfig | None, timeout_s: float) -> None:
         key = (address, id(config))
         with self._lock:
-            channel = self._channels.get(key)
-            if channel is None:
-                channel = self._channels[key] = make_channel(address, config)
+            kept = self._channels.get(key)
+            channel = kept if kept is not None else make_channel(address, config)
+            self._channels[key] = channel
         try:
             _describe(channel, address, timeout_s)
         except Unavailable:

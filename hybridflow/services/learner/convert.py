@@ -34,6 +34,8 @@ def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
         rest.routed_experts.CopyFrom(pack_routed([s.routed_experts for s in samples]))
     if any(s.loss_mask is not None for s in samples):
         rest.loss_masks = _loss_masks(samples)
+    if any(s.turn_rewards is not None for s in samples):
+        rest.turn_rewards.CopyFrom(pack_floats(_turn_rewards_with_nan(samples)))
     fields = learner_pb2.TrainBatch
     return [
         *wire.bytes_field(
@@ -56,6 +58,37 @@ def _loss_masks(samples: Sequence[TrainSample]) -> bytes:
         s.loss_mask.tobytes() if s.loss_mask is not None else b"\x01" * len(s.response_ids)
         for s in samples
     )
+
+
+def _turn_rewards_with_nan(samples: Sequence[TrainSample]) -> np.ndarray:
+    """Every sample's per-turn rewards back to back, NaN for a sample without them."""
+    return np.concatenate(
+        [
+            s.turn_rewards
+            if s.turn_rewards is not None
+            else np.full(len(s.response_ids), np.nan, dtype=np.float32)
+            for s in samples
+        ]
+    )
+
+
+def _turn_rewards_from_proto(
+    msg: learner_pb2.TrainBatch, offsets: np.ndarray
+) -> list[np.ndarray | None]:
+    n = offsets.size - 1
+    if not msg.HasField("turn_rewards"):
+        return [None] * n
+    values = unpack_floats(msg.turn_rewards, "batch.turn_rewards", int(offsets[-1]))
+    out: list[np.ndarray | None] = []
+    for i, part in enumerate(split_by(values, offsets)):
+        nan = np.isnan(part)
+        if nan.all() and part.size:
+            out.append(None)
+        elif nan.any() or np.isinf(part).any():
+            raise ValueError(f"batch.turn_rewards of sample {i}: not finite")
+        else:
+            out.append(part)
+    return out
 
 
 def _loss_masks_from_proto(
@@ -136,6 +169,7 @@ def batch_from_proto(
         else [None] * n
     )
     masks = _loss_masks_from_proto(msg, response_offsets)
+    turn_rewards = _turn_rewards_from_proto(msg, response_offsets)
     return [
         TrainSample(
             prompt_ids=prompts[i],
@@ -147,6 +181,7 @@ def batch_from_proto(
             baseline=baselines[i],
             routed_experts=routed[i],
             loss_mask=masks[i],
+            turn_rewards=turn_rewards[i],
         )
         for i, (reward, group_id, version) in enumerate(
             zip(rewards.tolist(), msg.group_ids, msg.policy_versions)

@@ -349,7 +349,7 @@ def compute_advantages(
     mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(-1)).float()
     for i, s in enumerate(samples):  # multi-turn: observation tokens are holes in the mask
         if s.loss_mask is not None:
-            mask[i, : s.loss_mask.size] = torch.from_numpy(s.loss_mask).float()
+            mask[i, : s.loss_mask.size] = torch.tensor(s.loss_mask, dtype=torch.float32)
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     if cfg.overlong.buffer > 0:
         penalty = overlong_penalty(
@@ -359,6 +359,11 @@ def compute_advantages(
         m.set_global("actor/overlong_penalty/mean", float(penalty.mean()))
         m.set_global("actor/overlong_frac", float((penalty < 0).float().mean()))
     token_rewards = last_token_scores(scores, mask)
+    for i, s in enumerate(samples):  # multi-turn: each turn's reward at its own last token
+        if s.turn_rewards is not None:
+            last = int(torch.nonzero(mask[i]).max())
+            token_rewards[i, last] -= s.reward  # what stays there: the overlong penalty
+            token_rewards[i, : s.turn_rewards.size] += torch.tensor(s.turn_rewards)
     num_tokens = float(mask.sum())
     # Decided from the config, not the cache: ranks that hold no reference join the gather.
     if cfg.needs_reference and cfg.kl.mode == "reward":

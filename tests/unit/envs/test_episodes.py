@@ -136,6 +136,14 @@ def test_trajectory_is_generated_ids_plus_observation_ids(tokenizer):
         # one version per turn, rising between turns; the trajectory counts its oldest
         assert sorted(set(c.token_versions[c.loss_mask == 1].tolist())) == [3, 4, 5]
         assert c.policy_version == 3
+        # Each turn's reward sits on the turn's last policy token (the EOS it ended with).
+        turn_ends = [
+            i
+            for i in range(len(flags))
+            if flags[i] == 1 and (i + 1 == len(flags) or flags[i + 1] == 0)
+        ]
+        assert np.flatnonzero(c.turn_rewards).tolist() == turn_ends
+        assert c.turn_rewards[turn_ends].tolist() == [0.25, 0.25, 1.25]
     # Each turn's context was exactly the opening plus everything appended so far.
     assert engine.contexts[0].tolist() == opening.tolist()
     assert engine.contexts[2].tolist() == [
@@ -196,6 +204,7 @@ def test_environment_error_ends_that_episode_only(tokenizer):
         "q",
     )
     bad, good = batch.results[0][0], batch.results[1][0]
+    assert batch.groups[0][0].turn_rewards is None  # a failed episode scores 0, no turn rewards
     assert bad.score == 0.0 and "boom" in (bad.error or "")
     assert batch.records[0][0].finish == "error" and batch.records[0][0].turns == 2
     assert good.error is None and good.score == pytest.approx(0.25 + 1.25)

@@ -123,3 +123,68 @@ def test_bad_loss_masks_are_refused(make_samples: Callable[..., Any]) -> None:
             policy_version=0,
             loss_mask=np.zeros(len(s.response_ids), np.uint8),
         )
+
+
+def _with_turn_rewards(samples: list[TrainSample]) -> list[TrainSample]:
+    """The masked samples with their reward split over their policy runs' last tokens."""
+    out = []
+    for s in samples:
+        assert s.loss_mask is not None
+        ends = [
+            i
+            for i in range(len(s.loss_mask))
+            if s.loss_mask[i] == 1 and (i + 1 == len(s.loss_mask) or s.loss_mask[i + 1] == 0)
+        ]
+        turn = np.zeros(len(s.response_ids), np.float32)
+        turn[ends] = s.reward / len(ends)
+        turn[ends[-1]] += s.reward - float(turn.sum())
+        out.append(
+            TrainSample(
+                prompt_ids=s.prompt_ids,
+                response_ids=s.response_ids,
+                rollout_logprobs=s.rollout_logprobs,
+                reward=s.reward,
+                group_id=s.group_id,
+                policy_version=s.policy_version,
+                loss_mask=s.loss_mask,
+                turn_rewards=turn,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(("algorithm", "same"), [("grpo", True), ("ppo", False)])
+def test_per_turn_rewards(
+    tiny_checkpoint: Path, make_samples: Callable[..., Any], algorithm: str, same: bool
+) -> None:
+    """An outcome estimator sees a trajectory's score, the sum of its turns' rewards: the same
+    step as with the sum at the end. GAE sees each turn's reward where the turn ended."""
+    masked = _masked(make_samples([1.0, 0.0, 0.3, 0.9, 0.5, 0.0]), -1.0)
+    turned = _with_turn_rewards(masked)
+    assert any(np.count_nonzero(s.turn_rewards) > 1 for s in turned)
+    params = []
+    for samples in (masked, turned):
+        worker = _worker(tiny_checkpoint, algorithm=algorithm)
+        worker.train_step(batch_from_proto(batch_to_proto(samples)))  # across the wire
+        params.append(_params(worker))
+    gap = max(float((params[0][k] - params[1][k]).abs().max()) for k in params[0])
+    assert (gap <= TOL) if same else (gap > 1e-5), gap
+
+
+def test_turn_rewards_are_checked(make_samples: Callable[..., Any]) -> None:
+    s = _with_turn_rewards(_masked(make_samples([0.0, 1.0]), -1.0))[1]
+    assert s.loss_mask is not None and s.loss_mask[1] == 0
+    fields = dict(
+        prompt_ids=s.prompt_ids,
+        response_ids=s.response_ids,
+        rollout_logprobs=s.rollout_logprobs,
+        group_id=0,
+        policy_version=0,
+        loss_mask=s.loss_mask,
+    )
+    with pytest.raises(ValueError, match="sum to"):
+        TrainSample(reward=2.0, turn_rewards=s.turn_rewards, **fields)
+    on_observation = np.zeros(len(s.response_ids), np.float32)
+    on_observation[1] = 1.0  # position 1 is an observation token
+    with pytest.raises(ValueError, match="did not sample"):
+        TrainSample(reward=1.0, turn_rewards=on_observation, **fields)
