@@ -42,7 +42,7 @@ lint: setup
 	$(VENV)/bin/mypy hybridflow
 
 test: setup
-	$(VPY) -m pytest -q -m "not slow and not gpu"
+	$(VPY) -m pytest -q -m "not slow and not gpu" --durations=25
 
 test-slow: setup
 	$(VPY) -m pytest -q -m slow

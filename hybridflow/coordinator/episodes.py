@@ -169,14 +169,14 @@ class EpisodeRunner:
         generate: Generate,
         request_id: str,
     ) -> EpisodeBatch:
-        episodes = [
-            self._reset(f"{request_id}-{p}-{j}", p, prompt)
-            for p, prompt in enumerate(prompts)
-            for j in range(params.n)
-        ]
-        live = list(episodes)
+        episodes: list[_Episode] = []
+        live = episodes
         turn = 0
         try:
+            for p, prompt in enumerate(prompts):
+                for j in range(params.n):
+                    episodes.append(self._reset(f"{request_id}-{p}-{j}", p, prompt))
+            live = list(episodes)
             while live:
                 turn_params = replace(
                     params,

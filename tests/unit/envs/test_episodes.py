@@ -298,3 +298,27 @@ def test_episode_metrics():
     assert m["episode/policy_token_frac"] == pytest.approx(0.5)
     assert m["episode/env_latency_s/mean"] == pytest.approx(0.1)
     assert m["episode/finish/max_turns"] == 0.5
+
+
+def test_service_failing_between_resets_leaves_no_episode_live(tokenizer):
+    envs = LocalEnvironments()
+
+    class FailsOnSecondReset:
+        resets = 0
+
+        def reset(self, episode_id, env, task):
+            self.resets += 1
+            if self.resets == 2:
+                raise Unavailable("deadline exceeded")
+            return envs.reset(episode_id, env, task)
+
+        def step(self, episode_id, action):  # pragma: no cover - never reached
+            return envs.step(episode_id, action)
+
+        def close(self, episode_id):
+            envs.close(episode_id)
+
+    run = EpisodeRunner(FailsOnSecondReset(), ChatTokens(tokenizer), MultiTurnConfig(env=ENV))
+    with pytest.raises(EnvironmentDown):
+        run.run([record()], SamplingParams(n=3), ScriptedEngine(tokenizer, ["1"]), "q")
+    assert envs.num_live == 0
