@@ -46,6 +46,10 @@ class Handout:
     """Pass over the dataset this hand-out belongs to."""
     seq: int
     """Global hand-out number: epoch * dataset size + position in the epoch's order."""
+    task_prompt: str = ""
+    """The row's own prompt before the chat template (``PromptRecord.task_prompt``): what a
+    multi-turn episode's environment is reset with. Without it the environment would get
+    the rendered ChatML text as its user message, and the policy a doubled template."""
 
     @classmethod
     def of(cls, row: Any, epoch: int, seq: int) -> Handout:
@@ -58,6 +62,7 @@ class Handout:
             row.index,
             epoch,
             seq,
+            str(getattr(row, "task_prompt", "") or ""),
         )
 
 

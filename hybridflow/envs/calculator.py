@@ -1,5 +1,6 @@
-"""The calculator environment (``hybridflow.envs.calculator:CalculatorEnv``), its tasks
-(``builtin:calc``) and its demonstrations.
+"""The calculator environment (``hybridflow.envs.calculator:CalculatorEnv``), its no-tool
+baseline (``hybridflow.envs.calculator:NoToolCalculatorEnv``), its tasks (``builtin:calc``) and
+its demonstrations.
 
 Tasks are arithmetic a tiny model cannot do in its head: a 3-4 digit number times a 2-3 digit
 one, or the sum of 3-4 four-digit numbers. The opening is a short system message naming the
@@ -16,6 +17,11 @@ tool and the answer format, then the question. Per policy turn:
 ``info`` on every step: ``tool_calls`` (the tool messages this turn answered with, results and
 errors) and ``tool_errors`` (those that are errors), counters of this turn that the rollout
 loop sums over the episode, and ``success`` (False until the answer is right).
+
+``NoToolCalculatorEnv`` plays the same tasks with the tool switched off: every call is answered
+``error: no tool in this episode`` (and counted as a call and an error), so the only way to
+succeed is to answer from the model's head. It is the no-tool baseline a tool-using run is
+compared with.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from hybridflow.envs.tool_calls import (
 )
 
 ENV_PATH = "hybridflow.envs.calculator:CalculatorEnv"
+NO_TOOL_ENV_PATH = "hybridflow.envs.calculator:NoToolCalculatorEnv"
 DATA_SOURCE = "calc"
 TOOL_NAME = "calculator"
 SYSTEM_PROMPT = (
@@ -44,6 +51,8 @@ SYSTEM_PROMPT = (
 )
 """Names the tool and both formats once, in about 30 tokens of Qwen's tokenizer; without it
 Qwen2.5's chat template writes its own default system message (about 20) in its place."""
+NO_TOOL_ERROR = "no tool in this episode"
+"""What ``NoToolCalculatorEnv`` answers every call with (after ``error: ``)."""
 NO_ACTION_FEEDBACK = "Call the calculator or reply <answer>N</answer>."
 MAX_TOOL_CALLS = 8
 """Tool calls one episode may make; later calls are answered with an error."""
@@ -112,6 +121,13 @@ class CalculatorEnv:
         return {"tool_calls": tool_calls, "tool_errors": tool_errors, "success": self.success}
 
 
+class NoToolCalculatorEnv(CalculatorEnv):
+    """``CalculatorEnv`` with the tool switched off: the no-tool baseline (module docstring)."""
+
+    def _run(self, item: ToolCall | ToolCallError) -> int:
+        raise CalcError(NO_TOOL_ERROR)
+
+
 def calc_task(rng: random.Random, index: int = 0) -> Task:
     """One task: a product (3-4 digits times 2-3 digits) or a sum of 3-4 four-digit numbers."""
     if rng.random() < 0.5:
@@ -122,9 +138,9 @@ def calc_task(rng: random.Random, index: int = 0) -> Task:
         numbers = [rng.randint(1000, 9999) for _ in range(rng.randint(3, 4))]
         op = "+"
         value = sum(numbers)
-    expression = op.join(str(n) for n in numbers)
+    expression = f" {op} ".join(str(n) for n in numbers)
     return Task(
-        prompt=f"What is {f' {op} '.join(str(n) for n in numbers)}?",
+        prompt=f"What is {expression}?",
         ground_truth=str(value),
         data_source=DATA_SOURCE,
         extra_info={"index": index, "expression": expression},
@@ -141,8 +157,9 @@ def make_calc_rows(num: int, seed: int) -> list[dict[str, Any]]:
 
 
 def calc_demonstration(task: Task) -> list[Message]:
-    """A successful episode: the question, one calculator call on the task's expression, its
-    result (the ground truth, which the task states), the final answer."""
+    """A successful episode: the question, one calculator call on the task's expression (as
+    the question spells it, so a small model learns to copy it verbatim), its result (the
+    ground truth, which the task states), the final answer."""
     expression = task.extra_info.get("expression")
     if not isinstance(expression, str) or task.ground_truth is None:
         raise ValueError("task: a calc demonstration needs extra_info.expression and ground_truth")
@@ -152,4 +169,27 @@ def calc_demonstration(task: Task) -> list[Message]:
         Message("assistant", format_tool_call(TOOL_NAME, {"expression": expression})),
         tool_message(task.ground_truth),
         Message("assistant", f"<answer>{task.ground_truth}</answer>"),
+    ]
+
+
+def calc_direct_demonstration(
+    task: Task, rng: random.Random, max_changed: int = 3
+) -> list[Message]:
+    """An episode that answers at once, without the tool, and is wrong: the true answer with
+    1..``max_changed`` of its digits changed (a plausible guess from a model's head). A warm
+    start mixes these with ``calc_demonstration`` so that RL finds the tool worth calling."""
+    if task.ground_truth is None or not _INTEGER.fullmatch(task.ground_truth):
+        raise ValueError("task: a calc demonstration needs an integer ground_truth")
+    if max_changed < 1:
+        raise ValueError(f"max_changed must be >= 1, got {max_changed}")
+    digits = list(task.ground_truth.lstrip("-"))
+    positions = rng.sample(range(len(digits)), min(len(digits), rng.randint(1, max_changed)))
+    for i in positions:
+        first = i == 0 and len(digits) > 1  # keep the number of digits: no leading zero
+        digits[i] = rng.choice([d for d in "0123456789"[first:] if d != digits[i]])
+    wrong = ("-" if task.ground_truth.startswith("-") else "") + "".join(digits)
+    return [
+        Message("system", SYSTEM_PROMPT),
+        Message("user", task.prompt),
+        Message("assistant", f"<answer>{wrong}</answer>"),
     ]

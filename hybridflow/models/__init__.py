@@ -1,7 +1,8 @@
 """Model locations: the built-in checkpoints and the resolution of a model spec to a directory.
 
 ``resolve_model_path("builtin:tiny")`` returns the built-in checkpoint, shipped and cached (also
-``builtin:tiny-random``, ``builtin:tiny-qwen3`` and the reward model ``builtin:tiny-rm``;
+``builtin:tiny-random``, ``builtin:tiny-qwen3``, ``builtin:tiny-tools`` and the reward model
+``builtin:tiny-rm``;
 ``builtin:qwen2.5-0.5b-shape`` is a random-init model of a real checkpoint's dims, built on
 first use: ``shapes.py``);
 a local Hugging Face checkpoint directory is used as it is; a hub id ``org/name[@revision]``

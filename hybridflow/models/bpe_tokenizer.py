@@ -1,5 +1,6 @@
-"""A byte-level BPE tokenizer with a ChatML chat template, trained locally: the tokenizer of
-``builtin:tiny-qwen3``, shaped like Qwen's.
+"""A byte-level BPE tokenizer with a ChatML chat template, trained locally on a given corpus:
+the tokenizer of ``builtin:tiny-qwen3`` (arith text) and ``builtin:tiny-tools`` (arith text and
+tool-using conversations), shaped like Qwen's.
 
 Like Qwen2/Qwen3's tokenizers: a regex pre-tokenizer that splits digits one by one and words
 from punctuation, byte-level encoding (every byte string encodes; nothing is unknown), and the
@@ -12,7 +13,7 @@ This module knows nothing about models, tasks or where files are cached.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -36,13 +37,21 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-"""ChatML, as Qwen's checkpoints render it (without their tool and thinking blocks)."""
+"""ChatML, as Qwen's checkpoints render it (without their tool and thinking blocks): every role
+the same way, ``tool`` included (``<|im_start|>tool\n...<|im_end|>``)."""
+
+
+def chatml_text(messages: Sequence[tuple[str, str]], generation_prompt: bool = False) -> str:
+    """``(role, content)`` messages as ``CHATML_TEMPLATE`` renders them, without the template
+    (a tokenizer's training text is written before the tokenizer exists)."""
+    text = "".join(f"{IM_START}{role}\n{content}{IM_END}\n" for role, content in messages)
+    return text + (f"{IM_START}assistant\n" if generation_prompt else "")
 
 
 def chatml_turns(prompt: str, answer: str | None = None) -> str:
     """``prompt`` as a user turn plus the generation prompt; with ``answer``, the assistant's
     finished turn too (the text the tokenizer is trained on)."""
-    text = f"{IM_START}user\n{prompt}{IM_END}\n{IM_START}assistant\n"
+    text = chatml_text([("user", prompt)], generation_prompt=True)
     return text if answer is None else f"{text}{answer}{IM_END}\n"
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hybridflow.models.builtin import (
     SHIPPED_DIR,
+    AnySpec,
     ShippedModel,
     builtin_specs,
     file_sha256,
@@ -31,12 +32,12 @@ from hybridflow.models.builtin import (
     spec_hash,
     write_manifest,
 )
-from hybridflow.models.builtin_policy import BuiltinSpec, build_checkpoint
+from hybridflow.models.builtin_policy import build_checkpoint
 from hybridflow.models.builtin_quality import measure, shortfalls
 from hybridflow.models.builtin_rm import RewardModelSpec, build_reward_checkpoint
 
 
-def build_one(name: str, spec: BuiltinSpec | RewardModelSpec, out_dir: Path) -> dict[str, float]:
+def build_one(name: str, spec: AnySpec, out_dir: Path) -> dict[str, float]:
     """Builds ``name`` from ``spec`` into ``out_dir`` and returns its quality numbers; raises
     ValueError naming every missed gate (``out_dir`` then holds the refused build)."""
     if isinstance(spec, RewardModelSpec):

@@ -1,5 +1,5 @@
 """The built-in models (``builtin:tiny``, ``builtin:tiny-random``, ``builtin:tiny-qwen3``,
-``builtin:tiny-rm``): shipped weights, pinned by sha256, and the cache users load them from.
+``builtin:tiny-tools``, ``builtin:tiny-rm``): shipped weights, pinned by sha256, and the cache users load them from.
 
 Training a model gives different floats on different CPUs (vector widths, oneDNN and MKL code
 paths), and a few hundred steps amplify the difference: a reward model built on one machine
@@ -35,6 +35,10 @@ from typing import Any
 
 from hybridflow.models.builtin_policy import POLICY_SPECS, BuiltinSpec
 from hybridflow.models.builtin_rm import REWARD_SPECS, RewardModelSpec
+from hybridflow.models.builtin_tools import ToolsBuiltinSpec
+
+AnySpec = BuiltinSpec | ToolsBuiltinSpec | RewardModelSpec
+"""A spec of any built-in kind."""
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,7 @@ class ShippedModel:
         return hashlib.sha256(lines.encode()).hexdigest()[:12]
 
 
-def builtin_specs() -> dict[str, BuiltinSpec | RewardModelSpec]:
+def builtin_specs() -> dict[str, AnySpec]:
     """Every built-in name and the spec it is built from."""
     return {**POLICY_SPECS, **REWARD_SPECS}
 
@@ -78,7 +82,7 @@ def builtin_names() -> list[str]:
     return sorted(builtin_specs())
 
 
-def spec_hash(spec: BuiltinSpec | RewardModelSpec) -> str:
+def spec_hash(spec: AnySpec) -> str:
     """Short stable hash of a spec and the build format version."""
     payload = json.dumps({"v": BUILD_FORMAT_VERSION, **asdict(spec)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]

@@ -1,5 +1,6 @@
-"""The built-in policies ``builtin:tiny`` and ``builtin:tiny-random``: what they are and how
-they are built.
+"""The built-in policies ``builtin:tiny``, ``builtin:tiny-random`` and ``builtin:tiny-qwen3``:
+what they are and how they are built (``builtin:tiny-tools``, the multi-turn one, is specified
+and built in ``builtin_tools.py``; its spec is registered here with the others).
 
 A small Llama over the character tokenizer. ``tiny`` ends its build with a short supervised warm
 start on the ``builtin:arith`` format, since real post-training starts from a pretrained model:
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridflow.data.arith import DEFAULT_MAX_OPERAND, arith_ground_truth, arith_prompt
+from hybridflow.models.builtin_tools import ToolsBuiltinSpec, build_tools_checkpoint, qwen3_config
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -84,14 +86,16 @@ class Qwen3BuiltinSpec(BuiltinSpec):
     (rows no token uses; vLLM pads to 64 as well)."""
 
 
-POLICY_SPECS: dict[str, BuiltinSpec] = {
+POLICY_SPECS: dict[str, BuiltinSpec | ToolsBuiltinSpec] = {
     "tiny": BuiltinSpec(),
     "tiny-random": BuiltinSpec(clean_steps=0, noisy_steps=0),
     "tiny-qwen3": Qwen3BuiltinSpec(),
+    "tiny-tools": ToolsBuiltinSpec(),
 }
 """Built-in model names and their specs. ``tiny-random`` is ``tiny`` without the warm start
 (the seeded random initialisation): the cold-start comparison of the algorithm suite.
-``tiny-qwen3`` is warm-started like ``tiny`` with its prompts in ChatML."""
+``tiny-qwen3`` is warm-started like ``tiny`` with its prompts in ChatML. ``tiny-tools`` plays
+the built-in environments (``builtin_tools.py``)."""
 
 
 def render_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
@@ -114,11 +118,14 @@ def warmup_example(
     return arith_prompt(a, b), str(answer)
 
 
-def build_checkpoint(spec: BuiltinSpec, out_dir: Path) -> None:
+def build_checkpoint(spec: BuiltinSpec | ToolsBuiltinSpec, out_dir: Path) -> None:
     """Initialise, warm-start and save the model and tokenizer of ``spec`` into ``out_dir``.
 
     The caller's global torch RNG state is left untouched.
     """
+    if isinstance(spec, ToolsBuiltinSpec):
+        build_tools_checkpoint(spec, out_dir)
+        return
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -143,29 +150,12 @@ def _tokenizer_and_config(spec: BuiltinSpec) -> tuple[PreTrainedTokenizerBase, A
 
         tokenizer = build_char_tokenizer()
         return tokenizer, tiny_llama_config(spec, tokenizer)
-    from transformers import Qwen3Config
-
     from hybridflow.models.bpe_tokenizer import build_bpe_tokenizer, chatml_turns
 
     answers = range(2 * spec.max_operand + spec.label_max_offset + 1)
     corpus = [chatml_turns(arith_prompt(a, b), str(n)) for a, b in _grid(spec) for n in answers]
     tokenizer = build_bpe_tokenizer(corpus, spec.bpe_vocab_size)
-    vocab = -(-len(tokenizer) // spec.vocab_multiple) * spec.vocab_multiple
-    config = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.hidden_size // spec.num_attention_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return tokenizer, config
+    return tokenizer, qwen3_config(spec, tokenizer)
 
 
 def _grid(spec: BuiltinSpec) -> list[tuple[int, int]]:

@@ -8,6 +8,10 @@
   scores above each wrong response (``heldout_pair_accuracy``, over near misses, other
   numbers and garbage), and above the off-by-one answers by a clear margin.
 - ``tiny-qwen3``: the same as ``tiny``, its prompts rendered through its ChatML template.
+- ``tiny-tools``: real episodes of ``builtin:calc`` and ``builtin:guess`` at temperature 1
+  (``tools_quality.py``): it calls the calculator in some episodes but not all, its calls are
+  well formed, it copies a result it got, it cannot do the arithmetic without the tool, and it
+  wins most games, in more turns than binary search needs: room for RL on every count.
 - ``tiny-random`` is a seeded random initialisation; it promises nothing but its bytes.
 
 ``measure(name, path)`` returns the numbers; ``shortfalls(name, numbers)`` names every gate
@@ -26,6 +30,7 @@ from hybridflow.data.arith import (
     arith_prompt,
     heldout_problems,
 )
+from hybridflow.models.tools_quality import TOLERANCE as SAMPLED_TOLERANCE
 
 if TYPE_CHECKING:
     import torch
@@ -43,8 +48,24 @@ GATES: dict[str, dict[str, tuple[float, float]]] = {
         "greedy_format": (1.0, 1.0),
         "sampled_accuracy": (0.25, 0.65),
     },
+    "tiny-tools": {
+        "calc_tool_rate": (0.25, 0.7),
+        "calc_call_ok": (0.7, 1.0),
+        "calc_copy_ok": (0.8, 1.0),
+        "calc_success": (0.15, 0.7),
+        "calc_no_tool_success": (0.0, 0.15),
+        "guess_success": (0.5, 1.0),
+        "guess_turns_per_success": (5.0, 8.0),
+    },
 }
 """Each built-in's measures and the closed range ``(low, high)`` each must fall in."""
+
+TOLERANCE = {"tiny-tools": SAMPLED_TOLERANCE}
+"""How far a measure taken on another CPU may be from the one recorded at build time, where
+that is more than ``DEFAULT_TOLERANCE`` (the tiny-tools measures are sampled episodes)."""
+DEFAULT_TOLERANCE = 0.011
+"""Float noise of a computed measure: at most a near-tie flipping one problem's greedy answer
+or one pair's order."""
 
 EVAL_SEED = "builtin-quality"
 """Seed of the wrong responses the reward model is measured on (not a training seed)."""
@@ -59,6 +80,10 @@ def measure(name: str, path: Path) -> dict[str, float]:
         raise ValueError(f"no quality gates for builtin {name!r}; known: {sorted(GATES)}")
     if name == "tiny-rm":
         return _reward_model_numbers(path)
+    if name == "tiny-tools":
+        from hybridflow.models.tools_quality import tools_numbers
+
+        return tools_numbers(path)
     if not GATES[name]:
         return {}
     return _policy_numbers(path)

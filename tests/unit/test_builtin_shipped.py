@@ -20,7 +20,13 @@ from hybridflow.models.builtin import (
     read_manifest,
     spec_hash,
 )
-from hybridflow.models.builtin_quality import GATES, measure, shortfalls
+from hybridflow.models.builtin_quality import (
+    DEFAULT_TOLERANCE,
+    GATES,
+    TOLERANCE,
+    measure,
+    shortfalls,
+)
 from hybridflow.models.builtin_rm import RewardModelSpec
 
 
@@ -42,8 +48,10 @@ def test_shipped_weights_pass_their_quality_gates_here(name: str) -> None:
     recorded = read_manifest()[name].quality
     assert recorded.keys() == numbers.keys()
     # The same bytes measured on another CPU: float noise only (at most a near-tie flipping
-    # one problem's greedy answer or one pair's order), never a different verdict.
-    assert all(abs(numbers[k] - recorded[k]) <= 0.011 for k in numbers), (numbers, recorded)
+    # one problem's greedy answer or one pair's order; a few sampled episodes), never a
+    # different verdict.
+    tolerance = TOLERANCE.get(name, DEFAULT_TOLERANCE)
+    assert all(abs(numbers[k] - recorded[k]) <= tolerance for k in numbers), (numbers, recorded)
 
 
 def test_check_command_passes_on_the_shipped_weights(capsys: pytest.CaptureFixture[str]) -> None:

@@ -216,3 +216,29 @@ def test_tasks_are_beyond_mental_arithmetic_and_their_answers_right() -> None:
     for task in sums:
         numbers = [int(x) for x in task.extra_info["expression"].split("+")]
         assert 3 <= len(numbers) <= 4 and all(1000 <= n <= 9999 for n in numbers)
+
+
+def test_the_no_tool_variant_answers_every_call_with_an_error() -> None:
+    env = calculator.NoToolCalculatorEnv()
+    env.reset(Task("What is 74 * 73?", ground_truth="5402"))
+    result = env.step(call("74*73"))
+    assert result.observation == (Message("tool", "error: no tool in this episode"),)
+    assert (result.done, result.info["tool_calls"], result.info["tool_errors"]) == (False, 1, 1)
+    assert env.step("<answer>5402</answer>").reward == 1.0  # the head still may answer
+
+
+def test_a_direct_demonstration_answers_wrong_without_the_tool() -> None:
+    rng = random.Random(3)
+    for _ in range(64):
+        task = calc_task(rng)
+        conversation = calculator.calc_direct_demonstration(task, rng)
+        assert [m.role for m in conversation] == ["system", "user", "assistant"]
+        given = conversation[-1].content.removeprefix("<answer>").removesuffix("</answer>")
+        truth = task.ground_truth or ""
+        assert given != truth and len(given) == len(truth) and given[0] != "0"
+        assert sum(a != b for a, b in zip(given, truth)) <= 3
+        env = CalculatorEnv()
+        env.reset(task)
+        assert env.step(conversation[-1].content) == StepResult(
+            reward=0.0, done=True, info={"tool_calls": 0, "tool_errors": 0, "success": False}
+        )

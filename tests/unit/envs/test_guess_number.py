@@ -9,7 +9,9 @@ from hybridflow.envs.base import Environment, Message, StepResult, Task
 from hybridflow.envs.guess_number import (
     GuessNumberEnv,
     format_reminder,
+    guess_demonstration,
     guess_prompt,
+    guess_quarter_demonstration,
     success_reward,
 )
 
@@ -97,3 +99,20 @@ def test_a_first_guess_hit_on_a_one_number_range() -> None:
 def test_reset_refuses_a_bad_task(truth: str | None, extra: dict[str, object], says: str) -> None:
     with pytest.raises(ValueError, match=says):
         GuessNumberEnv().reset(Task("guess", ground_truth=truth, extra_info=extra))
+
+
+def test_the_quarter_search_wins_every_game_in_more_guesses_than_binary_search() -> None:
+    binary, quarter = [], []
+    for secret in range(1, 101):
+        task = Task(guess_prompt(1, 100), ground_truth=str(secret), extra_info={"max_guesses": 10})
+        for demo, lengths in (
+            (guess_demonstration, binary),
+            (guess_quarter_demonstration, quarter),
+        ):
+            env = GuessNumberEnv()
+            env.reset(task)
+            turns = [m.content for m in demo(task) if m.role == "assistant"]
+            results = [env.step(turn) for turn in turns]
+            assert results[-1].done and results[-1].info["success"], (demo, secret)
+            lengths.append(len(turns))
+    assert max(quarter) <= 10 and sum(quarter) / 100 > sum(binary) / 100 + 0.8
