@@ -13,6 +13,7 @@ turns per success) and ``critic/score/mean`` (the environments' reward). The rep
 their means over windows of steps; the figure plots them.
 
     python benchmarks/multi_turn/run_learning.py [--variants calc,calc_no_tool] [--steps 60]
+        [--set learner.optimizer.lr=3e-4]
     python benchmarks/multi_turn/run_learning.py --summarize results/multi_turn_...
 
 Writes ``results/multi_turn_YYYYMMDD_HHMMSS/`` (one run dir per variant, ``summary.json``,
@@ -59,9 +60,19 @@ SERIES = (
 )
 
 
-def run_variant(name: str, out: Path, steps: int) -> None:
+LABELS = {
+    "critic/score/mean": "reward",
+    "episode/success_rate": "success",
+    "episode/tool_use_rate": "tool_use",
+    "episode/turns/mean": "turns",
+    "episode/turns_per_success": "turns/success",
+    "episode/tool_errors/mean": "tool_errors",
+}
+
+
+def run_variant(name: str, out: Path, steps: int, extra: dict[str, str]) -> None:
     config, overrides = VARIANTS[name]
-    overrides = {**overrides, "coordinator.num_steps": str(steps)}
+    overrides = {**overrides, **extra, "coordinator.num_steps": str(steps)}
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
     cmd = ["deploy/launch.sh", "--config", config, "--set", f"deploy.run_root={out / name}", *sets]
     with (out / f"{name}.log").open("w") as log:
@@ -123,7 +134,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=10, help="steps per reported mean")
     parser.add_argument("--summarize", type=Path, default=None, help="an earlier results dir")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="for every variant"
+    )
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.set)
     names = [n for n in args.variants.split(",") if n]
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
@@ -136,15 +151,14 @@ def main() -> None:
         out.mkdir(parents=True)
         for name in names:
             print(f"{name} ...", flush=True)
-            run_variant(name, out, args.steps)
+            run_variant(name, out, args.steps, extra)
     runs = {name: metrics_rows(out, name) for name in names}
     summary = {name: summarize(rows, args.window) for name, rows in runs.items()}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot(out, runs)
     for name, s in summary.items():
         cells = "  ".join(
-            f"{key.split('/')[-1] if key != 'critic/score/mean' else 'reward'} "
-            f"{s[key]['first']} -> {s[key]['last']}"
+            f"{LABELS[key]} {s[key]['first']} -> {s[key]['last']}"
             for key in SERIES
             if s[key]["first"] is not None
         )
