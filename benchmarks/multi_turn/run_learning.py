@@ -108,20 +108,37 @@ def summarize(rows: list[dict[str, Any]], width: int) -> dict[str, Any]:
     }
 
 
-def plot(out: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
+PANELS = (
+    ("calc", "critic/score/mean", "calculator: reward (success)"),
+    ("calc", "episode/tool_use_rate", "calculator: tool-use rate"),
+    ("guess", "episode/success_rate", "guessing game: success rate"),
+    ("guess", "episode/turns_per_success", "guessing game: turns per success"),
+)
+
+
+def plot(out: Path, runs: dict[str, list[dict[str, Any]]], smooth: int = 5) -> None:
+    """One panel per (environment, series) with runs of that environment; each curve a
+    ``smooth``-step moving average."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = ("critic/score/mean", "episode/tool_use_rate", "episode/turns_per_success")
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
-    for ax, key in zip(axes, panels):
+    panels = [p for p in PANELS if any(name.startswith(p[0]) for name in runs)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (env, key, title) in zip(axes[0], panels):
         for name, rows in runs.items():
-            points = [(r["step"], r[key]) for r in rows if key in r]
-            if points:
-                ax.plot(*zip(*points), label=name, linewidth=1)
-        ax.set(xlabel="step", title=key)
+            points = [(r["step"], r[key]) for r in rows if key in r and name.startswith(env)]
+            if not points:
+                continue
+            steps, values = zip(*points)
+            averaged = [
+                sum(values[max(0, i - smooth + 1) : i + 1])
+                / len(values[max(0, i - smooth + 1) : i + 1])
+                for i in range(len(values))
+            ]
+            ax.plot(steps, averaged, label=name, linewidth=1.2)
+        ax.set(xlabel="step", title=title)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "learning.png", dpi=100)
