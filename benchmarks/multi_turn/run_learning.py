@@ -6,7 +6,9 @@ the other.
 * ``calc_no_tool``: the same with ``NoToolCalculatorEnv`` (every tool call is answered with an
   error): the baseline a model that cannot multiply in its head stays at;
 * ``calc_async``: ``calc`` with ``max_staleness: 2`` (asynchronous multi-turn PPO);
-* ``guess``: ``deploy/configs/guess-number.yaml``.
+* ``guess``: ``deploy/configs/guess-number.yaml`` (7 guesses, binary search's bound);
+* ``guess_10_turns``: the same with 10 (the warm start's slower search wins too, in more
+  turns: the room there is in turns per success).
 
 Per step the coordinator logs ``episode/*`` (turns, tool calls, tool-use rate, success rate,
 turns per success) and ``critic/score/mean`` (the environments' reward). The report gives
@@ -49,6 +51,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
         {"coordinator.max_staleness": "2", "rollout.in_flight_weights": "continue_new"},
     ),
     "guess": (GUESS, {}),
+    "guess_10_turns": (GUESS, {"coordinator.multi_turn.max_turns": "10"}),
 }
 SERIES = (
     "critic/score/mean",
