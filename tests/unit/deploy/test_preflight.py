@@ -96,7 +96,7 @@ def test_a_free_fixed_port_passes_and_shared_ports_are_refused():
 def test_model_must_be_a_known_builtin_or_a_checkpoint_dir(tmp_path):
     assert problems(QUICKSTART, ["model=builtin:huge"]) == [
         "config error: model: unknown builtin model 'huge'; known: "
-        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random']"
+        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random', 'tiny-tools']"
     ]
     assert problems(QUICKSTART, ["model=builtin:qwen2.5-0.5b-shape"]) == []
     assert "is not a directory" in problems(QUICKSTART, [f"model={tmp_path / 'x'}"])[0]
@@ -124,7 +124,7 @@ def test_reward_model_components_need_a_known_builtin_or_a_checkpoint_dir(tmp_pa
     ]
     assert problems(QUICKSTART, ["model=builtin:tiny-rm"]) == [
         "config error: model: unknown builtin model 'tiny-rm'; known: "
-        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random']"
+        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random', 'tiny-tools']"
     ]
 
 
