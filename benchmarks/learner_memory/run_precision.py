@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common.figures import read_jsonl  # noqa: E402
+from benchmarks.common.launches import launch_variant, variant_metrics  # noqa: E402
 
 CONFIG = "deploy/configs/quickstart.yaml"
 VARIANTS: dict[str, dict[str, str]] = {
@@ -65,20 +64,7 @@ DIFF_MEAN = "training/rollout_logprob_diff_mean"
 def run_variant(name: str, out: Path, steps: int) -> None:
     """One quickstart of ``name`` into ``out/name``; raises if the launch fails."""
     overrides = {**VARIANTS[name], "coordinator.num_steps": str(steps)}
-    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
-    cmd = ["deploy/launch.sh", "--config", CONFIG, "--set", f"deploy.run_root={out / name}", *sets]
-    with (out / f"{name}.log").open("w") as log:
-        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: deploy/launch.sh exited {done.returncode}; see {name}.log")
-
-
-def metrics_rows(out: Path, name: str) -> list[dict[str, Any]]:
-    """The variant's metrics.jsonl rows (its one run dir under ``out/name``)."""
-    found = sorted((out / name).glob("*/metrics.jsonl"))
-    if not found:
-        raise SystemExit(f"{name}: no metrics.jsonl under {out / name}")
-    return read_jsonl(found[-1])
+    launch_variant(name, CONFIG, overrides, out)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -142,7 +128,7 @@ def main() -> None:
         for name in names:
             print(f"{name} ...", flush=True)
             run_variant(name, out, args.steps)
-    runs = {name: metrics_rows(out, name) for name in names}
+    runs = {name: variant_metrics(out, name) for name in names}
     summary = {name: summarize(rows) for name, rows in runs.items()}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot(out, runs)

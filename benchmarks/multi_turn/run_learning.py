@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common.figures import read_jsonl  # noqa: E402
+from benchmarks.common.launches import launch_variant, variant_metrics  # noqa: E402
 
 CALC, GUESS = "deploy/configs/calc-tools.yaml", "deploy/configs/guess-number.yaml"
 NO_TOOL = "hybridflow.envs.calculator:NoToolCalculatorEnv"
@@ -75,20 +74,7 @@ LABELS = {
 
 def run_variant(name: str, out: Path, steps: int, extra: dict[str, str]) -> None:
     config, overrides = VARIANTS[name]
-    overrides = {**overrides, **extra, "coordinator.num_steps": str(steps)}
-    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
-    cmd = ["deploy/launch.sh", "--config", config, "--set", f"deploy.run_root={out / name}", *sets]
-    with (out / f"{name}.log").open("w") as log:
-        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: deploy/launch.sh exited {done.returncode}; see {name}.log")
-
-
-def metrics_rows(out: Path, name: str) -> list[dict[str, Any]]:
-    found = sorted((out / name).glob("*/metrics.jsonl"))
-    if not found:
-        raise SystemExit(f"{name}: no metrics.jsonl under {out / name}")
-    return read_jsonl(found[-1])
+    launch_variant(name, config, {**overrides, **extra, "coordinator.num_steps": str(steps)}, out)
 
 
 def windows(rows: list[dict[str, Any]], key: str, width: int) -> dict[str, float | None]:
@@ -172,7 +158,7 @@ def main() -> None:
         for name in names:
             print(f"{name} ...", flush=True)
             run_variant(name, out, args.steps, extra)
-    runs = {name: metrics_rows(out, name) for name in names}
+    runs = {name: variant_metrics(out, name) for name in names}
     summary = {name: summarize(rows, args.window) for name, rows in runs.items()}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot(out, runs)

@@ -30,7 +30,7 @@ from hybridflow.arrays import TokenArray
 from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
-from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, attach_scores, score_items
+from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, EpisodeRunner
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import Reading, ReplicaStalled, StallWatch, probe_timing
@@ -186,18 +186,10 @@ class ReplicaDispatcher(threading.Thread):
             wall_start = time.time()
             start = time.perf_counter()
             expected_version = self.published_version
-            request_id = f"r{self.index}-{request}"
-            episodes = None
             try:
-                if self.episodes is not None:
-                    episodes = self._watched(
-                        partial(self._run_episodes, prompts, params, request_id)
-                    )
-                    groups, greedy = episodes.groups, None
-                else:
-                    groups, greedy = self._watched(
-                        partial(self._generate, prompts, params, request_id)
-                    )
+                groups, greedy, episodes = self._request(
+                    prompts, params, f"r{self.index}-{request}"
+                )
             except EnvironmentDown as exc:
                 self.buffer.requeue(prompts)
                 self.num_requeued += len(prompts)
@@ -246,14 +238,7 @@ class ReplicaDispatcher(threading.Thread):
             )
             self._env_down_since = None
             if episodes is not None:  # the environment scored them
-                self.buffer.put(
-                    [
-                        ScoredGroup(p, g, r, None, rec)
-                        for p, g, r, rec in zip(
-                            prompts, episodes.groups, episodes.results, episodes.records
-                        )
-                    ]
-                )
+                self.buffer.put(episodes.scored(prompts))
                 continue
             try:
                 results = self._score(score_items(prompts, groups, self.decode, greedy))
@@ -264,6 +249,17 @@ class ReplicaDispatcher(threading.Thread):
                 "score", gen_end, time.time(), replica=self.index, num_items=len(results)
             )
             self.buffer.put(attach_scores(prompts, groups, results, greedy is not None))
+
+    def _request(
+        self, prompts: list[Prompt], params: SamplingParams, request_id: str
+    ) -> tuple[list[list[Completion]], list[list[Completion]] | None, EpisodeBatch | None]:
+        """One request's generation, watched for a stall: its groups, their greedy baselines
+        (ReMax) and, for multi-turn episodes, the episodes (scored by their environment)."""
+        if self.episodes is None:
+            groups, greedy = self._watched(partial(self._generate, prompts, params, request_id))
+            return groups, greedy, None
+        episodes = self._watched(partial(self._run_episodes, prompts, params, request_id))
+        return episodes.groups, None, episodes
 
     def _run_episodes(
         self, prompts: list[Prompt], params: SamplingParams, request_id: str

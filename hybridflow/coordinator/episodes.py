@@ -33,7 +33,7 @@ import numpy as np
 
 from hybridflow.arrays import TokenArray
 from hybridflow.coordinator.config import MultiTurnConfig
-from hybridflow.coordinator.dataflow import Prompt
+from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
 from hybridflow.envs.base import StepResult, Task
 from hybridflow.envs.chat_tokens import ChatTokens
 from hybridflow.envs.runner import EnvironmentClient, EpisodeError
@@ -133,6 +133,13 @@ class EpisodeBatch:
     groups: list[list[Completion]]
     results: list[list[ScoreResult]]
     records: list[list[EpisodeRecord]]
+
+    def scored(self, prompts: Sequence[Prompt]) -> list[ScoredGroup]:
+        """The request's groups as the buffer takes them, scored by their environment."""
+        return [
+            ScoredGroup(p, g, r, None, rec)
+            for p, g, r, rec in zip(prompts, self.groups, self.results, self.records, strict=True)
+        ]
 
 
 def task_of(prompt: Prompt) -> Task:
@@ -293,6 +300,30 @@ class EpisodeRunner:
             self.envs.close(episode_id)
         except Exception:  # noqa: BLE001 — closing is best effort; the service drops it anyway
             pass
+
+
+def episode_runner(
+    config: MultiTurnConfig, services: Any, greedy_baseline: bool
+) -> EpisodeRunner | None:
+    """The job's multi-turn loop over ``services`` (``coordinator.services.Services``: its
+    environment client and tokenizer), None for single-turn rollouts; ValueError when the
+    job cannot run episodes (ReMax, a bad environment path, no client)."""
+    if not config.enabled:
+        return None
+    if greedy_baseline:
+        raise ValueError(
+            "coordinator.multi_turn: ReMax (a greedy baseline per prompt) is not supported "
+            "for multi-turn episodes; use grpo, rloo or gae"
+        )
+    if services.environments is None or services.tokenizer is None:
+        raise ValueError(
+            "coordinator.multi_turn.env is set but the job has no environment client or "
+            "tokenizer to run episodes with"
+        )
+    from hybridflow.envs.runner import load_environment_class
+
+    load_environment_class(config.env)  # a bad path fails here, before any work
+    return EpisodeRunner(services.environments, ChatTokens(services.tokenizer), config)
 
 
 def episode_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:

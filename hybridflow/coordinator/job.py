@@ -64,7 +64,7 @@ from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
-from hybridflow.coordinator.episodes import EpisodeRunner
+from hybridflow.coordinator.episodes import episode_runner
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
 from hybridflow.coordinator.metrics import MetricsLog, Progress
@@ -160,7 +160,6 @@ class TrainingJob:
         # Only when the next step may train before the publish ends (sync runs gain nothing).
         self._overlap_publish = config.overlap_publish and bound.max_steps >= 1
         self.events = EventLog(run_dir / "events.jsonl")
-        self._greedy_baseline = needs.greedy_baseline
         self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
         self.state = self._initial_state(continue_from)
         self.last_metrics: dict[str, float] = {}
@@ -213,27 +212,6 @@ class TrainingJob:
             )
             for i, r in enumerate(services.rollouts)
         ]
-
-    def _make_episodes(self, greedy_baseline: bool) -> EpisodeRunner | None:
-        """The multi-turn loop (``coordinator.multi_turn``), None for single-turn rollouts."""
-        cfg, services = self.config.multi_turn, self.services
-        if not cfg.enabled:
-            return None
-        if greedy_baseline:
-            raise ValueError(
-                "coordinator.multi_turn: ReMax (a greedy baseline per prompt) is not supported "
-                "for multi-turn episodes; use grpo, rloo or gae"
-            )
-        if services.environments is None or services.tokenizer is None:
-            raise ValueError(
-                "coordinator.multi_turn.env is set but the job has no environment client or "
-                "tokenizer to run episodes with"
-            )
-        from hybridflow.envs.chat_tokens import ChatTokens
-        from hybridflow.envs.runner import load_environment_class
-
-        load_environment_class(cfg.env)  # a bad path fails here, before any work
-        return EpisodeRunner(services.environments, ChatTokens(services.tokenizer), cfg)
 
     def _initial_state(self, continue_from: CoordinatorState | None) -> CoordinatorState:
         """A fresh job's state, or the previous job's (``continue_from``): then every step was
@@ -553,7 +531,10 @@ class TrainingJob:
             self.control.step_done(st.step, st.policy_version, {})
         if self.resume and st.step > 0:
             self._publish()  # fresh replicas get the restored weights before generating
-        episodes = self._make_episodes(self._greedy_baseline)  # after the resume checks
+        # After the resume checks: a refused resume must not need an environment.
+        episodes = episode_runner(
+            self.config.multi_turn, self.services, self.dispatchers[0].greedy_baseline
+        )
         for d in self.dispatchers:
             d.episodes = episodes
             d.start()

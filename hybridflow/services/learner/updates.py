@@ -331,6 +331,33 @@ def precompute(
     return cache
 
 
+def _loss_token_mask(
+    samples: Sequence[TrainSample], lengths: torch.Tensor, width: int
+) -> torch.Tensor:
+    """``[batch, width]`` 1 on the response tokens the losses count: every token up to each
+    response's length, less a multi-turn trajectory's observation tokens (holes)."""
+    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(-1)).float()
+    for i, s in enumerate(samples):
+        if s.loss_mask is not None:
+            mask[i, : s.loss_mask.size] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    return mask
+
+
+def _token_rewards(
+    samples: Sequence[TrainSample], scores: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Each sample's score on its last counted token; a multi-turn trajectory's per-turn
+    rewards each on its own turn's last token instead (what its score adds to them, the
+    overlong penalty, stays on the last one)."""
+    token_rewards = last_token_scores(scores, mask)
+    for i, s in enumerate(samples):
+        if s.turn_rewards is not None:
+            last = int(torch.nonzero(mask[i]).max())
+            token_rewards[i, last] -= s.reward
+            token_rewards[i, : s.turn_rewards.size] += torch.tensor(s.turn_rewards)
+    return token_rewards
+
+
 def compute_advantages(
     ctx: UpdateContext, cache: Cache, estimator: AdvantageEstimator
 ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
@@ -346,10 +373,7 @@ def compute_advantages(
     cfg, m, samples = ctx.config, ctx.metrics, ctx.samples
     lengths = torch.tensor([len(s.response_ids) for s in samples])
     width = int(lengths.max())
-    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(-1)).float()
-    for i, s in enumerate(samples):  # multi-turn: observation tokens are holes in the mask
-        if s.loss_mask is not None:
-            mask[i, : s.loss_mask.size] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    mask = _loss_token_mask(samples, lengths, width)
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     if cfg.overlong.buffer > 0:
         penalty = overlong_penalty(
@@ -358,12 +382,7 @@ def compute_advantages(
         scores = scores + penalty
         m.set_global("actor/overlong_penalty/mean", float(penalty.mean()))
         m.set_global("actor/overlong_frac", float((penalty < 0).float().mean()))
-    token_rewards = last_token_scores(scores, mask)
-    for i, s in enumerate(samples):  # multi-turn: each turn's reward at its own last token
-        if s.turn_rewards is not None:
-            last = int(torch.nonzero(mask[i]).max())
-            token_rewards[i, last] -= s.reward  # what stays there: the overlong penalty
-            token_rewards[i, : s.turn_rewards.size] += torch.tensor(s.turn_rewards)
+    token_rewards = _token_rewards(samples, scores, mask)
     num_tokens = float(mask.sum())
     # Decided from the config, not the cache: ranks that hold no reference join the gather.
     if cfg.needs_reference and cfg.kl.mode == "reward":
