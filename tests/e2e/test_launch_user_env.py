@@ -5,6 +5,7 @@ trains the trajectories."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -55,11 +56,17 @@ def test_user_environment_trains_through_launch(tmp_path: Path, max_staleness: i
         args += ["--set", o]
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     env.pop("HYBRIDFLOW_TOKEN", None)
-    out = subprocess.run(
-        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
+    try:
+        output, _ = proc.communicate(timeout=300)
+    finally:  # a failed or hung run takes its whole process group (the services) with it
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, output
     assert (run / "environment.addr").exists()  # the service ran, not an in-process twin
     assert "environment" in (run / "logs" / "environment.log").read_text().lower()
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
