@@ -51,3 +51,9 @@ class CheckpointRejected(FailedPrecondition):
 class CheckpointCorrupt(CheckpointRejected):
     """A checkpoint whose files do not match its manifest (missing, truncated, other bytes)
     or that has no manifest: DATA_LOSS, naming the file."""
+
+
+class DeliveryFailed(ServiceError):
+    """A weight sync that reported success did not take effect on a replica: its log-probs
+    on the learner's probe differ from the learner's (ABORTED). The message names the
+    replica, the version and the difference; the job must not train on as if it had."""

@@ -28,6 +28,7 @@ STATE_CHANGING_METHODS: set[str] = {
     "UpdateWeights",
     "JoinWeightSync",
     "ReceiveWeights",
+    "ProbeLogprobs",  # read-only, but a forward pass on demand: callers need the token too
     # coordinator control
     "Pause",
     "Resume",

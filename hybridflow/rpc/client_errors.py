@@ -21,6 +21,7 @@ from hybridflow.errors import (
     AlreadyExists,
     BadRequest,
     CheckpointCorrupt,
+    DeliveryFailed,
     FailedPrecondition,
     ResourceExhausted,
     ServiceError,
@@ -31,6 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 STATUS_KINDS: dict[grpc.StatusCode, type[Exception]] = {
     grpc.StatusCode.DATA_LOSS: CheckpointCorrupt,
+    grpc.StatusCode.ABORTED: DeliveryFailed,
     grpc.StatusCode.INVALID_ARGUMENT: BadRequest,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,

@@ -1,7 +1,7 @@
 """Maps domain exceptions to gRPC status codes, in one place for every servicer.
 
 ValueError (bad input) → INVALID_ARGUMENT with the message; ``hybridflow.errors.Unavailable``
-(a dead engine) → UNAVAILABLE with its cause; ``CheckpointCorrupt`` → DATA_LOSS and
+(a dead engine) → UNAVAILABLE with its cause; ``DeliveryFailed`` → ABORTED; ``CheckpointCorrupt`` → DATA_LOSS and
 ``CheckpointRejected`` → FAILED_PRECONDITION (both name the file or key);
 ``FailedPrecondition``, ``AlreadyExists`` and ``ResourceExhausted`` → their status codes, as
 are FileExistsError / FileNotFoundError (checkpoints: ALREADY_EXISTS / NOT_FOUND); a full disk
@@ -25,6 +25,7 @@ from hybridflow.errors import (
     AlreadyExists,
     CheckpointCorrupt,
     CheckpointRejected,
+    DeliveryFailed,
     FailedPrecondition,
     ResourceExhausted,
     Unavailable,
@@ -39,6 +40,7 @@ PROPAGATE: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, Gen
 
 _REFUSALS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (CheckpointCorrupt, grpc.StatusCode.DATA_LOSS),  # before its base classes
+    (DeliveryFailed, grpc.StatusCode.ABORTED),
     (CheckpointRejected, grpc.StatusCode.FAILED_PRECONDITION),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),

@@ -7,6 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ProbeLogprobsRequest(_message.Message):
+    __slots__ = ("prompt_ids", "response_ids")
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_IDS_FIELD_NUMBER: _ClassVar[int]
+    prompt_ids: _containers.RepeatedScalarFieldContainer[int]
+    response_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., response_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ProbeLogprobsResponse(_message.Message):
+    __slots__ = ("logprobs", "policy_version")
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    logprobs: _containers.RepeatedScalarFieldContainer[float]
+    policy_version: int
+    def __init__(self, logprobs: _Optional[_Iterable[float]] = ..., policy_version: _Optional[int] = ...) -> None: ...
+
 class WeightSyncInfo(_message.Message):
     __slots__ = ("tensor_parallel_size", "policy_version", "family", "layout_digest", "layout", "dtype")
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]

@@ -55,6 +55,11 @@ class WeightSyncServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_weight__sync__pb2.ReceiveWeightsRequest.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_weight__sync__pb2.UpdateWeightsResponse.FromString,
                 _registered_method=True)
+        self.ProbeLogprobs = channel.unary_unary(
+                '/hybridflow.v1.WeightSyncService/ProbeLogprobs',
+                request_serializer=hybridflow_dot_v1_dot_weight__sync__pb2.ProbeLogprobsRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_weight__sync__pb2.ProbeLogprobsResponse.FromString,
+                _registered_method=True)
 
 
 class WeightSyncServiceServicer:
@@ -91,6 +96,15 @@ class WeightSyncServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProbeLogprobs(self, request, context):
+        """Log-probs of a fixed token sequence under the weights now served (temperature 1): the
+        learner compares them with its own after a sync to verify the update took effect.
+        Read-only, but authenticated like the calls that change weights.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeightSyncServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -113,6 +127,11 @@ def add_WeightSyncServiceServicer_to_server(servicer, server):
                     servicer.ReceiveWeights,
                     request_deserializer=hybridflow_dot_v1_dot_weight__sync__pb2.ReceiveWeightsRequest.FromString,
                     response_serializer=hybridflow_dot_v1_dot_weight__sync__pb2.UpdateWeightsResponse.SerializeToString,
+            ),
+            'ProbeLogprobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProbeLogprobs,
+                    request_deserializer=hybridflow_dot_v1_dot_weight__sync__pb2.ProbeLogprobsRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_weight__sync__pb2.ProbeLogprobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +242,33 @@ class WeightSyncService:
             '/hybridflow.v1.WeightSyncService/ReceiveWeights',
             hybridflow_dot_v1_dot_weight__sync__pb2.ReceiveWeightsRequest.SerializeToString,
             hybridflow_dot_v1_dot_weight__sync__pb2.UpdateWeightsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProbeLogprobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.WeightSyncService/ProbeLogprobs',
+            hybridflow_dot_v1_dot_weight__sync__pb2.ProbeLogprobsRequest.SerializeToString,
+            hybridflow_dot_v1_dot_weight__sync__pb2.ProbeLogprobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from hybridflow.types import WeightUpdateReport
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from hybridflow.weights.spec import GroupSpec, ReplicaDescription
@@ -75,6 +76,10 @@ class ReplicaWeightClient(WeightSender, Protocol):
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
 
     def receive_weights(self, policy_version: int, timeout_s: float) -> int: ...
+
+    def probe_logprobs(
+        self, prompt_ids: Sequence[int], response_ids: Sequence[int], timeout_s: float
+    ) -> tuple[np.ndarray, int]: ...
 
 
 class LocalWeightSender:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import grpc
+import numpy as np
 
 from hybridflow.errors import Unavailable
 from hybridflow.rpc.channel import make_channel
@@ -68,6 +69,19 @@ class GrpcWeightSyncClient:
             timeout=timeout_s,
         )
         return int(reply.num_bytes)
+
+    def probe_logprobs(
+        self, prompt_ids: Sequence[int], response_ids: Sequence[int], timeout_s: float
+    ) -> tuple[np.ndarray, int]:
+        """(log-probs of ``response_ids`` after ``prompt_ids`` under the weights the replica
+        serves, temperature 1; that policy version)."""
+        reply = self._stub.ProbeLogprobs(
+            weight_sync_pb2.ProbeLogprobsRequest(
+                prompt_ids=list(prompt_ids), response_ids=list(response_ids)
+            ),
+            timeout=timeout_s,
+        )
+        return np.asarray(reply.logprobs, dtype=np.float32), int(reply.policy_version)
 
     def close(self) -> None:
         self._channel.close()

@@ -44,6 +44,17 @@ class WeightSyncConfig:
     """Each target must answer a Describe probe within this before a sync starts; else the
     publish fails at once with UNAVAILABLE naming it (the learner's lock is not held)."""
 
+    lora: Literal["adapter", "merged"] = "adapter"
+    """With ``learner.lora``, what a replica does with the adapters it receives (only they
+    travel): adapter: serves them as a LoRA adapter (vLLM: a new adapter id per policy
+    version; hf: peft's layers); merged: merges them into its base weights."""
+    verify: bool = False
+    """Check every full-weight sync with the log-prob probe too (``weights/verify.py``); LoRA
+    syncs are always checked."""
+    verify_tolerance: float = knob(1e-4, gt=0)
+    """Largest |learner - replica| log-prob on the probe a verified sync may show (fp32; a
+    bfloat16 replica needs ~0.1)."""
+
     def validate(self) -> None:
         """Each field's bound, plus: at least one allowed host."""
         raise_problems(

@@ -99,11 +99,14 @@ def weight_sync_topology(
     table: Sequence[tuple[str, tuple[int, ...], str]],
     replica_tp_sizes: Sequence[int],
     sliced: Topology | None,
+    whole: bool = False,
 ) -> Topology:
     """The topology both sides plan with: whole tensors when every replica is TP 1 (any
-    model), else each TP rank's slices as the model's family places them (``sliced``: the
-    family's ``sliced_topology``; None when the model has no family in the registry)."""
-    if all(int(t) == 1 for t in replica_tp_sizes):
+    model) or ``whole`` (LoRA adapters: every TP rank takes each whole, as vLLM's LoRA
+    layers cut their part themselves), else each TP rank's slices as the model's family
+    places them (``sliced``: the family's ``sliced_topology``; None when the model has no
+    family in the registry)."""
+    if whole or all(int(t) == 1 for t in replica_tp_sizes):
         return replicated_topology(table)
     if sliced is None:
         raise ValueError(
@@ -158,7 +161,10 @@ class DistReceiver:
         device: torch.device,
         tp_rank: int = 0,
         sliced: Topology | None = None,
+        whole: bool = False,
     ) -> None:
+        """``whole``: every TP rank receives whole tensors (a LoRA adapter's), not slices."""
+        self._whole = whole
         self._table = list(table)
         self._device = device
         self._tp_rank = tp_rank
@@ -170,7 +176,9 @@ class DistReceiver:
 
     def join(self, spec: GroupSpec, replica_index: int) -> str:
         self.close()
-        topology = weight_sync_topology(self._table, spec.replica_tp_sizes, self._sliced)
+        topology = weight_sync_topology(
+            self._table, spec.replica_tp_sizes, self._sliced, self._whole
+        )
         check_same_params(
             {p.name: p.shape for p in topology.params},
             {name: tuple(shape) for name, shape, _ in self._table},
@@ -258,6 +266,8 @@ class DistPublisher:
     group: dist.ProcessGroup | None = None
     """The learner ranks that hold the actor (the sources), when not the whole default group
     (a learner with its critic on ranks of its own); they must include global rank 0."""
+    whole: bool = False
+    """Every replica TP rank takes whole tensors (``module`` holds LoRA adapters)."""
     _clients: dict[str, ReplicaWeightClient] = field(default_factory=dict)
     _group: WeightSyncGroup | None = None
     _executor: DistExecutor | NaiveExecutor | None = None
@@ -493,7 +503,8 @@ class DistPublisher:
         wire = str(meeting[4]) or own[0][2]
         table = [(n, shape, wire) for n, shape, _ in own]
         self._wire_dtype = None if wire == own[0][2] else torch_dtype(wire)
-        topology = weight_sync_topology(table, tp_sizes, self._sliced_topology(tp_sizes, wire))
+        sliced = None if self.whole else self._sliced_topology(tp_sizes, wire)
+        topology = weight_sync_topology(table, tp_sizes, sliced, self.whole)
         check_learner_covered(topology, table)
         plan = make_plan(topology, self.world_size, list(tp_sizes), self.config.bucket_bytes)
         spec = GroupSpec(
@@ -583,6 +594,11 @@ class DistPublisher:
         registry entry of the learner's own config, which must be that family."""
         if not family_name:
             return layout_of("", replicated_topology(param_table(self.module)))
+        if self.whole:
+            raise ValueError(
+                f"a replica takes the whole {family_name!r} model, but this learner publishes "
+                "LoRA adapters (learner.lora): start the rollout from the same job config"
+            )
         from hybridflow.models.families import family_of_config
 
         config = getattr(self.module, "config", None)

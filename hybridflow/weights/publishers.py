@@ -24,12 +24,16 @@ def make_publisher(
     full_weights: FullWeights,
     client_factory: Callable[[str], ReplicaWeightClient] | None,
     group: dist.ProcessGroup | None = None,
+    whole: bool = False,
 ) -> WeightPublisher:
     """``transport: dist`` → ``DistPublisher``; ``grpc`` (or no config) → ``SendPublisher``
     streaming whole weights through ``client_factory``'s clients. ``rank`` / ``world_size``
-    are within ``group``, the ranks holding the actor (None: the whole default group)."""
+    are within ``group``, the ranks holding the actor (None: the whole default group).
+    ``whole``: ``module`` holds LoRA adapters, which every replica TP rank takes whole."""
     if config is not None and config.transport == "dist":
         from hybridflow.weights.dist import DistPublisher
 
-        return DistPublisher(config, rank, world_size, module, device, client_factory, group)
+        return DistPublisher(
+            config, rank, world_size, module, device, client_factory, group, whole=whole
+        )
     return SendPublisher(full_weights, rank, client_factory)

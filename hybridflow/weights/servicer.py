@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
     from hybridflow.resharding.layout import ReplicaLayout
 
+MAX_PROBE_TOKENS = 1024
+"""Longest sequence a ProbeLogprobs call may ask about (the learner's probe is ~32)."""
+
 SERVICE_NAME = weight_sync_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
 
 
@@ -49,6 +52,10 @@ class WeightReceiver(Protocol):
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str: ...
 
     def receive_weights(self, policy_version: int) -> WeightUpdateReport: ...
+
+    def probe_logprobs(
+        self, prompt_ids: Sequence[int], response_ids: Sequence[int]
+    ) -> tuple[Sequence[float], int]: ...
 
 
 class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
@@ -109,4 +116,20 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
             policy_version=report.policy_version,
             num_bytes=report.num_bytes,
             duration_s=report.duration_s,
+        )
+
+    @handle_errors
+    def ProbeLogprobs(
+        self, request: weight_sync_pb2.ProbeLogprobsRequest, context: grpc.ServicerContext
+    ) -> weight_sync_pb2.ProbeLogprobsResponse:
+        prompt, response = list(request.prompt_ids), list(request.response_ids)
+        if not prompt or not response:
+            raise ValueError("ProbeLogprobs: prompt_ids and response_ids must both be non-empty")
+        if len(prompt) + len(response) > MAX_PROBE_TOKENS:
+            raise ValueError(
+                f"ProbeLogprobs: {len(prompt) + len(response)} tokens, at most {MAX_PROBE_TOKENS}"
+            )
+        logprobs, version = self._receiver.probe_logprobs(prompt, response)
+        return weight_sync_pb2.ProbeLogprobsResponse(
+            logprobs=[float(x) for x in logprobs], policy_version=version
         )

@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 
 from hybridflow.config.fields import derived, field_problems, knob
 from hybridflow.config.ranges import raise_problems
+from hybridflow.lora.config import LoraConfig
 from hybridflow.rpc.config import ServerConfig
 from hybridflow.services.learner.memory_config import LearnerMemoryConfig
 from hybridflow.services.learner.preference_config import DPOLossType
@@ -430,6 +431,10 @@ class LearnerConfig:
     memory: LearnerMemoryConfig = field(default_factory=LearnerMemoryConfig)
     """Memory tools: precision, activation checkpointing, packing, token-budget
     micro-batches, chunked log-probs, CPU offload (``memory_config.py``)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Low-rank adapters on the actor (rank > 0): the base stays frozen, the optimizer and
+    the weight sync hold the adapters only, the reference is the base with adapters off
+    (docs/lora.md)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits (rank 0 serves)."""
     checkpoint_dir: str = knob("", free="a directory the launcher sets; empty refuses")
@@ -451,6 +456,7 @@ class LearnerConfig:
             self.rft,
             self.topology,
             self.memory,
+            self.lora,
         ):
             section.validate()
         raise_problems(field_problems(self, "learner"))
@@ -465,6 +471,18 @@ class LearnerConfig:
                 f"{self.max_new_tokens}"
             )
         self._validate_critic_ranks()
+        if self.lora.enabled and self.is_policy_gradient:
+            if self.resolved_advantage_estimator() == "gae":
+                raise ValueError(
+                    "learner.lora: a critic (algorithm ppo / estimator gae) is not adapted yet; "
+                    "train with a critic-free estimator (grpo, rloo, reinforce_plus_plus) or "
+                    "set learner.lora.rank: 0"
+                )
+        if self.lora.enabled and self.moe_router_replay:
+            raise ValueError(
+                "learner.lora: mixture-of-experts experts are not adapted; set "
+                "learner.moe_router_replay: false or learner.lora.rank: 0"
+            )
 
     @property
     def is_policy_gradient(self) -> bool:

@@ -13,10 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.types import LearnerNeeds, TrainSample, TrainStepResult, WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient, WeightPublisher
 from hybridflow.weights.config import WeightSyncConfig
+from hybridflow.weights.verify import Probe, ProbeFn, VerifiedPublisher
 
 if TYPE_CHECKING:
     import torch
@@ -36,14 +39,21 @@ class LearnerCore:
         weight_sync: WeightSyncConfig | None = None,
         client_factory: Callable[[str], ReplicaWeightClient] | None = None,
         publisher: WeightPublisher | None = None,
+        probe_replica: ProbeFn | None = None,
     ) -> None:
         """Weights go out through ``publisher``, or one ``make_publisher`` builds from
-        ``weight_sync`` on first use (replicas reached through ``client_factory``)."""
+        ``weight_sync`` on first use (replicas reached through ``client_factory``). A LoRA
+        learner publishes its adapters only. Syncs are verified (``weights/verify.py``) with
+        LoRA or ``weight_sync.verify``: replicas' probes through ``probe_replica``, else
+        through ``client_factory``'s clients."""
         self.worker = worker
         self.rank = rank
         self._weight_sync = weight_sync
         self._client_factory = client_factory
         self._publisher = publisher
+        self._probe_replica = probe_replica
+        self._probe_clients: dict[str, ReplicaWeightClient] = {}
+        self._verifying = False
         self._started: int | None = None
         """The version ``start_publish`` began sending, until ``finish_publish``."""
 
@@ -116,21 +126,47 @@ class LearnerCore:
         return self._get_publisher().finish()
 
     def _get_publisher(self) -> WeightPublisher:
+        worker = self.worker
         if self._publisher is None:
             from hybridflow.weights.publishers import make_publisher
 
-            role = self.worker.role
+            role = worker.role
+            lora = worker.adapters is not None
             self._publisher = make_publisher(
                 self._weight_sync,
                 rank=role.group_rank,
                 world_size=role.group_size,
-                module=self.worker.actor,
-                device=self.worker.device,
-                full_weights=self.full_weights,
+                module=worker.adapters if worker.adapters is not None else worker.actor,
+                device=worker.device,
+                full_weights=worker.adapter_items if lora else self.full_weights,
                 client_factory=self._client_factory,
                 group=role.group,
+                whole=lora,
             )
+        config = self._weight_sync
+        verify = worker.adapters is not None or (config is not None and config.verify)
+        if verify and not self._verifying:
+            self._publisher = VerifiedPublisher(
+                self._publisher,
+                Probe.for_vocab(worker.vocab_size),
+                lambda prompt, response: worker.compute_logprobs([prompt], [response], 1.0)[0],
+                self._probe_replica or self._probe_through_clients,
+                config.verify_tolerance if config is not None else 1e-4,
+                worker.role.group_rank,
+            )
+            self._verifying = True
         return self._publisher
+
+    def _probe_through_clients(
+        self, target: str, prompt: Sequence[int], response: Sequence[int]
+    ) -> tuple[np.ndarray, int]:
+        if self._client_factory is None:
+            raise ValueError(f"no way to reach replica {target!r} for the delivery probe")
+        client = self._probe_clients.get(target)
+        if client is None:
+            client = self._probe_clients[target] = self._client_factory(target)
+        timeout_s = self._weight_sync.timeout_s if self._weight_sync is not None else 60.0
+        return client.probe_logprobs(prompt, response, timeout_s)
 
     def save_checkpoint(self, name: str) -> str:
         """The actor as a Hugging Face checkpoint under ``learner.checkpoint_dir/name`` (a new
@@ -163,6 +199,10 @@ class LearnerCore:
         if self._publisher is not None:
             self._publisher.close()
             self._publisher = None
+            self._verifying = False
+        for client in self._probe_clients.values():
+            client.close()
+        self._probe_clients.clear()
 
     def dispatch(self, command: str, payload: Any) -> Any:
         """Runs one relayed command (name + positional args tuple)."""

@@ -23,7 +23,8 @@ a rank without its own ``rank<r>.pt`` takes rank 0's RNG. A failure of DCP itsel
 ``BaseException``) comes back as ``CheckpointCorrupt`` naming the directory; a full disk as
 ``ResourceExhausted`` naming the path and the free space.
 
-The frozen reference model is not saved: it is the initial checkpoint, reloaded at start.
+The frozen reference model is not saved: it is the initial checkpoint, reloaded at start;
+nor is a LoRA actor's frozen base (its adapters and their AdamW state are).
 Knows nothing about gRPC, run directories or which step a name stands for.
 """
 
@@ -44,7 +45,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 
 from hybridflow.errors import (
     AlreadyExists,
@@ -74,10 +79,18 @@ def _trainables(worker: LearnerWorker) -> dict[str, tuple[torch.nn.Module, torch
     return out
 
 
+def _options(worker: LearnerWorker, name: str) -> StateDictOptions | None:
+    """A LoRA actor saves and restores its adapters only: the base is frozen, reloaded from
+    the job's model at start like the reference."""
+    if name == "actor" and worker.adapters is not None:
+        return StateDictOptions(ignore_frozen_params=True, strict=False)
+    return None
+
+
 def _state(worker: LearnerWorker) -> dict[str, Any]:
     state: dict[str, Any] = {}
     for name, (module, optim) in _trainables(worker).items():
-        model_sd, optim_sd = get_state_dict(module, optim)
+        model_sd, optim_sd = get_state_dict(module, optim, options=_options(worker, name))
         state[name] = {"model": model_sd, "optim": optim_sd}
     return state
 
@@ -159,6 +172,7 @@ def load_train_state(worker: LearnerWorker, directory: Path) -> int:
             optim,
             model_state_dict=state[name]["model"],
             optim_state_dict=state[name]["optim"],
+            options=_options(worker, name),
         )
         apply_config_hparams(optim, worker.config, name)  # this config's lr, not the saved one
     rank_file = directory / f"rank{worker.dist.rank}.pt"

@@ -40,6 +40,8 @@ from hybridflow.algorithms.registry import (
     resolve_policy_loss,
 )
 from hybridflow.arrays import FloatArray, TokenLike
+from hybridflow.lora.export import merged_items, write_peft_dir
+from hybridflow.lora.peft_layers import AdapterParams, AdaptersOff, inject
 from hybridflow.models.router_replay import check_routing, moe_routers
 from hybridflow.services.learner.batching import (
     StepPlan,
@@ -121,6 +123,11 @@ class LearnerWorker:
         torch.manual_seed(config.seed)
         self.tokenizer = load_tokenizer(self.model_path)
         self._actor = load_actor(self.model_path, self.device) if self.role.holds_actor else None
+        self.adapters: AdapterParams | None = None
+        """The actor's LoRA adapters under their wire names (``learner.lora``), else None."""
+        if config.lora.enabled and self._actor is not None:
+            inject(self._actor, config.lora)  # seeded above: every rank draws the same A
+            self.adapters = AdapterParams(self._actor)
         pad = self.tokenizer.pad_token_id
         # Right padding is masked out everywhere, so any in-vocab id may fill it.
         self.pad_id = int(pad) if pad is not None else 0
@@ -132,7 +139,7 @@ class LearnerWorker:
                 self.device,
                 reference_dtype(memory, self.dist.is_distributed),
             )
-            if config.needs_reference and self.role.holds_actor
+            if config.needs_reference and self.role.holds_actor and self.adapters is None
             else None
         )
         self.critic = (
@@ -162,10 +169,16 @@ class LearnerWorker:
         if self.peak_tflops is None and self.device.type == "cuda":
             self.peak_tflops = peak_tflops_for(torch.cuda.get_device_name(self.device))
         self._apply_memory_config()
+        if self.adapters is not None and config.needs_reference:
+            # The reference is the base: the actor with its adapters off (no second copy).
+            self.reference = AdaptersOff(self.actor)
         self._actor_optim = (
             None
             if self._actor is None
-            else torch.optim.AdamW(self._actor.parameters(), **adamw_hparams(config, "actor"))
+            else torch.optim.AdamW(
+                [p for p in self._actor.parameters() if p.requires_grad],
+                **adamw_hparams(config, "actor"),
+            )
         )
         self.critic_optim = (
             None
@@ -420,17 +433,36 @@ class LearnerWorker:
     # ------------------------------------------------------------------ weights
     def full_state_dict_items(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full actor tensors under HF names; every rank must exhaust it, rank 0 gets them
-        (the gathers run over the actor ranks; a critic rank yields nothing)."""
+        (the gathers run over the actor ranks; a critic rank yields nothing). With LoRA:
+        the base with the adapters merged in (``lora.export.merged_items``)."""
         if self._actor is None:
             return iter(())
-        return iter_full_state_dict(self._actor, emit=self.dist.rank == 0)
+        items = iter_full_state_dict(self._actor, emit=self.dist.rank == 0)
+        if self.adapters is None:
+            return items
+        return merged_items(items, self.config.lora.scale)
+
+    def adapter_items(self) -> list[tuple[str, torch.Tensor]]:
+        """With LoRA, the adapters' full tensors under wire names (a collective over the
+        actor ranks; rank 0 gets them): what a LoRA sync sends. ValueError without LoRA."""
+        if self.adapters is None:
+            raise ValueError("learner.lora is off: there are no adapters")
+        return list(iter_full_state_dict(self.adapters, emit=self.dist.rank == 0))
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """HF checkpoint of the actor (save_pretrained + tokenizer) at ``path``; rank 0 writes."""
+        """HF checkpoint of the actor (save_pretrained + tokenizer) at ``path``; rank 0 writes.
+        With LoRA it is the merged model, and ``path/adapter`` the PEFT adapter directory."""
         out = Path(path)
-        state = dict(self.full_state_dict_items()) if self.dist.is_distributed else None
+        state = (
+            dict(self.full_state_dict_items())
+            if self.dist.is_distributed or self.adapters is not None
+            else None
+        )
+        adapters = self.adapter_items() if self.adapters is not None else []
         if self.dist.rank != 0:
             return
         out.mkdir(parents=True, exist_ok=True)
         self.actor.save_pretrained(out, state_dict=state)
         self.tokenizer.save_pretrained(out)
+        if self.adapters is not None:
+            write_peft_dir(out / "adapter", adapters, self.config.lora, str(self.model_path))

@@ -94,7 +94,8 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         cfg.server.metrics_port += args.replica_index
     try:
         path = resolve_model_path(job.model)
-        engine = build_engine(cfg, path, args.replica_index)
+        lora = job.learner.lora if job.learner.lora.enabled else None
+        engine = build_engine(cfg, path, args.replica_index, lora, job.weight_sync.lora)
         engine_box.append(engine)
         mark(name, "engine_built")
     except ValueError as exc:

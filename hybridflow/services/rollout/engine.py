@@ -38,6 +38,8 @@ from hybridflow.services.rollout.sampler import sample_tokens
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
+    from hybridflow.lora.apply import AdapterTarget
+    from hybridflow.lora.config import LoraConfig
     from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.dist import DistReceiver
     from hybridflow.weights.spec import GroupSpec
@@ -62,7 +64,11 @@ class HFEngine:
         device: str = "cpu",
         dtype: str = "float32",
         seed: int = 0,
+        lora: LoraConfig | None = None,
+        lora_mode: str = "adapter",
     ) -> None:
+        """``lora``: the learner's adapters (``learner.lora``): syncs then carry adapters
+        only, applied as ``lora_mode`` says (``weight_sync.lora``: adapter | merged)."""
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         path = Path(model_path)
@@ -71,6 +77,10 @@ class HFEngine:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
         tokenizer = AutoTokenizer.from_pretrained(path)
         self._setup(model, tokenizer, device, seed)
+        if lora is not None and lora.enabled:
+            from hybridflow.lora.apply import AdapterTarget
+
+            self._adapters = AdapterTarget(self.model, lora, lora_mode)
 
     @classmethod
     def from_loaded(
@@ -117,6 +127,8 @@ class HFEngine:
         in-flight sequences continue on them, with per-token versions)."""
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()
+        self._adapters: AdapterTarget | None = None
+        """With LoRA, the adapters syncs deliver (``lora.apply``); None: whole weights."""
 
     # ------------------------------------------------------------------ generation
 
@@ -246,7 +258,11 @@ class HFEngine:
     def check_weights(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]]
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(model tensor, new tensor) pairs; ValueError naming the first bad name/shape/dtype."""
+        """(model tensor, new tensor) pairs; ValueError naming the first bad name/shape/dtype.
+        With LoRA: the adapters' check (every adapter, nothing else); no pairs."""
+        if self._adapters is not None:
+            self._adapters.check(named_tensors)
+            return []
         state = self.model.state_dict()
         staged: list[tuple[torch.Tensor, torch.Tensor]] = []
         for name, tensor in named_tensors:
@@ -280,19 +296,40 @@ class HFEngine:
             self._apply_weights_locked(named_tensors, policy_version)
 
     def weight_layout(self) -> ReplicaLayout:
-        """Whole tensors under the learner's names (no family: any causal LM, TP 1)."""
+        """Whole tensors under the learner's names (no family: any causal LM, TP 1); with
+        LoRA, the adapters'."""
         from hybridflow.resharding.layout import layout_of
-        from hybridflow.weights.dist import param_table, replicated_topology
+        from hybridflow.weights.dist import replicated_topology
 
-        return layout_of("", replicated_topology(param_table(self.model)))
+        return layout_of("", replicated_topology(self._weight_table()))
+
+    def _weight_table(self) -> list[tuple[str, tuple[int, ...], str]]:
+        from hybridflow.weights.dist import param_table
+
+        return param_table(self.model) if self._adapters is None else self._adapters.table
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Joins the learner's weight-sync group as one destination rank (whole tensors)."""
         if self._receiver is None:
-            from hybridflow.weights.dist import DistReceiver, param_table
+            from hybridflow.weights.dist import DistReceiver
 
-            self._receiver = DistReceiver(param_table(self.model), self.device)
+            self._receiver = DistReceiver(self._weight_table(), self.device)
         return self._receiver.join(spec, replica_index)
+
+    @torch.no_grad()
+    def probe_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> FloatArray:
+        """Log-probs of ``response_ids`` after ``prompt_ids`` under the current weights,
+        temperature 1 (the delivery probe, ``weights/verify.py``); waits for a request in
+        flight."""
+        ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=self.device)
+        if int(ids.max()) >= self.vocab_size or int(ids.min()) < 0:
+            raise ValueError(f"probe ids must lie in [0, {self.vocab_size})")
+        with self._lock:
+            logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
+        start = len(prompt_ids) - 1
+        scores = torch.log_softmax(logits[start : start + len(response_ids)], dim=-1)
+        picked = scores.gather(1, ids[0, len(prompt_ids) :].unsqueeze(1)).squeeze(1)
+        return cast(FloatArray, picked.cpu().numpy())
 
     def receive_weights(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
         """One sync over the group into fresh tensors: (tensors to stage, bytes received)."""
@@ -304,6 +341,10 @@ class HFEngine:
     def _apply_weights_locked(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int
     ) -> None:
+        if self._adapters is not None:
+            self._adapters.apply(list(named_tensors))
+            self.policy_version = int(policy_version)
+            return
         staged = self.check_weights(named_tensors)
         for target, tensor in staged:
             target.copy_(tensor.to(device=target.device, dtype=target.dtype))

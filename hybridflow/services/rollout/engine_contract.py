@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from hybridflow.arrays import TokenArray
+from hybridflow.arrays import FloatArray, TokenArray
 from hybridflow.services.rollout.requests import ShouldStop
 from hybridflow.types import Completion, SamplingParams
 
@@ -71,6 +71,11 @@ class Engine(Protocol):
 
     def receive_weights(self) -> tuple[StagedWeights, int]:
         """Receive one sync over the group: (weights to stage, bytes received)."""
+        ...
+
+    def probe_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> FloatArray:
+        """Log-probs of ``response_ids`` after ``prompt_ids`` under the weights served now,
+        temperature 1 (the delivery probe); ValueError for ids outside the vocabulary."""
         ...
 
     between_steps: Callable[[], tuple[StagedWeights, int] | None] | None

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hybridflow.arrays import TokenLike, as_tokens
+from hybridflow.arrays import FloatArray, TokenLike, as_tokens
 from hybridflow.errors import FailedPrecondition, Unavailable
 from hybridflow.services.rollout.engine_contract import Engine, StagedWeights
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop
@@ -165,6 +165,16 @@ class LocalRollout:
                 raise ValueError(
                     f"load_weights: tensor {name!r} has {bad} non-finite values (NaN/Inf)"
                 )
+
+    def probe_logprobs(
+        self, prompt_ids: Sequence[int], response_ids: Sequence[int]
+    ) -> tuple[FloatArray, int]:
+        """The delivery probe (``weights/verify.py``): log-probs of ``response_ids`` under the
+        weights served once every received update is applied (after the request in flight),
+        and their version."""
+        with self._lock:
+            self._apply_pending()
+            return self.engine.probe_logprobs(prompt_ids, response_ids), self.engine.policy_version
 
     @property
     def tensor_parallel_size(self) -> int:

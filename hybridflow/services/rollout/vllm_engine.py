@@ -40,14 +40,16 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from hybridflow.arrays import TokenArray, as_tokens
+from hybridflow.arrays import FloatArray, TokenArray, as_tokens
 from hybridflow.errors import Unavailable
+from hybridflow.services.rollout import vllm_lora
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
 
+    from hybridflow.lora.config import LoraConfig
     from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.spec import GroupSpec
 
@@ -121,9 +123,12 @@ class VLLMEngine:
         kv_cache_gib: int = 1,
         num_threads: int = 1,
         prefix_caching: bool = False,
+        lora: LoraConfig | None = None,
+        lora_mode: str = "adapter",
     ) -> None:
         """``prefix_caching``: vLLM's prefix cache, each request salted with the policy
-        version it starts under (``rollout.prefix_caching``)."""
+        version it starts under (``rollout.prefix_caching``). ``lora``: the learner's
+        adapters; syncs carry them only, served as ``lora_mode`` says (``vllm_lora``)."""
         path = Path(model_path)
         if not (path / "config.json").is_file():
             raise ValueError(f"model_path {str(path)!r} is not a checkpoint dir with config.json")
@@ -141,6 +146,8 @@ class VLLMEngine:
         self.prefix_caching = prefix_caching
         self.num_cached_prompt_tokens = 0
         """Prompt tokens the prefix cache served (not computed) so far."""
+        self._lora = lora if lora is not None and lora.enabled else None
+        self._lora_mode = lora_mode
         with _engine_env(env):
             self._build(path, dtype, seed, tensor_parallel_size, max_model_len)
 
@@ -176,6 +183,11 @@ class VLLMEngine:
             # turns of small models uncached; 32 is the smallest size it runs at full speed.
             block_size=32 if self.prefix_caching and not self.device.type == "cuda" else None,
             disable_log_stats=True,
+            **(
+                vllm_lora.engine_args(self._lora)
+                if self._lora is not None and self._lora_mode == "adapter"
+                else {}
+            ),
         )
         self._engine = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
         self.dead_reason: str | None = None
@@ -199,6 +211,16 @@ class VLLMEngine:
             (n, tuple(s), d) for n, s, d in self._rpc("hf_param_table")[0]
         ]
         self._layout = self._workers_layout()
+        self._adapters: vllm_lora.VLLMAdapters | None = None
+        if self._lora is not None:  # syncs carry the adapters only, each whole
+            from hybridflow.resharding.layout import layout_of
+            from hybridflow.weights.dist import replicated_topology
+
+            self._adapters = vllm_lora.VLLMAdapters(
+                self._lora, self._lora_mode, self._table, str(path)
+            )
+            self._table = self._adapters.table
+            self._layout = layout_of("", replicated_topology(self._table))
         self._shapes = {n: s for n, s, _ in self._table}
         self._required = set(self._shapes)
         if self.tie_word_embeddings and "model.embed_tokens.weight" in self._shapes:
@@ -325,7 +347,9 @@ class VLLMEngine:
                     )
                     request_id = f"r{next(self._ids)}"
                     rows[request_id] = row
-                    self._engine.add_request(request_id, self._prompt(prompt), vparams)
+                    self._engine.add_request(
+                        request_id, self._prompt(prompt), vparams, lora_request=self._lora_request()
+                    )
             try:
                 tokens, logprobs, versions, stopped = self._run_locked(rows, should_stop)
             finally:  # the recorder forgets these requests whatever happened
@@ -370,6 +394,8 @@ class VLLMEngine:
         logprobs: list[list[float]] = [[] for _ in range(num_rows)]
         versions: list[list[int]] = [[] for _ in range(num_rows)]
         stopped = [False] * num_rows
+        # Served as adapters, a request keeps the adapter (and version) it started with.
+        started = self.policy_version if self._serves_adapters() else None
         first = True
         num_steps = 0
         try:
@@ -388,7 +414,8 @@ class VLLMEngine:
                     new = list(completion.token_ids)
                     tokens[row] += new
                     logprobs[row] += _sampled_logprobs(new, completion.logprobs)
-                    versions[row] += [self.policy_version] * len(new)
+                    version = self.policy_version if started is None else started
+                    versions[row] += [version] * len(new)
                     if out.finished:
                         stopped[row] = completion.finish_reason == "stop"
                         self.num_cached_prompt_tokens += out.num_cached_tokens or 0
@@ -459,7 +486,9 @@ class VLLMEngine:
     def _apply_locked(
         self, named_tensors: Sequence[tuple[str, torch.Tensor]] | None, policy_version: int
     ) -> None:
-        if named_tensors is None:
+        if self._adapters is not None:
+            self._apply_adapters_locked(named_tensors, policy_version)
+        elif named_tensors is None:
             self._rpc("hf_apply_staged")
         else:
             tensors = list(named_tensors)
@@ -472,6 +501,72 @@ class VLLMEngine:
                 )
             self._rpc("hf_load_weights", [(n, t.detach().cpu()) for n, t in tensors])
         self.policy_version = int(policy_version)
+
+    def _apply_adapters_locked(
+        self, named_tensors: Sequence[tuple[str, torch.Tensor]] | None, policy_version: int
+    ) -> None:
+        """A LoRA sync (``vllm_lora``): an adapter directory for the version and requests
+        from now on carry its new id, or the adapters merged into the workers' weights."""
+        adapters = self._adapters
+        assert adapters is not None
+        tensors = None
+        if named_tensors is not None:
+            tensors = [(n, t.detach().cpu()) for n, t in named_tensors]
+            self.check_weights(tensors)
+            missing = self._required - {n for n, _ in tensors}
+            if missing:
+                raise ValueError(
+                    f"load_weights: a LoRA sync carries every adapter; missing {sorted(missing)[:3]}"
+                )
+        if adapters.mode == "merged":
+            self._rpc("hf_merge_adapters", tensors, adapters.config.scale)
+        else:
+            if tensors is None:
+                directory = str(adapters.directory(policy_version))
+                self._rpc("hf_write_staged_adapter", directory, adapters.config_dict())
+            else:
+                adapters.write(policy_version, tensors)
+            adapters.serve(policy_version)
+        self.policy_version = int(policy_version)
+
+    def _serves_adapters(self) -> bool:
+        return self._adapters is not None and self._adapters.mode == "adapter"
+
+    def _lora_request(self) -> Any:
+        return self._adapters.request if self._adapters is not None else None
+
+    def probe_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> FloatArray:
+        """Log-probs of ``response_ids`` after ``prompt_ids`` under the weights (and adapter)
+        served now, temperature 1: vLLM's prompt log-probs of the whole sequence."""
+        from vllm import SamplingParams as VSamplingParams
+
+        ids = [int(i) for i in prompt_ids] + [int(i) for i in response_ids]
+        if not prompt_ids or not response_ids or min(ids) < 0 or max(ids) >= self.vocab_size:
+            raise ValueError(f"probe: non-empty prompt and response, ids in [0, {self.vocab_size})")
+        params = VSamplingParams(
+            n=1, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False
+        )
+        self._check_alive()
+        with self._lock:
+            request_id = f"probe{next(self._ids)}"
+            self._engine.add_request(
+                request_id, self._prompt(ids), params, lora_request=self._lora_request()
+            )
+            prompt_logprobs = None
+            try:
+                while self._engine.has_unfinished_requests():
+                    for out in cast("list[RequestOutput]", self._engine.step()):
+                        if out.request_id == request_id and out.finished:
+                            prompt_logprobs = out.prompt_logprobs
+            except BaseException as exc:
+                if self.dead_reason is not None:
+                    raise Unavailable(self.dead_reason) from exc
+                self._engine.abort_request([request_id])
+                raise
+        if prompt_logprobs is None:
+            raise RuntimeError("vLLM returned no prompt log-probs for the probe")
+        picked = [prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt_ids), len(ids))]
+        return np.asarray(picked, dtype=np.float32)
 
     def weight_layout(self) -> ReplicaLayout:
         """The family's layout at this TP size, as every TP worker computed it from the
@@ -495,8 +590,9 @@ class VLLMEngine:
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Every TP worker joins the weight-sync group as its own destination rank."""
+        lora_table = None if self._adapters is None else self._adapters.table
         with self._lock:
-            hashes = set(self._rpc("hf_join_weight_sync", asdict(spec), replica_index))
+            hashes = set(self._rpc("hf_join_weight_sync", asdict(spec), replica_index, lora_table))
         if len(hashes) != 1:
             raise RuntimeError(f"TP workers computed different transfer plans: {sorted(hashes)}")
         return hashes.pop()
@@ -528,6 +624,8 @@ class VLLMEngine:
 
     def close(self) -> None:
         self._closing = True
+        if getattr(self, "_adapters", None) is not None:
+            self._adapters.close()
         shutdown = getattr(self._engine.engine_core, "shutdown", None)
         if shutdown is not None:
             shutdown()

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import astuple
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -102,11 +103,18 @@ class WeightSyncWorker(RoutingCaptureWorker):
 
     # ------------------------------------------------------------------ weight-sync group
 
-    def hf_join_weight_sync(self, spec: dict[str, Any], replica_index: int) -> str:
-        """Join the group as destination rank (replica_index, this TP rank); the plan hash."""
+    def hf_join_weight_sync(
+        self, spec: dict[str, Any], replica_index: int, lora_table: list[TableRow] | None = None
+    ) -> str:
+        """Join the group as destination rank (replica_index, this TP rank); the plan hash.
+        ``lora_table``: receive these LoRA adapter tensors, each whole, instead."""
         receiver = getattr(self, "_hf_receiver", None)
         self.hf_check_engine_params(int(spec["replica_tp_sizes"][replica_index]))
-        if receiver is None:
+        if receiver is None and lora_table is not None:
+            table = [(n, tuple(shape), d) for n, shape, d in lora_table]
+            receiver = DistReceiver(table, self.device, tp_rank=self.rank, whole=True)
+            self._hf_receiver = receiver
+        elif receiver is None:
             sliced = self._hf_family().sliced_topology(self._hf_dims())
             receiver = DistReceiver(
                 self.hf_param_table(), self.device, tp_rank=self.rank, sliced=sliced
@@ -135,6 +143,61 @@ class WeightSyncWorker(RoutingCaptureWorker):
         tensors = self._in_full_size(staged, receiver) if sharded else staged
         self._reload(self._with_tied_head(tensors), sharded=sharded)
         self._hf_staged = None
+
+    # ------------------------------------------------------------------ LoRA adapters
+
+    def hf_write_staged_adapter(self, directory: str, config: dict[str, Any]) -> None:
+        """TP rank 0 writes the adapter the last receive staged (whole tensors, the same on
+        every rank) as a PEFT directory for vLLM's LoRA loader; every rank drops it."""
+        staged = getattr(self, "_hf_staged", None)
+        if staged is None:
+            raise ValueError("no staged adapter to write")
+        self._hf_staged = None
+        if self.rank == 0:
+            from hybridflow.lora.config import LoraConfig
+            from hybridflow.lora.export import write_peft_dir
+
+            lora = LoraConfig(
+                rank=int(config["r"]),
+                alpha=float(config["lora_alpha"]),
+                target_modules=list(config["target_modules"]),
+            )
+            write_peft_dir(Path(directory), staged, lora, str(config["base_model_name_or_path"]))
+
+    def hf_merge_adapters(self, named: list[tuple[str, torch.Tensor]] | None, scale: float) -> None:
+        """``weight_sync.lora: merged``: reload the model with each adapted weight set to
+        ``W0 + scale * B @ A`` (``named``: the adapters; None: the ones staged by the last
+        receive). W0 comes from the checkpoint the model was loaded from, read once and
+        kept (one copy of the base in this worker)."""
+        from hybridflow.lora.names import merged, pairs
+
+        if named is None:
+            named, self._hf_staged = getattr(self, "_hf_staged", None), None
+            if named is None:
+                raise ValueError("no staged adapter to merge")
+        base = self._hf_base_weights()
+        adapters = pairs(named)
+        tensors = []
+        for name, weight in base.items():
+            layer = name.removesuffix(".weight")
+            if name.endswith(".weight") and layer in adapters:
+                a, b = adapters[layer]
+                weight = merged(weight, a, b, scale)
+            tensors.append((name, weight))
+        self._reload(self._with_tied_head(tensors), sharded=False)
+
+    def _hf_base_weights(self) -> dict[str, torch.Tensor]:
+        base = getattr(self, "_hf_base", None)
+        if base is None:
+            from safetensors.torch import load_file
+
+            dtype = self.model_config.dtype
+            base = {}
+            for path in sorted(Path(self.model_config.model).glob("*.safetensors")):
+                for name, tensor in load_file(str(path)).items():
+                    base[name] = tensor.to(dtype)
+            self._hf_base = base
+        return base
 
     # ------------------------------------------------------------------ loading
 
@@ -212,7 +275,8 @@ def engine_param_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
             continue
         for name, meta in info.restore_metadata[0].items():
             shapes[f"{module_name}.{name}" if module_name else name] = tuple(meta.shape)
-    return shapes
+    # With LoRA enabled vLLM wraps each adaptable layer; its weights sit under ``base_layer``.
+    return {name.replace(".base_layer.", "."): shape for name, shape in shapes.items()}
 
 
 @contextmanager

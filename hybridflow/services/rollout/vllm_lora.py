@@ -1,0 +1,97 @@
+"""The vLLM replica's side of LoRA: adapters served per policy version, or merged.
+
+``weight_sync.lora: adapter``: the engine runs with vLLM's LoRA layers (``engine_args``).
+Each sync's adapter is written as a PEFT directory named after its version (atomically:
+vLLM reads it only once it is whole) and every request from then on carries a
+``LoRARequest`` whose id is new for that version (``adapter_id``), so vLLM loads it into
+its adapter cache on first use and never serves an older adapter under a newer id. Requests
+in flight keep the adapter they started with: their tokens carry that version. The last
+``KEEP_VERSIONS`` directories stay (vLLM may reload an evicted adapter still in use).
+
+``merged``: no LoRA layers; the workers merge the adapter into a copy of the base weights
+and reload them (``vllm_worker.WeightSyncWorker.hf_merge_adapters``).
+
+Knows vLLM's LoRA request, not its workers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridflow.lora.config import LoraConfig
+from hybridflow.lora.export import peft_config_dict, write_peft_dir
+from hybridflow.lora.names import TableRow, adapter_table
+
+VLLM_MAX_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts."""
+KEEP_VERSIONS = 3
+
+
+def engine_args(config: LoraConfig) -> dict[str, Any]:
+    """vLLM's LoRA settings for adapters of ``config.rank``: two adapters resident (the
+    current one and the one requests in flight may still use), a few more in CPU memory."""
+    fitting = [r for r in VLLM_MAX_RANKS if r >= config.rank]
+    if not fitting:
+        raise ValueError(f"learner.lora.rank {config.rank} exceeds vLLM's largest, 512")
+    return {"enable_lora": True, "max_lora_rank": fitting[0], "max_loras": 2, "max_cpu_loras": 4}
+
+
+def adapter_id(version: int) -> int:
+    """vLLM's adapter id of a policy version (ids start at 1): one id per version."""
+    return version + 1
+
+
+class VLLMAdapters:
+    """The adapter table of the served model and, in adapter mode, the adapter directories
+    and the ``LoRARequest`` of the version served now."""
+
+    def __init__(
+        self, config: LoraConfig, mode: str, base_table: Sequence[TableRow], model_path: str
+    ) -> None:
+        if mode not in ("adapter", "merged"):
+            raise ValueError(f"weight_sync.lora must be adapter or merged, got {mode!r}")
+        self.config = config
+        self.mode = mode
+        self.table: list[TableRow] = adapter_table(base_table, config.target_modules, config.rank)
+        self._model_path = model_path
+        shm = Path("/dev/shm")
+        self._root = Path(
+            tempfile.mkdtemp(prefix="hybridflow-lora-", dir=shm if shm.is_dir() else None)
+        )
+        self._versions: list[int] = []
+        self.request: Any = None
+        """The ``LoRARequest`` new requests carry; None before the first sync (a fresh
+        adapter is the base model: B is zero)."""
+        self.adapter_id = adapter_id
+
+    def directory(self, version: int) -> Path:
+        return self._root / f"v{version}"
+
+    def config_dict(self) -> dict[str, object]:
+        return peft_config_dict(self.config, self._model_path)
+
+    def write(self, version: int, named: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """The adapter of ``version`` as a PEFT directory (tensors received in this process)."""
+        write_peft_dir(self.directory(version), named, self.config, self._model_path)
+
+    def serve(self, version: int) -> None:
+        """New requests use the adapter written for ``version``; old directories go."""
+        from vllm.lora.request import LoRARequest
+
+        path = self.directory(version)
+        if not (path / "adapter_model.safetensors").is_file():
+            raise RuntimeError(f"adapter of v{version} was not written to {path}")
+        self.request = LoRARequest(f"policy-v{version}", self.adapter_id(version), str(path))
+        if version not in self._versions:
+            self._versions.append(version)
+        while len(self._versions) > KEEP_VERSIONS:
+            shutil.rmtree(self.directory(self._versions.pop(0)), ignore_errors=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
