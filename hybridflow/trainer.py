@@ -202,10 +202,12 @@ def twin_services(
     seed: int = 0,
     reward: RewardClient | None = None,
     model_name: str = "",
+    lora_mode: str = "adapter",
 ) -> Twins:
     """A ``LocalRollout`` on the HF engine, a ``LearnerCore`` publishing to it by memory
     copy, and ``reward`` (default: the built-in scorers): what ``RLTrainer`` runs its schedule
-    over, and tests that need real services without sockets."""
+    over, and tests that need real services without sockets. With ``learner.lora`` the
+    publishes carry the adapters (applied as ``lora_mode`` says), each verified by the probe."""
     from transformers import AutoTokenizer
 
     from hybridflow.coordinator.services import Services
@@ -218,14 +220,23 @@ def twin_services(
     from hybridflow.weights.base import LocalWeightSender, SendPublisher
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    rollout = LocalRollout(HFEngine(model_path, seed=seed), model_name or str(model_path))
+    lora = learner_config.lora if learner_config.lora.enabled else None
+    engine = HFEngine(model_path, seed=seed, lora=lora, lora_mode=lora_mode)
+    rollout = LocalRollout(engine, model_name or str(model_path))
     worker = LearnerWorker(learner_config, model_path)
-    publisher = SendPublisher(lambda: list(worker.full_state_dict_items()))
+    publisher = SendPublisher(
+        worker.adapter_items if lora is not None else lambda: list(worker.full_state_dict_items())
+    )
     publisher.attach("local", LocalWeightSender(rollout))
+    core = LearnerCore(
+        worker,
+        publisher=publisher,
+        probe_replica=lambda _target, prompt, response: rollout.probe_logprobs(prompt, response),
+    )
     services = Services(
         rollouts=[rollout],
         reward=reward if reward is not None else RewardScorer(),
-        learner=LearnerCore(worker, publisher=publisher),
+        learner=core,
         weight_targets=["local"],
         decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True)),
         environments=LocalEnvironments(),

@@ -16,8 +16,14 @@ MIB = 1024 * 1024
 
 
 def start_rollout_server(
-    model_path: Path, seed: int = 0, max_bytes: int = 64 * MIB, dtype: str = "float32"
+    model_path: Path,
+    seed: int = 0,
+    max_bytes: int = 64 * MIB,
+    dtype: str = "float32",
+    engine: object = None,
 ) -> tuple[RunningServer, object]:
+    """A rollout replica served in this process: an ``hf`` engine of ``model_path``, or
+    ``engine`` when given."""
     from hybridflow.services.rollout.engine import HFEngine
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
@@ -25,7 +31,9 @@ def start_rollout_server(
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
     from hybridflow.weights.servicer import WeightSyncServicer
 
-    rollout = LocalRollout(HFEngine(model_path, seed=seed, dtype=dtype), str(model_path))
+    if engine is None:
+        engine = HFEngine(model_path, seed=seed, dtype=dtype)
+    rollout = LocalRollout(engine, str(model_path))  # type: ignore[arg-type]
     servicer = RolloutServicer(rollout, prompts_per_message=4, max_bytes=max_bytes)
     weights = WeightSyncServicer(rollout, max_bytes)
 

@@ -85,6 +85,7 @@ from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.errors import (
     CheckpointRejected,
+    DeliveryFailed,
     FailedPrecondition,
     ResourceExhausted,
     ServiceError,
@@ -274,6 +275,8 @@ class TrainingJob:
                 for d in serving:
                     d.note_published(report.policy_version)
                 return
+            except DeliveryFailed:
+                raise  # the weights did not take effect: never train on as if they had
             except ServiceError as exc:
                 dead = [d for d in serving if not _alive(d)]
                 for d in dead:
@@ -337,6 +340,8 @@ class TrainingJob:
                 report = learner.finish_publish()
                 for d in serving:
                     d.note_published(report.policy_version)
+            except DeliveryFailed:
+                raise
             except ServiceError as exc:
                 log.warning("background weight publish failed (%s); again", describe_error(exc))
                 self._publish()

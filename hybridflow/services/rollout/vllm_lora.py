@@ -3,8 +3,10 @@
 ``weight_sync.lora: adapter``: the engine runs with vLLM's LoRA layers (``engine_args``).
 Each sync's adapter is written as a PEFT directory named after its version (atomically:
 vLLM reads it only once it is whole) and every request from then on carries a
-``LoRARequest`` whose id is new for that version (``adapter_id``), so vLLM loads it into
-its adapter cache on first use and never serves an older adapter under a newer id. Requests
+``LoRARequest`` with a new id (one per sync, counting from 1: a re-sync of the same version,
+say from a restarted learner, gets a new id too), so vLLM loads it into its adapter cache on
+first use: vLLM keys its cache by id and skips loading an id it holds, so a reused id would
+keep serving the old adapter. Requests
 in flight keep the adapter they started with: their tokens carry that version. The last
 ``KEEP_VERSIONS`` directories stay (vLLM may reload an evicted adapter still in use).
 
@@ -16,6 +18,7 @@ Knows vLLM's LoRA request, not its workers.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -42,11 +45,6 @@ def engine_args(config: LoraConfig) -> dict[str, Any]:
     return {"enable_lora": True, "max_lora_rank": fitting[0], "max_loras": 2, "max_cpu_loras": 4}
 
 
-def adapter_id(version: int) -> int:
-    """vLLM's adapter id of a policy version (ids start at 1): one id per version."""
-    return version + 1
-
-
 class VLLMAdapters:
     """The adapter table of the served model and, in adapter mode, the adapter directories
     and the ``LoRARequest`` of the version served now."""
@@ -68,7 +66,8 @@ class VLLMAdapters:
         self.request: Any = None
         """The ``LoRARequest`` new requests carry; None before the first sync (a fresh
         adapter is the base model: B is zero)."""
-        self.adapter_id = adapter_id
+        self.new_id = itertools.count(1).__next__
+        """Gives each sync's adapter its vLLM id (tests replace it to simulate a reuse)."""
 
     def directory(self, version: int) -> Path:
         return self._root / f"v{version}"
@@ -87,7 +86,8 @@ class VLLMAdapters:
         path = self.directory(version)
         if not (path / "adapter_model.safetensors").is_file():
             raise RuntimeError(f"adapter of v{version} was not written to {path}")
-        self.request = LoRARequest(f"policy-v{version}", self.adapter_id(version), str(path))
+        adapter_id = self.new_id()
+        self.request = LoRARequest(f"policy-v{version}-id{adapter_id}", adapter_id, str(path))
         if version not in self._versions:
             self._versions.append(version)
         while len(self._versions) > KEEP_VERSIONS:
