@@ -1,5 +1,5 @@
-"""FSDP2 over 2 gloo ranks equals one process: GRPO, PPO and registered estimator/loss steps,
-log-probs, weights; relay.
+"""FSDP2 over 2 gloo ranks equals one process: GRPO, PPO, LoRA and registered estimator/loss
+steps, log-probs, weights; relay.
 
 The ranks are driven the way the learner service drives them: rank 0 calls each command through
 ``CommandRelay``, rank 1 serves. Rank 0 writes what it saw to a file; the test compares it with
@@ -57,6 +57,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "kl": {"use_reference": True, "coef": 0.05, "mode": "reward"},
         "overlong": {"buffer": 2},
         "max_new_tokens": 6,
+    },
+    # LoRA adapters (rank 4) over the sharded frozen base, the KL reference being the base
+    # with the adapters off; the weights compared are the merged model.
+    "grpo_lora": {
+        "algorithm": "grpo",
+        "optimizer": {"lr": 1e-2},
+        "update": {"micro_batch_size": 2, "epochs": 2},
+        "kl": {"use_reference": True, "coef": 0.05},
+        "lora": {"rank": 4},
     },
     "rloo_cispo": {
         "advantage_estimator": "rloo",
@@ -211,6 +220,8 @@ def test_fsdp2_two_ranks_match_single_process(tmp_path: Path) -> None:
     assert single["ppo"]["version"] == 2
     assert single["reinforce_pp_gspo"]["metrics"]["actor/overlong_frac"] > 0
     assert single["rloo_cispo"]["version"] == 2
+    assert single["grpo_lora"]["metrics"]["actor/kl_loss"] > 0  # adapters moved off the base
+    assert (tmp_path / "fsdp-grpo_lora" / "adapter" / "adapter_model.safetensors").is_file()
 
 
 def _relay_main(rank: int, port: int, out_dir: str) -> None:

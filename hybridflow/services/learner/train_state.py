@@ -90,7 +90,13 @@ def _options(worker: LearnerWorker, name: str) -> StateDictOptions | None:
 def _state(worker: LearnerWorker) -> dict[str, Any]:
     state: dict[str, Any] = {}
     for name, (module, optim) in _trainables(worker).items():
-        model_sd, optim_sd = get_state_dict(module, optim, options=_options(worker, name))
+        options = _options(worker, name)
+        model_sd, optim_sd = get_state_dict(module, optim, options=options)
+        if options is not None:  # torch keeps a tied alias of a frozen weight (lm_head): drop it
+            frozen = {
+                n for n, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad
+            }
+            model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
         state[name] = {"model": model_sd, "optim": optim_sd}
     return state
 

@@ -87,9 +87,11 @@ class BackgroundLearner(FakeLearner):
         return WeightUpdateReport(version, 8, 0.0)
 
 
-def make_job(tmp_path, hold: bool, **kw) -> tuple[TrainingJob, BackgroundLearner]:
+def make_job(
+    tmp_path, hold: bool, learner_class: type[BackgroundLearner] | None = None, **kw
+) -> tuple[TrainingJob, BackgroundLearner]:
     rollouts = [FakeRollout()]
-    learner = BackgroundLearner(rollouts, hold)
+    learner = (learner_class or BackgroundLearner)(rollouts, hold)
     services = Services(
         rollouts, FakeReward(), learner, ["r0"], decode=lambda ids: "".join(map(str, ids))
     )
