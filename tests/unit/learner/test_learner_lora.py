@@ -5,8 +5,6 @@ the PEFT adapter directory, and a full-model train state is refused by a LoRA le
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
