@@ -55,29 +55,33 @@ def base_table(model: nn.Module) -> list[TableRow]:
 
 class AdapterParams(nn.Module):
     """The adapters of an injected model as a module of their own: ``named_parameters``
-    gives each adapter parameter (the live one: sharded under FSDP2) under its wire name,
-    sorted. Nothing is copied and nothing is registered twice."""
+    gives each adapter parameter under its wire name, sorted, looked up in the model at each
+    call (FSDP2's ``fully_shard`` replaces parameters with sharded ones: these are always
+    the live ones). Nothing is copied and nothing is registered twice."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
+        object.__setattr__(self, "_model", model)  # not a submodule: never sharded or saved
+        if not self._items():
+            raise ValueError(f"{type(model).__name__} has no LoRA adapters")
+
+    def _items(self) -> list[tuple[str, nn.Parameter]]:
         items = []
-        for name, param in model.named_parameters():
+        for name, param in self.__dict__["_model"].named_parameters():
             wire = wire_name_of_peft_param(name)
             if wire is not None:
                 items.append((wire, param))
-        if not items:
-            raise ValueError(f"{type(model).__name__} has no LoRA adapters")
-        self._items: list[tuple[str, nn.Parameter]] = sorted(items, key=lambda item: item[0])
+        return sorted(items, key=lambda item: item[0])
 
     def named_parameters(  # type: ignore[override]
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, nn.Parameter]]:
-        for name, param in self._items:
+        for name, param in self._items():
             yield prefix + name, param
 
     def state_dict(self, *args: Any, keep_vars: bool = False, **kwargs: Any) -> Any:  # type: ignore[override]
         """Wire name -> parameter (detached unless ``keep_vars``), for ``iter_full_state_dict``."""
-        return {name: p if keep_vars else p.detach() for name, p in self._items}
+        return {name: p if keep_vars else p.detach() for name, p in self._items()}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("AdapterParams holds parameters only")

@@ -32,14 +32,22 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return dict(AutoModelForCausalLM.from_pretrained(path).state_dict())
 
 
+LORA = ("learner.lora.rank=16", "learner.lora.alpha=32", "learner.optimizer.lr=2e-3")
+
+
 @pytest.mark.slow
-def test_stop_at_50_resume_to_100_equals_uninterrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [(), LORA], ids=["full", "lora"])
+def test_stop_at_50_resume_to_100_equals_uninterrupted(tmp_path: Path, extra) -> None:
+    """With LoRA the train state holds only the adapters and their AdamW state; the merged
+    export of the resumed run equals the uninterrupted one's."""
     straight = tmp_path / "straight"
-    proc = launch(straight, "--run-dir", str(straight), *_sets("coordinator.num_steps=100"))
+    proc = launch(
+        straight, "--run-dir", str(straight), *_sets("coordinator.num_steps=100", *extra)
+    )
     assert proc.wait(timeout=1800) == 0
 
     stopped = tmp_path / "stopped"
-    proc = launch(stopped, "--run-dir", str(stopped), *_sets("coordinator.num_steps=50"))
+    proc = launch(stopped, "--run-dir", str(stopped), *_sets("coordinator.num_steps=50", *extra))
     assert proc.wait(timeout=1800) == 0 and trained_steps(stopped) == 50
     proc = launch(stopped, "--resume", str(stopped), "--set", "coordinator.num_steps=100")
     assert proc.wait(timeout=1800) == 0
