@@ -41,9 +41,7 @@ def test_stop_at_50_resume_to_100_equals_uninterrupted(tmp_path: Path, extra) ->
     """With LoRA the train state holds only the adapters and their AdamW state; the merged
     export of the resumed run equals the uninterrupted one's."""
     straight = tmp_path / "straight"
-    proc = launch(
-        straight, "--run-dir", str(straight), *_sets("coordinator.num_steps=100", *extra)
-    )
+    proc = launch(straight, "--run-dir", str(straight), *_sets("coordinator.num_steps=100", *extra))
     assert proc.wait(timeout=1800) == 0
 
     stopped = tmp_path / "stopped"
