@@ -46,8 +46,8 @@ class WeightSyncConfig:
 
     lora: Literal["adapter", "merged"] = "adapter"
     """With ``learner.lora``, what a replica does with the adapters it receives (only they
-    travel): adapter: serves them as a LoRA adapter (vLLM: a new adapter id per policy
-    version; hf: peft's layers); merged: merges them into its base weights."""
+    travel): adapter: serves them as a LoRA adapter (vLLM: a new adapter id per sync; hf:
+    peft's layers); merged: merges them into its base weights (docs/lora.md)."""
     verify: bool = False
     """Check every full-weight sync with the log-prob probe too (``weights/verify.py``); LoRA
     syncs are always checked."""

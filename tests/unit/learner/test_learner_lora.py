@@ -1,7 +1,7 @@
 """A LoRA learner (``learner.lora``): only the adapters train (the optimizer holds them
 alone, the base never moves), the KL reference is the base model, a train state holds the
 adapters and their AdamW state and resumes exactly, a checkpoint exports the merged model and
-the PEFT adapter directory, and a full-model train state is refused by a LoRA learner."""
+the PEFT adapter directory, and full-model and LoRA train states refuse each other."""
 
 from __future__ import annotations
 
@@ -89,12 +89,15 @@ def test_a_train_state_resumes_adapters_and_optimizer_exactly(tiny_model_path, t
         torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=name)
 
 
-def test_a_full_model_train_state_is_refused_by_a_lora_learner(tiny_model_path, tmp_path) -> None:
+def test_full_and_lora_train_states_do_not_fit_each_other(tiny_model_path, tmp_path) -> None:
     full = LearnerWorker(learner_config(optimizer={"lr": 1e-2}), tiny_model_path)
     save_train_state(full, tmp_path / "full")
     lora = LearnerWorker(learner_config(LORA), tiny_model_path)
     with pytest.raises(CheckpointRejected, match="lora_A"):
         lora.load_train_state(tmp_path / "full")
+    save_train_state(lora, tmp_path / "lora")
+    with pytest.raises(CheckpointRejected, match="does not fit"):
+        full.load_train_state(tmp_path / "lora")
 
 
 def test_the_export_is_the_merged_model_and_a_peft_adapter(tiny_model_path, tmp_path) -> None:
