@@ -11,8 +11,9 @@ variant (``rollout.engine=vllm``): ``full`` (every weight along the planner, ``d
 merged). Every sync is verified (the full variant with ``weight_sync.verify: true``, so the
 same log-prob probe runs in each). A sync is timed from the learner's publish call until it
 returns: weights received, applied (for ``lora_adapter``: the PEFT directory written) and the
-probe answered (which is when vLLM loads a new adapter). The first sync of each variant forms
-the group and is not timed; variants alternate over ``--rounds``.
+probe answered (which is when vLLM loads a new adapter); ``send s`` is the same sync without
+the probe (sent, received, applied). The first sync of each variant forms the group and is
+not timed; variants alternate over ``--rounds``.
 
 Memory: each variant in a fresh process builds the learner (``LearnerWorker``), runs
 ``--steps`` train steps on one fixed GRPO batch (``--samples`` x ``--tokens`` tokens), and
@@ -113,6 +114,7 @@ def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from benchmarks.engines.run_weight_sync_vllm import stop
 
     seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    send: dict[str, list[float]] = {v: [] for v in VARIANTS}
     sent: dict[str, int] = {}
     procs, cores = {}, {}
     try:
@@ -130,6 +132,7 @@ def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     start = time.perf_counter()
                     report = core.publish_weights([address])
                     seconds[variant].append(time.perf_counter() - start)
+                    send[variant].append(report.duration_s)  # without the probe
                     sent[variant] = report.num_bytes
                 print(f"{variant}: {statistics.median(seconds[variant]):.3f} s/sync", flush=True)
     finally:
@@ -140,6 +143,7 @@ def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     med = {v: statistics.median(s) for v, s in seconds.items()}
     return {
         "seconds_per_sync": med,
+        "send_seconds_per_sync": {v: statistics.median(s) for v, s in send.items()},
         "repeats_s": seconds,
         "bytes_per_sync": sent,
         "ratios": {f"{v}_over_full_s": med[v] / med["full"] for v in VARIANTS if v != "full"}
@@ -276,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if "sync" in summary:
         sync = summary["sync"]
-        print(f"\n{'variant':14} {'s/sync':>8} {'MiB/sync':>10}")
+        print(f"\n{'variant':14} {'s/sync':>8} {'send s':>8} {'MiB/sync':>10}")
         for v in VARIANTS:
             print(
-                f"{v:14} {sync['seconds_per_sync'][v]:8.3f} {sync['bytes_per_sync'][v] / MIB:10.2f}"
+                f"{v:14} {sync['seconds_per_sync'][v]:8.3f} "
+                f"{sync['send_seconds_per_sync'][v]:8.3f} {sync['bytes_per_sync'][v] / MIB:10.2f}"
             )
     print(
         json.dumps({k: summary[k]["ratios"] for k in ("sync", "memory") if k in summary}, indent=2)
