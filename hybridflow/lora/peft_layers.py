@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -30,7 +30,7 @@ def inject(model: nn.Module, config: LoraConfig) -> nn.Module:
 
     peft_config = PeftLoraConfig(
         r=config.rank,
-        lora_alpha=config.alpha,
+        lora_alpha=cast(Any, config.alpha),  # typed int by peft; any number scales
         lora_dropout=config.dropout,
         target_modules=list(config.target_modules),
         bias="none",

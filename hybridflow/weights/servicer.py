@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
+from hybridflow.arrays import FloatArray
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
@@ -55,7 +56,7 @@ class WeightReceiver(Protocol):
 
     def probe_logprobs(
         self, prompt_ids: Sequence[int], response_ids: Sequence[int]
-    ) -> tuple[Sequence[float], int]: ...
+    ) -> tuple[FloatArray, int]: ...
 
 
 class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):

@@ -133,7 +133,7 @@ class LearnerWorker:
         self.pad_id = int(pad) if pad is not None else 0
         memory = config.memory
         check_memory_config(memory, self.device.type, self.dist.is_distributed)
-        self.reference = (
+        self.reference: torch.nn.Module | None = (
             load_reference(
                 self.model_path,
                 self.device,
@@ -196,20 +196,22 @@ class LearnerWorker:
             for module in (self._actor, self.critic):  # the trained ones
                 if module is not None:
                     checkpoint_layers(module, decoder_layer_classes(module))
-        models = [m for m in (self._actor, self.reference, self.critic) if m is not None]
+        models: list[torch.nn.Module] = [
+            m for m in (self._actor, self.reference, self.critic) if m is not None
+        ]
         if self.dist.is_distributed:
-            for module in models:
+            for model in models:
                 shard_module(
-                    module,
-                    decoder_layer_classes(module),
+                    model,
+                    decoder_layer_classes(model),
                     self.device.type,
                     self.role.group_size,
                     self.role.group,
                     fsdp_policies(memory, self.device.type),
                 )
         elif memory.dtype == "bfloat16":
-            for module in models:
-                autocast_forward(module, self.device.type)
+            for model in models:
+                autocast_forward(model, self.device.type)
 
     @property
     def has_actor(self) -> bool:

@@ -58,6 +58,9 @@ PendingWeights = tuple[Sequence[tuple[str, torch.Tensor]] | None, int]
 class HFEngine:
     """One model copy on one device, sampling batches of completions for token-id prompts."""
 
+    _adapters: AdapterTarget | None
+    """With LoRA, the adapters syncs deliver (``lora.apply``); None: whole weights."""
+
     def __init__(
         self,
         model_path: str | Path,
@@ -127,8 +130,7 @@ class HFEngine:
         in-flight sequences continue on them, with per-token versions)."""
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()
-        self._adapters: AdapterTarget | None = None
-        """With LoRA, the adapters syncs deliver (``lora.apply``); None: whole weights."""
+        self._adapters = None
 
     # ------------------------------------------------------------------ generation
 

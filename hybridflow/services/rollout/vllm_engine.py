@@ -550,7 +550,10 @@ class VLLMEngine:
         with self._lock:
             request_id = f"probe{next(self._ids)}"
             self._engine.add_request(
-                request_id, self._prompt(ids), params, lora_request=self._lora_request()
+                request_id,
+                self._prompt(np.asarray(ids, dtype=np.int32)),
+                params,
+                lora_request=self._lora_request(),
             )
             prompt_logprobs = None
             try:
@@ -565,7 +568,12 @@ class VLLMEngine:
                 raise
         if prompt_logprobs is None:
             raise RuntimeError("vLLM returned no prompt log-probs for the probe")
-        picked = [prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt_ids), len(ids))]
+        picked = []
+        for i in range(len(prompt_ids), len(ids)):
+            entry = prompt_logprobs[i]
+            if entry is None or ids[i] not in entry:
+                raise RuntimeError(f"vLLM gave no log-prob for probe position {i}")
+            picked.append(entry[ids[i]].logprob)
         return np.asarray(picked, dtype=np.float32)
 
     def weight_layout(self) -> ReplicaLayout:
@@ -624,8 +632,9 @@ class VLLMEngine:
 
     def close(self) -> None:
         self._closing = True
-        if getattr(self, "_adapters", None) is not None:
-            self._adapters.close()
+        adapters = getattr(self, "_adapters", None)
+        if adapters is not None:
+            adapters.close()
         shutdown = getattr(self._engine.engine_core, "shutdown", None)
         if shutdown is not None:
             shutdown()
