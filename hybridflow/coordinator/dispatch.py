@@ -34,7 +34,7 @@ from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
 from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, EpisodeRunner
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import Reading, ReplicaStalled, StallWatch, probe_timing
-from hybridflow.errors import ResourceExhausted, ServiceError, Unavailable
+from hybridflow.errors import DeliveryFailed, ResourceExhausted, ServiceError, Unavailable
 from hybridflow.types import Completion, SamplingParams, ScoreResult
 
 log = logging.getLogger(__name__)
@@ -357,6 +357,9 @@ class ReplicaDispatcher(threading.Thread):
                 break
             try:
                 version = self.rejoin(self.index, left)
+            except DeliveryFailed as exc:  # back, but its weights did not take effect
+                log.error("%s stays out of the rotation: %s", self.replica_name, exc)
+                return False
             except Exception as exc:  # noqa: BLE001 — not back yet; probe again
                 log.info("%s not back yet: %s", self.replica_name, describe_error(exc))
                 version = None

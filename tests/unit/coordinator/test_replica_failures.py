@@ -97,3 +97,35 @@ def test_liveness_probe_has_a_short_deadline_and_a_busy_replica_is_alive():
     verdicts = [_alive(SimpleNamespace(rollout=r)) for r in (busy, gone, fine)]
     assert verdicts == [True, False, True]  # load shedding is not death
     assert {d for r in (busy, gone, fine) for d in r.deadlines} == {PROBE_TIMEOUT_S}
+
+
+class UndeliveredRejoinLearner(FakeLearner):
+    """Once the replica has been down, every publish to it fails verification (it came back
+    but serves other weights than it was sent)."""
+
+    def __init__(self, rollout: RestartingRollout) -> None:
+        super().__init__([rollout])
+        self.rollout = rollout
+        self.failed_publishes = 0
+
+    def publish_weights(self, targets):  # type: ignore[no-untyped-def]
+        if self.rollout.calls >= self.rollout.down_at:
+            self.failed_publishes += 1
+            raise errors.DeliveryFailed(f"weights v{self.version} did not take effect on {targets}")
+        return super().publish_weights(targets)
+
+
+def test_a_replica_whose_rejoin_sync_does_not_take_effect_stays_out(tmp_path, caplog):
+    rollout = RestartingRollout(down_at=3, down_calls=2)
+    learner = UndeliveredRejoinLearner(rollout)
+    svc = Services([rollout], FakeReward(), learner, ["r0"], decode=lambda ids: str(ids[-1]))
+    cfg = CoordinatorConfig(
+        num_steps=6, prompts_per_step=4, group_size=2, progress=False,
+        replica_rejoin_timeout_s=30,
+    )  # fmt: skip
+    job = TrainingJob(cfg, svc, records(12), tmp_path)
+    with pytest.raises(RuntimeError):
+        job.run()  # its only replica is out: the job cannot go on
+    assert job.dispatchers[0].num_rejoined == 0
+    assert learner.failed_publishes == 1  # one rejoin attempt, not retried until the timeout
+    assert "stays out of the rotation" in caplog.text
