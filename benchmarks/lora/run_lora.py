@@ -12,8 +12,11 @@ merged). Every sync is verified (the full variant with ``weight_sync.verify: tru
 same log-prob probe runs in each). A sync is timed from the learner's publish call until it
 returns: weights received, applied (for ``lora_adapter``: the PEFT directory written) and the
 probe answered (which is when vLLM loads a new adapter); ``send s`` is the same sync without
-the probe (sent, received, applied). The first sync of each variant forms the group and is
-not timed; variants alternate over ``--rounds``.
+the probe (sent, received, applied); ``probes s`` are one more learner and one more replica
+probe after each sync, outside its timing (the replica's adapter is loaded by then). The
+first sync of each variant forms the group and is not timed; variants alternate over
+``--rounds``. ``generate s``: one fixed request (8 prompts x 4 samples x <= 32 tokens) on each
+replica afterwards: what serving an adapter, rather than plain weights, costs generation.
 
 Memory: each variant in a fresh process builds the learner (``LearnerWorker``), runs
 ``--steps`` train steps on one fixed GRPO batch (``--samples`` x ``--tokens`` tokens), and
@@ -110,11 +113,51 @@ def perturb(worker: Any) -> None:
     worker.policy_version += 1
 
 
+def probe_seconds(core: Any, address: str) -> tuple[float, float]:
+    """One more probe on each side after a sync, outside its timing: (learner s, replica s).
+    The replica's adapter is loaded by then, so against the sync's own probe this shows
+    what loading a new adapter cost."""
+    from hybridflow.weights.client import GrpcWeightSyncClient
+    from hybridflow.weights.verify import Probe
+
+    probe = Probe.for_vocab(core.worker.vocab_size)
+    start = time.perf_counter()
+    core.worker.compute_logprobs([probe.prompt_ids], [probe.response_ids], 1.0)
+    learner_s = time.perf_counter() - start
+    client = GrpcWeightSyncClient(address)
+    try:
+        start = time.perf_counter()
+        client.probe_logprobs(probe.prompt_ids, probe.response_ids, 60.0)
+        return learner_s, time.perf_counter() - start
+    finally:
+        client.close()
+
+
+def generation_seconds(address: str, repeats: int) -> float:
+    """Median seconds of one fixed request (8 prompts x 4 samples x up to 32 tokens) on a
+    replica: what serving the adapter (or the merged model) costs generation."""
+    from hybridflow.services.rollout.client import GrpcRolloutClient
+    from hybridflow.types import SamplingParams
+
+    client = GrpcRolloutClient(address)
+    prompts = [[5 + i, 6 + i, 7 + i, 8 + i] for i in range(8)]
+    params = SamplingParams(n=4, max_new_tokens=32, temperature=1.0, seed=0)
+    times = []
+    for _ in range(1 + repeats):
+        start = time.perf_counter()
+        client.generate(prompts, params)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])  # the first warms the engine up
+
+
 def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from benchmarks.engines.run_weight_sync_vllm import stop
 
     seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
     send: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    probes: dict[str, dict[str, list[float]]] = {
+        v: {"learner": [], "replica": []} for v in VARIANTS
+    }
     sent: dict[str, int] = {}
     procs, cores = {}, {}
     try:
@@ -134,7 +177,11 @@ def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     seconds[variant].append(time.perf_counter() - start)
                     send[variant].append(report.duration_s)  # without the probe
                     sent[variant] = report.num_bytes
+                    learner_s, replica_s = probe_seconds(core, address)
+                    probes[variant]["learner"].append(learner_s)
+                    probes[variant]["replica"].append(replica_s)
                 print(f"{variant}: {statistics.median(seconds[variant]):.3f} s/sync", flush=True)
+        generation = {v: generation_seconds(procs[v][1], args.rounds) for v in VARIANTS}
     finally:
         for core in cores.values():
             core.shutdown()
@@ -144,8 +191,13 @@ def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return {
         "seconds_per_sync": med,
         "send_seconds_per_sync": {v: statistics.median(s) for v, s in send.items()},
+        "probe_seconds_after_sync": {
+            v: {side: statistics.median(t) for side, t in sides.items()}
+            for v, sides in probes.items()
+        },
         "repeats_s": seconds,
         "bytes_per_sync": sent,
+        "generate_seconds": generation,
         "ratios": {f"{v}_over_full_s": med[v] / med["full"] for v in VARIANTS if v != "full"}
         | {f"{v}_over_full_bytes": sent[v] / sent["full"] for v in VARIANTS if v != "full"},
     }
@@ -280,11 +332,17 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if "sync" in summary:
         sync = summary["sync"]
-        print(f"\n{'variant':14} {'s/sync':>8} {'send s':>8} {'MiB/sync':>10}")
+        print(
+            f"\n{'variant':14} {'s/sync':>8} {'send s':>8} {'MiB/sync':>10} {'probes s':>14} "
+            f"{'generate s':>10}"
+        )
         for v in VARIANTS:
+            after = sync["probe_seconds_after_sync"][v]
             print(
                 f"{v:14} {sync['seconds_per_sync'][v]:8.3f} "
-                f"{sync['send_seconds_per_sync'][v]:8.3f} {sync['bytes_per_sync'][v] / MIB:10.2f}"
+                f"{sync['send_seconds_per_sync'][v]:8.3f} {sync['bytes_per_sync'][v] / MIB:10.2f} "
+                f"{after['learner']:6.3f} {after['replica']:6.3f} "
+                f"{sync['generate_seconds'][v]:10.3f}"
             )
     print(
         json.dumps({k: summary[k]["ratios"] for k in ("sync", "memory") if k in summary}, indent=2)
