@@ -65,6 +65,10 @@ _LOSS = _apply("read by the learner at each step")
 _OPTIM = _apply("re-applied to the optimizer after its state is restored")
 _DATA = "the dataset's rows and their indices would differ from the checkpoint's cursor"
 
+_LORA = _refuse(
+    "the adapters' rank, scale and layers are part of the trained weights the checkpoint holds"
+)
+
 RULES: dict[str, Rule] = {
     "model": _refuse("the checkpoint's weights belong to the model it was taken with"),
     # ---------------------------------------------------------------- coordinator
@@ -193,6 +197,10 @@ RULES: dict[str, Rule] = {
     "learner.memory.cpu_offload": _apply(
         "a memory tool: where state lives between uses, not what it is"
     ),
+    "learner.lora.rank": _LORA,
+    "learner.lora.alpha": _LORA,
+    "learner.lora.dropout": _LORA,
+    "learner.lora.target_modules": _LORA,
     "learner.checkpoint_dir": Rule(
         Policy.APPLY, "a path; the launcher sets it under the run directory", routine=True
     ),
