@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +44,18 @@ VARIANTS = {
 MIB = 1024 * 1024
 
 
-def start_service(model_path: Path, tp: int, tmp: Path) -> tuple[subprocess.Popen, str, Path]:
+def start_service(
+    model_path: Path, tp: int, tmp: Path, extra: Sequence[str] = ()
+) -> tuple[subprocess.Popen, str, Path]:
+    """A vLLM rollout service of ``model_path`` at TP ``tp`` (``extra``: more ``--set`` keys);
+    (its process, its address, its log)."""
     port_file, log_path = tmp / "rollout.port", tmp / "rollout.log"
     cmd = [
         sys.executable, "-m", "hybridflow.services.rollout", "--port-file", str(port_file),
         "--set", f"model={model_path}", "--set", "rollout.engine=vllm",
         "--set", f"rollout.tensor_parallel_size={tp}", "--set", "rollout.max_model_len=64",
         "--set", "rollout.server.max_message_bytes=1073741824",
-        "--set", "weight_sync.timeout_s=600",
+        "--set", "weight_sync.timeout_s=600", *[a for k in extra for a in ("--set", k)],
     ]  # fmt: skip
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

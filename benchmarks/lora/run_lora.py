@@ -59,28 +59,6 @@ def lora_keys(variant: str, rank: int) -> list[str]:
     ]
 
 
-def start_service(path: Path, tp: int, tmp: Path, keys: list[str]) -> tuple[Any, str]:
-    from benchmarks.engines.run_weight_sync_vllm import stop
-
-    port_file, log_path = tmp / "rollout.port", tmp / "rollout.log"
-    cmd = [
-        sys.executable, "-m", "hybridflow.services.rollout", "--port-file", str(port_file),
-        "--set", f"model={path}", "--set", "rollout.engine=vllm",
-        "--set", f"rollout.tensor_parallel_size={tp}", "--set", "rollout.max_model_len=64",
-        "--set", "rollout.server.max_message_bytes=1073741824", "--set", "weight_sync.timeout_s=600",
-        *[a for k in keys for a in ("--set", k)],
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 600
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop(proc)
-            raise RuntimeError(f"rollout service did not start; see {log_path}")
-        time.sleep(0.2)
-    return proc, port_file.read_text().strip()
-
-
 def learner_core(path: Path, variant: str, rank: int) -> Any:
     from hybridflow.rpc.config import ChannelConfig
     from hybridflow.services.learner.config import LearnerConfig
@@ -151,7 +129,7 @@ def generation_seconds(address: str, repeats: int) -> float:
 
 
 def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    from benchmarks.engines.run_weight_sync_vllm import stop
+    from benchmarks.engines.run_weight_sync_vllm import start_service, stop
 
     seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
     send: dict[str, list[float]] = {v: [] for v in VARIANTS}
@@ -164,7 +142,8 @@ def run_sync(path: Path, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for variant in VARIANTS:
             work = tmp / variant
             work.mkdir()
-            procs[variant] = start_service(path, args.tp, work, lora_keys(variant, args.rank))
+            proc, address, _ = start_service(path, args.tp, work, lora_keys(variant, args.rank))
+            procs[variant] = (proc, address)
             cores[variant] = learner_core(path, variant, args.rank)
             sent[variant] = cores[variant].publish_weights([procs[variant][1]]).num_bytes
         for _ in range(args.rounds):
