@@ -271,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--model", default="100m", help="100m (a Llama built here) or a model spec (builtin:tiny)"
+    )
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--tp", type=int, default=1, help="TP workers of each vLLM replica")
     parser.add_argument("--syncs", type=int, default=5, help="timed syncs per variant and round")
@@ -298,10 +301,20 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.results / time.strftime("lora_%Y%m%d_%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"suite": "lora", "model": "100m", "rank": args.rank, "tp": args.tp}
+    summary: dict[str, Any] = {
+        "suite": "lora",
+        "model": args.model,
+        "rank": args.rank,
+        "tp": args.tp,
+    }
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        path = build_100m(tmp / "llama-100m")
+        if args.model == "100m":
+            path = build_100m(tmp / "llama-100m")
+        else:
+            from hybridflow.models import resolve_model_path
+
+            path = resolve_model_path(args.model)
         parts = args.parts.split(",")
         if "sync" in parts:
             summary["sync"] = run_sync(path, args, tmp)

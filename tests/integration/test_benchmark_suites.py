@@ -399,3 +399,27 @@ def test_cold_start_parity_figures() -> None:
     assert row["per_seed"] == {0: pytest.approx(0.3), 1: pytest.approx(0.1)}
     assert (row["mean"], row["min"], row["max"]) == pytest.approx((0.2, 0.1, 0.3))
     assert "| trl | 0.200 | 0.100-0.300 | 2 |" in table(summary, 4)
+
+
+@pytest.mark.parametrize(
+    "parts", ["memory", pytest.param("sync", marks=pytest.mark.slow)], ids=["memory", "sync"]
+)
+def test_lora_suite_tiny(tmp_path: Path, parts: str) -> None:
+    """benchmarks/lora/run_lora.py runs on the tiny model and writes its ratios (the sync part
+    starts three vLLM replicas: slow)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "lora" / "run_lora.py"), "--model",
+         "builtin:tiny", "--rank", "8", "--syncs", "1", "--rounds", "1", "--steps", "1",
+         "--samples", "2", "--tokens", "16", "--parts", parts, "--results", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(next(tmp_path.glob("lora_*/summary.json")).read_text())
+    ratios = summary[parts]["ratios"]
+    if parts == "memory":
+        rows = summary["memory"]["rows"]
+        assert rows["lora"]["trainable_params"] < rows["full"]["trainable_params"] / 4
+        assert rows["lora"]["optimizer_state_mb"] < rows["full"]["optimizer_state_mb"] / 4
+        assert ratios["lora_over_full_peak_rss"] > 0
+    else:
+        assert 0 < ratios["lora_adapter_over_full_bytes"] < 0.5
