@@ -110,7 +110,7 @@ class SlurmCluster:
         """Daemons (each its own process group: slurmd's job steps go with it), then the
         namespaces, the links and the bridge. Never raises for what is already gone."""
         self._cancel_jobs()
-        for name, proc in reversed(self._daemons.items()):
+        for proc in reversed(self._daemons.values()):
             _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + 20
         for proc in self._daemons.values():

@@ -1,0 +1,73 @@
+"""What the batch step knows of its Slurm allocation: the nodes' addresses, the job's run
+directory, and whether this start continues an earlier one.
+
+Addresses: a node's ``NodeAddr`` as ``scontrol show node`` reports it (what slurmctld itself
+dials; a NodeName need not resolve, or may resolve to another interface). Without
+``scontrol`` on PATH (a dry run outside Slurm) the names stand for their addresses, and a
+line on stderr says so.
+
+Run directory: ``<deploy.run_root>/slurm-<job id>`` (``slurm-<array job id>_<task id>`` for
+a job array's task), the same across requeues of the job, so ``--resume auto`` finds what
+the earlier start saved. It must be on a filesystem every node sees.
+
+Knows nothing of services or configs beyond the run root it is given.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
+    """NodeName -> NodeAddr for ``nodes`` (from ``scontrol``; the names themselves without
+    it). ValueError naming a node scontrol does not know."""
+    if shutil.which("scontrol") is None:
+        print("scontrol not found: node names stand for their addresses", file=sys.stderr)
+        return {node: node for node in nodes}
+    out = subprocess.run(
+        ["scontrol", "-o", "show", "node", ",".join(nodes)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if out.returncode != 0:
+        raise ValueError(f"scontrol show node {','.join(nodes)}: {out.stderr.strip()}")
+    found = parse_node_addresses(out.stdout)
+    missing = [node for node in nodes if node not in found]
+    if missing:
+        raise ValueError(f"scontrol show node: no NodeAddr for {', '.join(missing)}")
+    return {node: found[node] for node in nodes}
+
+
+def parse_node_addresses(text: str) -> dict[str, str]:
+    """``scontrol -o show node`` output (one node a line) as NodeName -> NodeAddr."""
+    addresses = {}
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "NodeName" in fields and fields.get("NodeAddr"):
+            addresses[fields["NodeName"]] = fields["NodeAddr"]
+    return addresses
+
+
+def default_run_dir(run_root: str, environ: Mapping[str, str]) -> Path:
+    """The job's run directory under ``run_root``: named by the job (array task) id, which a
+    requeue keeps; by the time outside Slurm."""
+    array_job, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        name = f"slurm-{array_job}_{task}"
+    elif environ.get("SLURM_JOB_ID"):
+        name = f"slurm-{environ['SLURM_JOB_ID']}"
+    else:
+        name = f"slurm-{time.strftime('%Y%m%d_%H%M%S')}"
+    return Path(run_root) / name
+
+
+def has_checkpoint(checkpoint_root: Path) -> bool:
+    """Whether an earlier start saved a checkpoint there (complete or not: the coordinator's
+    resume verifies them, sets a bad one aside and falls back, or says why it cannot)."""
+    return checkpoint_root.is_dir() and any(checkpoint_root.glob("step_*/coordinator.json"))
