@@ -255,13 +255,25 @@ def main(argv: list[str] | None = None) -> int:
         help="auto: continue from the run dir's newest checkpoint when it has one (a "
         "requeued job, or a resubmission with the same --run-dir), else start afresh",
     )
+    parser.add_argument(
+        "--sweep",
+        metavar="KEY=V0,V1,...",
+        help="a job array's setting: array task i runs with --set KEY=Vi (sbatch --array=0-N)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = parser.parse_args(argv)
 
     from hybridflow.config.loader import ConfigError
-    from hybridflow.deploy.slurm_allocation import default_run_dir, has_checkpoint, node_addresses
+    from hybridflow.deploy.slurm_allocation import (
+        default_run_dir,
+        has_checkpoint,
+        node_addresses,
+        sweep_override,
+    )
 
     try:
+        if args.sweep:
+            args.set.append(sweep_override(args.sweep, os.environ))
         job = load_job_config(args.config, args.set)
         nodes = expand_nodelist(args.nodelist)
         addresses = node_addresses(nodes)

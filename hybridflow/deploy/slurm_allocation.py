@@ -1,5 +1,5 @@
 """What the batch step knows of its Slurm allocation: the nodes' addresses, the job's run
-directory, and whether this start continues an earlier one.
+directory, whether this start continues an earlier one, and a job array task's setting.
 
 Addresses: a node's ``NodeAddr`` as ``scontrol show node`` reports it (what slurmctld itself
 dials; a NodeName need not resolve, or may resolve to another interface). Without
@@ -9,6 +9,9 @@ line on stderr says so.
 Run directory: ``<deploy.run_root>/slurm-<job id>`` (``slurm-<array job id>_<task id>`` for
 a job array's task), the same across requeues of the job, so ``--resume auto`` finds what
 the earlier start saved. It must be on a filesystem every node sees.
+
+Job arrays: ``--sweep KEY=V0,V1,...`` gives array task i ``--set KEY=Vi`` (values hold no
+comma), each task in its own run directory.
 
 Knows nothing of services or configs beyond the run root it is given.
 """
@@ -71,3 +74,23 @@ def has_checkpoint(checkpoint_root: Path) -> bool:
     """Whether an earlier start saved a checkpoint there (complete or not: the coordinator's
     resume verifies them, sets a bad one aside and falls back, or says why it cannot)."""
     return checkpoint_root.is_dir() and any(checkpoint_root.glob("step_*/coordinator.json"))
+
+
+def sweep_override(sweep: str, environ: Mapping[str, str]) -> str:
+    """A job array's setting for this task: ``KEY=V0,V1,...`` -> ``KEY=V<task id>``.
+    ValueError when this is not an array task, or its id indexes no value."""
+    key, sep, values = sweep.partition("=")
+    if not sep or not key or not values:
+        raise ValueError(f"--sweep {sweep!r}: expected KEY=V0,V1,...")
+    task = environ.get("SLURM_ARRAY_TASK_ID", "")
+    if not task.isdigit():
+        raise ValueError(
+            "--sweep needs a job array task (sbatch --array=0-N): no SLURM_ARRAY_TASK_ID"
+        )
+    choices = values.split(",")
+    if int(task) >= len(choices):
+        raise ValueError(
+            f"--sweep {key}: array task {task} has no value ({len(choices)} given: "
+            f"--array=0-{len(choices) - 1})"
+        )
+    return f"{key}={choices[int(task)]}"

@@ -1,15 +1,14 @@
 """Runs a Slurm plan from the batch step: the services' ``srun`` steps, then the coordinator,
-and the stop requests in between.
+and the stop request in between.
 
-A stop request asks the coordinator to stop after its current step with a checkpoint: one
-SIGINT for the first, a second (abort) for a second. It comes as SIGTERM, SIGINT or SIGUSR1
-to this process (``scancel --batch --signal=TERM JOB``, ``#SBATCH --signal=B:USR1@N``), or as
-the stop file a service step's shim creates when it gets one (``scancel --signal=TERM JOB``,
-``--signal=USR1@N``; :mod:`hybridflow.deploy.slurm_step`). The coordinator runs with SIGTERM
-blocked: when Slurm ends the job it signals every process of the batch step, and only this
-process may turn that into requests, or the coordinator would see two and abort. When the
-coordinator exits this process writes ``slurm/coordinator.exit``; the shims see it and stop
-their services, and the steps end.
+A stop request asks the coordinator to stop after its current step with a checkpoint. It
+comes as SIGTERM, SIGINT or SIGUSR1 to this process (``scancel --batch --signal=TERM JOB``,
+``#SBATCH --signal=B:USR1@N``, the job's end), or as the stop file a service step's shim
+creates when it gets one (``scancel --signal=TERM JOB``, ``--signal=USR1@N``;
+:mod:`hybridflow.deploy.slurm_step`). The coordinator runs with SIGTERM blocked: when Slurm
+ends the job it signals every process of the batch step, and only this process may turn
+that into the request. When the coordinator exits this process writes
+``slurm/coordinator.exit``; the shims see it and stop their services, and the steps end.
 
 Files under ``<run dir>/slurm/``: ``plan.txt`` (the plan this start runs, as the dry run
 prints it), ``coordinator.exit`` (its exit code), ``stop`` (a stop request).
@@ -44,34 +43,37 @@ def control_files(run_dir: Path) -> tuple[Path, Path]:
 
 
 class _StopRequests:
-    """Turns SIGTERM, SIGINT, SIGUSR1 and the stop file into SIGINTs to the coordinator:
-    the first asks it to stop after its step (with a checkpoint), a second aborts it."""
+    """Turns SIGTERM, SIGINT, SIGUSR1 and the stop file into one SIGINT to the coordinator:
+    stop after the current step, with a checkpoint. One, however many come: when Slurm ends
+    a job, this process, the shims and srun all hear of it, and a second SIGINT would make
+    the coordinator abort without saving (Slurm's SIGKILL after ``KillWait`` is the hard
+    stop). Until the coordinator has written its control address (its handlers are in place
+    by then) the request waits: a SIGINT earlier would end it with nothing saved."""
 
-    def __init__(self, stop_file: Path) -> None:
-        self.stop_file = stop_file
+    def __init__(self, stop_file: Path, ready_file: Path) -> None:
+        self.stop_file, self.ready_file = stop_file, ready_file
         self.coordinator: subprocess.Popen[bytes] | None = None
-        self.num_requests = 0
-        self.stop_file_seen = False
+        self.requested = False
+        self.sent = False
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         print(f"slurm: {signal.Signals(signum).name}: stopping the job", file=sys.stderr)
-        self.request()
+        self.requested = True
+        self.deliver()
 
-    def poll_stop_file(self) -> None:
-        if not self.stop_file_seen and self.stop_file.exists():
-            self.stop_file_seen = True
-            print("slurm: a step asked to stop (SIGUSR1)", file=sys.stderr)
-            self.request()
+    def poll(self) -> None:
+        """The stop file, then the request if the coordinator is now ready for it."""
+        if not self.requested and self.stop_file.exists():
+            print("slurm: a step was signalled: stopping the job", file=sys.stderr)
+            self.requested = True
+        self.deliver()
 
-    def request(self) -> None:
-        self.num_requests += 1
-        if self.coordinator is not None and self.coordinator.poll() is None:
-            self.coordinator.send_signal(signal.SIGINT)
-
-    def started(self, coordinator: subprocess.Popen[bytes]) -> None:
-        """The coordinator is running: a request that came before it is passed on now."""
-        self.coordinator = coordinator
-        for _ in range(min(self.num_requests, 2)):
+    def deliver(self) -> None:
+        coordinator = self.coordinator
+        if not self.requested or self.sent or coordinator is None:
+            return
+        if coordinator.poll() is None and self.ready_file.exists():
+            self.sent = True
             coordinator.send_signal(signal.SIGINT)
 
 
@@ -81,11 +83,12 @@ def run_plan(steps: Sequence[Step], run_dir: Path) -> int:
     coordinator's exit code."""
     exit_file, stop_file = control_files(run_dir)
     exit_file.parent.mkdir(parents=True, exist_ok=True)
-    for stale in (exit_file, stop_file):  # an earlier start's (a requeued job)
+    ready_file = run_dir / "coordinator.addr"
+    for stale in (exit_file, stop_file, ready_file):  # an earlier start's (a requeued job)
         stale.unlink(missing_ok=True)
     (exit_file.parent / PLAN_FILE).write_text(format_plan(steps) + "\n")
     (run_dir / "logs").mkdir(exist_ok=True)
-    requests = _StopRequests(stop_file)
+    requests = _StopRequests(stop_file, ready_file)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, requests.on_signal)
     # Own sessions: a signal to this process's group is this process's to pass on.
@@ -97,13 +100,13 @@ def run_plan(steps: Sequence[Step], run_dir: Path) -> int:
             coordinator = subprocess.Popen(steps[-1].command, start_new_session=True)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        requests.started(coordinator)
+        requests.coordinator = coordinator
         while True:
             try:
                 code = coordinator.wait(POLL_S)
                 break
             except subprocess.TimeoutExpired:
-                requests.poll_stop_file()
+                requests.poll()
     finally:
         exit_file.write_text(f"{code}\n")
         _stop_steps(services)

@@ -40,8 +40,11 @@ def _certificate(tmp: Path, addresses: list[str]) -> tuple[Path, Path]:
     return cert, key
 
 
-def _job_args(cluster: SlurmCluster, tmp: Path, run_dir: Path, extra: list[str]) -> list[str]:
-    """The sbatch script's arguments: the quickstart, TLS on every service, the run dir."""
+def _job_args(
+    cluster: SlurmCluster, tmp: Path, run_dir: Path | None, extra: list[str]
+) -> list[str]:
+    """The sbatch script's arguments: the quickstart, TLS on every service, the run dir
+    (None: the job's own under deploy.run_root)."""
     cert, key = _certificate(tmp, list(cluster.nodes.values()))
     overrides = [
         "coordinator.progress=false",
@@ -50,7 +53,7 @@ def _job_args(cluster: SlurmCluster, tmp: Path, run_dir: Path, extra: list[str])
           for k, v in (("tls_cert", cert), ("tls_key", key))),
         *extra,
     ]  # fmt: skip
-    args = ["--config", CONFIG, "--run-dir", str(run_dir)]
+    args = ["--config", CONFIG, *(["--run-dir", str(run_dir)] if run_dir else [])]
     for override in overrides:
         args += ["--set", override]
     return args
@@ -64,9 +67,11 @@ def _job_env(cluster: SlurmCluster) -> dict[str, str]:
     return env
 
 
-def _submit(cluster: SlurmCluster, tmp: Path, args: list[str]) -> str:
+def _submit(cluster: SlurmCluster, tmp: Path, args: list[str], options: tuple = ()) -> str:
+    """sbatch on three nodes (``options``: more of sbatch's own); the job id."""
     out = subprocess.run(
-        ["sbatch", "--parsable", "--nodes=3", f"--output={tmp}/job-%j.out", SBATCH, *args],
+        ["sbatch", "--parsable", "--nodes=3", f"--output={tmp}/job-%j.out", *options, SBATCH,
+         *args],
         cwd=REPO, env=_job_env(cluster), capture_output=True, text=True,
         check=True, timeout=60,
     )  # fmt: skip
@@ -186,3 +191,43 @@ def test_scancel_checkpoints_and_a_requeued_job_resumes_exactly_once(
     assert counts["lost"] == 0 and counts["doubled"] == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["num_steps"] == NUM_STEPS
+
+
+@pytest.mark.slow
+def test_usr1_before_the_time_limit_checkpoints_and_ends_the_job(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+):
+    """--signal=USR1@40 with a 1-minute limit: SIGUSR1 comes before it, the job stops after
+    its step with a checkpoint and completes instead of timing out."""
+    cluster = slurm_cluster
+    run_dir = tmp_path / "run"
+    args = _job_args(cluster, tmp_path, run_dir, ["coordinator.num_steps=5000"])
+    job = _submit(cluster, tmp_path, args, ("--time=1", "--signal=USR1@40"))
+    state = cluster.wait_job(job, DONE, 180)
+    assert state == "COMPLETED", f"job {job} {state}" + _diagnostics(tmp_path, run_dir)
+    stopped_at = _trained_steps(run_dir)
+    assert 0 < stopped_at < 5000
+    assert _checkpoints(run_dir)[-1] == stopped_at
+    assert (run_dir / "slurm" / "coordinator.exit").read_text().strip() == "0"
+    # Slurm 22.05 signals the batch step too; a shim's stop file would do the same.
+    assert "stopping the job" in (tmp_path / f"job-{job}.out").read_text()
+
+
+@pytest.mark.slow
+def test_a_job_array_sweeps_a_setting_one_run_dir_per_task(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+):
+    cluster = slurm_cluster
+    runs = tmp_path / "runs"
+    args = _job_args(
+        cluster, tmp_path, None, ["coordinator.num_steps=3", f"deploy.run_root={runs}"]
+    )
+    args += ["--sweep", "learner.optimizer.lr=0.0001,0.0003"]
+    job = _submit(cluster, tmp_path, args, ("--array=0-1",))
+    for task, lr in ((0, 0.0001), (1, 0.0003)):
+        run_dir = runs / f"slurm-{job}_{task}"
+        state = cluster.wait_job(f"{job}_{task}", DONE, 300)
+        assert state == "COMPLETED", f"task {task} {state}" + _diagnostics(tmp_path, run_dir)
+        assert json.loads((run_dir / "summary.json").read_text())["num_steps"] == 3
+        config = (run_dir / "config.yaml").read_text()
+        assert f"lr: {lr}" in config, config
