@@ -42,7 +42,7 @@ def control_files(run_dir: Path) -> tuple[Path, Path]:
     return control / EXIT_FILE, control / STOP_FILE
 
 
-class _StopRequests:
+class StopRequests:
     """Turns SIGTERM, SIGINT, SIGUSR1 and the stop file into one SIGINT to the coordinator:
     stop after the current step, with a checkpoint. One, however many come: when Slurm ends
     a job, this process, the shims and srun all hear of it, and a second SIGINT would make
@@ -79,7 +79,7 @@ class _StopRequests:
 
 def run_plan(steps: Sequence[Step], run_dir: Path) -> int:
     """Writes the plan, starts the services' steps and the coordinator, passes stop requests
-    on (:class:`_StopRequests`) until it exits, then stops the steps. Returns the
+    on (:class:`StopRequests`) until it exits, then stops the steps. Returns the
     coordinator's exit code."""
     exit_file, stop_file = control_files(run_dir)
     exit_file.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +88,7 @@ def run_plan(steps: Sequence[Step], run_dir: Path) -> int:
         stale.unlink(missing_ok=True)
     (exit_file.parent / PLAN_FILE).write_text(format_plan(steps) + "\n")
     (run_dir / "logs").mkdir(exist_ok=True)
-    requests = _StopRequests(stop_file, ready_file)
+    requests = StopRequests(stop_file, ready_file)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, requests.on_signal)
     # Own sessions: a signal to this process's group is this process's to pass on.
