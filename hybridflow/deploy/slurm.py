@@ -136,8 +136,16 @@ def plan_job(
         (rollout_nodes[i % len(rollout_nodes)], rollout_base + i)
         for i in range(job.rollout.replicas)
     ]
-    allowed = sorted({addr[node] for node, _ in rollouts})
-    shared = [*config_args, "--set", f"weight_sync.allowed_hosts=[{','.join(allowed)}]"]
+    # The learner sends weights only to the replicas' hosts; a replica joins only the
+    # torch.distributed store on node 0 (weight_sync.transport=dist, e.g. NCCL on GPUs).
+    allowed = sorted({addr[node] for node, _ in rollouts} | {addr[nodes[0]]})
+    shared = [
+        *config_args,
+        "--set",
+        f"weight_sync.allowed_hosts=[{','.join(allowed)}]",
+        "--set",
+        f"weight_sync.store_host={addr[nodes[0]]}",
+    ]
     if not job.learner.checkpoint_dir:  # the only place checkpoint RPCs may write
         shared += ["--set", f"learner.checkpoint_dir={run_dir / 'checkpoints'}"]
     exit_file, stop_file = run_dir / "slurm" / "coordinator.exit", run_dir / "slurm" / "stop"

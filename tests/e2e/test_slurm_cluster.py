@@ -103,10 +103,18 @@ def _wait_for_file(path: Path, timeout_s: float, why: str) -> None:
 
 
 @pytest.mark.slow
-def test_quickstart_learns_on_three_slurm_nodes(slurm_cluster: SlurmCluster, tmp_path: Path):
+@pytest.mark.parametrize("transport", ["grpc", "dist"])
+def test_quickstart_learns_on_three_slurm_nodes(
+    slurm_cluster: SlurmCluster, tmp_path: Path, transport: str
+):
+    """The sbatch script's gRPC weight sync, and torch.distributed's (gloo here, NCCL on
+    GPUs) across the nodes, its store on the first node."""
     cluster = slurm_cluster
     run_dir = tmp_path / "run"
-    args = _job_args(cluster, tmp_path, run_dir, ["coordinator.num_steps=150"])
+    extra = ["coordinator.num_steps=150", f"weight_sync.transport={transport}"]
+    # One machine shares /dev/shm: off, the weights take the socket path a real node's would.
+    extra += ["weight_sync.shared_memory=off"] if transport == "dist" else []
+    args = _job_args(cluster, tmp_path, run_dir, extra)
     plan = _dry_run(cluster, args)
     started = time.monotonic()
     job = _submit(cluster, tmp_path, args)
@@ -114,7 +122,7 @@ def test_quickstart_learns_on_three_slurm_nodes(slurm_cluster: SlurmCluster, tmp
     wall_s = time.monotonic() - started
     assert state == "COMPLETED", f"job {job} {state}" + _diagnostics(tmp_path, run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    print(f"\n3-node Slurm quickstart: {wall_s:.0f}s wall, reward_end {summary['reward_end']:.3f}")
+    print(f"\n3-node Slurm quickstart ({transport}): {wall_s:.0f}s wall, reward {summary}")
     assert summary["num_steps"] == 150
     assert summary["reward_end"] >= 0.9, summary
     # The real run executed the plan the dry run printed, placed as asked.

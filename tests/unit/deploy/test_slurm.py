@@ -91,7 +91,8 @@ def test_three_nodes_learner_rollout_reward_one_each():
     assert "coordinator.rollout_addresses=[gpu02:50100]" in coordinator
     assert "coordinator.reward_address=gpu03:50052" in coordinator
     assert "coordinator.learner_address=gpu01:50051" in coordinator
-    assert "weight_sync.allowed_hosts=[gpu02]" in coordinator
+    assert "weight_sync.allowed_hosts=[gpu01,gpu02]" in coordinator
+    assert "weight_sync.store_host=gpu01" in coordinator
 
 
 def test_services_are_dialled_at_their_node_addresses():
@@ -105,7 +106,8 @@ def test_services_are_dialled_at_their_node_addresses():
     assert "--resume" in coordinator
     assert "coordinator.rollout_addresses=[10.0.0.2:50100]" in coordinator
     assert "coordinator.learner_address=10.0.0.1:50051" in coordinator
-    assert "weight_sync.allowed_hosts=[10.0.0.2]" in coordinator
+    assert "weight_sync.allowed_hosts=[10.0.0.1,10.0.0.2]" in coordinator
+    assert "weight_sync.store_host=10.0.0.1" in coordinator
 
 
 def test_two_learner_nodes_and_replicas_sharing_a_node():
