@@ -160,6 +160,11 @@ def plan_job(
             f"--exit-file={exit_file}", f"--stop-file={stop_file}", "--",
         ]  # fmt: skip
 
+    def visible(devices: str) -> list[str]:
+        """The devices a step's service sees (``rollout.devices``, ``learner.topology.devices``),
+        as deploy/launch.sh gives them; nothing when the config names none."""
+        return ["env", f"CUDA_VISIBLE_DEVICES={devices}"] if devices else []
+
     def serve(role: str, port: int) -> list[str]:
         return [
             *shared,
@@ -188,7 +193,8 @@ def plan_job(
             ),
         )
         ranks = ranks_command(python, "hybridflow.services.learner", learner)
-        command = [*srun(node, f"learner{rank}"), *ranks, *serve("learner", learner_port)]
+        command = [*srun(node, f"learner{rank}"), *visible(learner.topology.visible_devices)]
+        command += [*ranks, *serve("learner", learner_port)]
         for override in topology if learner_nodes > 1 else []:
             command += ["--set", override]
         address = f"{addr[node]}:{learner_port}" if rank == 0 else ""  # rank 0 serves gRPC
@@ -196,6 +202,7 @@ def plan_job(
     for i, (node, port) in enumerate(rollouts):
         command = [
             *srun(node, f"rollout{i}"),
+            *visible(job.rollout.devices[i] if job.rollout.devices else ""),
             python,
             "-m",
             "hybridflow.services.rollout",

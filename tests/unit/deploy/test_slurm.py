@@ -209,3 +209,16 @@ def test_a_sweep_outside_an_array_or_past_its_values_is_refused(tmp_path, capsys
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
     assert main(argv) == 2
     assert "array task 2 has no value (2 given: --array=0-1)" in capsys.readouterr().err
+
+
+def test_configured_devices_reach_each_steps_service():
+    overrides = [
+        "rollout.replicas=2",
+        "rollout.devices=['0','1']",
+        "learner.topology.devices=['2','3']",
+    ]
+    steps = steps_by_name("gpu[01-02]", overrides)
+    for name, devices in (("learner0", "2,3"), ("rollout0", "0"), ("rollout1", "1")):
+        command = steps[name].command
+        at = command.index("--")  # the shim's end: the service's command starts here
+        assert command[at + 1 : at + 3] == ["env", f"CUDA_VISIBLE_DEVICES={devices}"], name
