@@ -96,10 +96,7 @@ class SlurmCluster:
             self._write_conf()
             self._start("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
             for name in self.names:
-                argv = ["slurmd", "-D", "-N", name, "-f", str(self.conf)]
-                # nsenter, not ``ip netns exec``: that remounts /sys, hiding the cgroup
-                # mounts slurmd's cgroup plugin probes at start.
-                self._start(name, ["nsenter", f"--net=/run/netns/{self.ns[name]}", *argv])
+                self._start(name, self._slurmd_command(name))
             self.wait_idle(60)
         except BaseException:
             self.__exit__()
@@ -203,7 +200,7 @@ SelectType=select/linear
 MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
-SlurmdTimeout=30
+SlurmdTimeout=10
 KillWait=30
 MinJobAge=300
 JobRequeue=1
@@ -215,7 +212,7 @@ PartitionName=test Nodes={",".join(self.names)} Default=YES MaxTime=INFINITE Sta
 
     def _start(self, name: str, argv: list[str]) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
-        out = (self.logs / f"{name}.stdout").open("wb")
+        out = (self.logs / f"{name}.stdout").open("ab")
         self._daemons[name] = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
         )
@@ -266,9 +263,23 @@ PartitionName=test Nodes={",".join(self.names)} Default=YES MaxTime=INFINITE Sta
         )
         return self.job_state(job_id)
 
-    def kill_slurmd(self, name: str) -> None:
-        """SIGKILL one node's slurmd (a node failure as slurmctld sees it)."""
+    def fail_node(self, name: str) -> None:
+        """A node dies: SIGKILL to its slurmd and to every process in its namespace (the
+        job's steps there, the batch step on the first node). slurmctld marks it DOWN once
+        it misses ``SlurmdTimeout``."""
         _signal_group(self._daemons[name], signal.SIGKILL)
+        self._kill_namespace(name)
+        self._daemons[name].wait(10)
+
+    def restart_node(self, name: str) -> None:
+        """The node is back: a fresh slurmd registers it (``ReturnToService=2``)."""
+        self._start(name, self._slurmd_command(name))
+
+    def _slurmd_command(self, name: str) -> list[str]:
+        # nsenter, not ``ip netns exec``: that remounts /sys, hiding the cgroup mounts
+        # slurmd's cgroup plugin probes at start.
+        argv = ["slurmd", "-D", "-N", name, "-f", str(self.conf)]
+        return ["nsenter", f"--net=/run/netns/{self.ns[name]}", *argv]
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -239,3 +239,35 @@ def test_a_job_array_sweeps_a_setting_one_run_dir_per_task(
         assert json.loads((run_dir / "summary.json").read_text())["num_steps"] == 3
         config = (run_dir / "config.yaml").read_text()
         assert f"lr: {lr}" in config, config
+
+
+@pytest.mark.slow
+def test_a_node_failure_requeues_the_job_and_it_resumes_exactly_once(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+):
+    """The batch node dies mid-run (its slurmd and every process on it): slurmctld marks it
+    down and requeues the job (#SBATCH --requeue); once the node is back the job resumes
+    from its last periodic checkpoint and finishes, every prompt trained exactly once."""
+    cluster = slurm_cluster
+    run_dir = tmp_path / "run"
+    extra = [f"coordinator.num_steps={NUM_STEPS}", "coordinator.checkpoint_every=10"]
+    job = _submit(cluster, tmp_path, _job_args(cluster, tmp_path, run_dir, extra))
+    _wait_for_checkpoint(run_dir, 10, 300, _diagnostics(tmp_path, run_dir))
+    cluster.fail_node("node1")
+    _wait_until(
+        lambda: cluster.node_states().get("node1", "").startswith("down"), 120, "node1 down"
+    )
+    cluster.restart_node("node1")
+    state = cluster.wait_job(job, DONE, 600)
+    assert state == "COMPLETED", f"job {job} {state}" + _diagnostics(tmp_path, run_dir)
+    assert "Restarts=1" in cluster.run(["scontrol", "-o", "show", "job", job]).stdout
+    counts = audit(run_dir, NUM_STEPS, PROMPTS_PER_STEP)
+    print(f"\nnode failure, requeued once; audit {counts}")
+    assert counts["lost"] == 0 and counts["doubled"] == 0
+
+
+def _wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
