@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume",
         choices=["auto"],
-        help="auto: continue from the run dir's newest checkpoint when it has one (a "
+        help="auto: continue the run in the run dir when an earlier start left one (a "
         "requeued job, or a resubmission with the same --run-dir), else start afresh",
     )
     parser.add_argument(
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.config.loader import ConfigError
     from hybridflow.deploy.slurm_allocation import (
         default_run_dir,
-        has_checkpoint,
+        has_earlier_start,
         node_addresses,
         sweep_override,
     )
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_dir = Path(args.run_dir or default_run_dir(job.deploy.run_root, os.environ)).absolute()
     checkpoints = Path(job.learner.checkpoint_dir or run_dir / "checkpoints")
-    resume = args.resume == "auto" and has_checkpoint(checkpoints)
+    resume = args.resume == "auto" and has_earlier_start(run_dir, checkpoints)
     config_args = ["--config", args.config] if args.config else []
     for override in args.set:
         config_args += ["--set", override]

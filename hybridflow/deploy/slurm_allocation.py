@@ -70,9 +70,13 @@ def default_run_dir(run_root: str, environ: Mapping[str, str]) -> Path:
     return Path(run_root) / name
 
 
-def has_checkpoint(checkpoint_root: Path) -> bool:
-    """Whether an earlier start saved a checkpoint there (complete or not: the coordinator's
-    resume verifies them, sets a bad one aside and falls back, or says why it cannot)."""
+def has_earlier_start(run_dir: Path, checkpoint_root: Path) -> bool:
+    """Whether an earlier start of the job got as far as its coordinator (``config.yaml``)
+    or a checkpoint. Resuming is right either way: the coordinator continues from the newest
+    checkpoint that verifies, or, with none, starts at step 1 with the earlier start's
+    records rewound (a fresh start would append to them)."""
+    if (run_dir / "config.yaml").is_file():
+        return True
     return checkpoint_root.is_dir() and any(checkpoint_root.glob("step_*/coordinator.json"))
 
 

@@ -179,7 +179,7 @@ def _dry_run(argv: list[str], capsys, monkeypatch, tmp_path: Path, **env: str) -
     return out.out.splitlines()
 
 
-def test_resume_auto_resumes_only_a_run_dir_with_a_checkpoint(tmp_path, capsys, monkeypatch):
+def test_resume_auto_resumes_only_a_run_dir_with_an_earlier_start(tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"
     argv = ["--run-dir", str(run_dir), "--resume", "auto"]
     assert "--resume" not in _dry_run(argv, capsys, monkeypatch, tmp_path)[-1].split()

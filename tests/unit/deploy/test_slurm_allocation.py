@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hybridflow.deploy.slurm_allocation import (
-    has_checkpoint,
+    has_earlier_start,
     parse_node_addresses,
     sweep_override,
 )
@@ -21,12 +21,17 @@ def test_node_addresses_are_scontrols_nodeaddr():
     assert parse_node_addresses(SCONTROL) == {"node1": "10.78.0.11", "node2": "ib-node2"}
 
 
-def test_only_a_checkpoint_with_its_schedule_counts(tmp_path):
-    assert not has_checkpoint(tmp_path / "missing")
-    (tmp_path / "step_00000004").mkdir()  # a save cut short before coordinator.json
-    assert not has_checkpoint(tmp_path)
-    (tmp_path / "step_00000004" / "coordinator.json").write_text("{}")
-    assert has_checkpoint(tmp_path)
+def test_an_earlier_start_is_its_config_or_a_checkpoint(tmp_path):
+    run, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    run.mkdir()
+    assert not has_earlier_start(run, checkpoints)
+    (checkpoints / "step_00000004").mkdir(parents=True)  # cut short before coordinator.json
+    assert not has_earlier_start(run, checkpoints)
+    (checkpoints / "step_00000004" / "coordinator.json").write_text("{}")
+    assert has_earlier_start(run, checkpoints)
+    assert has_earlier_start(run, tmp_path / "none") is False
+    (run / "config.yaml").write_text("model: x\n")  # its coordinator started, never saved
+    assert has_earlier_start(run, tmp_path / "none")
 
 
 @pytest.mark.parametrize(
