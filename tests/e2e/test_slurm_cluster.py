@@ -122,7 +122,10 @@ def test_quickstart_learns_on_three_slurm_nodes(
     wall_s = time.monotonic() - started
     assert state == "COMPLETED", f"job {job} {state}" + _diagnostics(tmp_path, run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    print(f"\n3-node Slurm quickstart ({transport}): {wall_s:.0f}s wall, reward {summary}")
+    print(
+        f"\n3-node Slurm quickstart ({transport}): {wall_s:.0f}s sbatch to COMPLETED, reward "
+        f"{summary['reward_start']:.3f} -> {summary['reward_end']:.3f}"
+    )
     assert summary["num_steps"] == 150
     assert summary["reward_end"] >= 0.9, summary
     # The real run executed the plan the dry run printed, placed as asked.
