@@ -34,6 +34,8 @@ CONTROLLER_HOST = 1
 CTLD_PORT = 16817
 SLURMD_PORT = 16818
 NUM_NODES = 3
+NODE_INTERFACE = "hfnet0"
+"""Each node's interface (in its namespace) carrying its NodeAddr."""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -149,9 +151,11 @@ class SlurmCluster:
             _ip("netns", "add", ns)
             _ip("link", "add", host_end, "type", "veth", "peer", "name", dev)
             _ip("link", "set", dev, "netns", ns)
+            # One name on every node, as a cluster's nodes share theirs (GLOO_SOCKET_IFNAME).
+            _ip("-n", ns, "link", "set", dev, "name", NODE_INTERFACE)
             _ip("link", "set", host_end, "master", self.bridge, "up")
-            _ip("-n", ns, "addr", "add", f"{self.nodes[name]}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "addr", "add", f"{self.nodes[name]}/24", "dev", NODE_INTERFACE)
+            _ip("-n", ns, "link", "set", NODE_INTERFACE, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
 
     def _munge(self) -> None:

@@ -150,14 +150,15 @@ def plan_job(
         shared += ["--set", f"learner.checkpoint_dir={run_dir / 'checkpoints'}"]
     exit_file, stop_file = run_dir / "slurm" / "coordinator.exit", run_dir / "slurm" / "stop"
 
-    def srun(node: str, name: str) -> list[str]:
+    def srun(node: str, name: str, stop: str = "process") -> list[str]:
         """One task on ``node``, sharing the allocation with the other steps, logging to the
-        run dir, under the shim that holds Slurm's SIGTERM (``slurm_step``)."""
+        run dir, under the shim that holds Slurm's SIGTERM and stops the service as ``stop``
+        says (``slurm_step``)."""
         return [
             "srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap",
             f"--output={run_dir / 'logs' / name}.log",
             python, "-m", "hybridflow.deploy.slurm_step",
-            f"--exit-file={exit_file}", f"--stop-file={stop_file}", "--",
+            f"--exit-file={exit_file}", f"--stop-file={stop_file}", f"--stop={stop}", "--",
         ]  # fmt: skip
 
     def visible(devices: str) -> list[str]:
@@ -193,7 +194,11 @@ def plan_job(
             ),
         )
         ranks = ranks_command(python, "hybridflow.services.learner", learner)
-        command = [*srun(node, f"learner{rank}"), *visible(learner.topology.visible_devices)]
+        # Under torchrun: rank 0 (first node) gets the stop and relays it to the others.
+        single = ranks == [python, "-m", "hybridflow.services.learner"]
+        stop = "process" if single else "children"
+        stop = stop if rank == 0 else "wait"
+        command = [*srun(node, f"learner{rank}", stop), *visible(learner.topology.visible_devices)]
         command += [*ranks, *serve("learner", learner_port)]
         for override in topology if learner_nodes > 1 else []:
             command += ["--set", override]

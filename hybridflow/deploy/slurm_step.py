@@ -1,15 +1,21 @@
 """``python -m hybridflow.deploy.slurm_step``: the task of one service's ``srun`` step.
 
 The service runs until the coordinator has exited: the batch step writes ``--exit-file``
-then, and this shim, which polls for it, stops the service (SIGINT to its process group;
-SIGKILL ``KILL_AFTER_S`` later). The service itself runs with SIGTERM and SIGUSR1 blocked
-(the mask survives exec and torchrun's ranks inherit it), so that a signal Slurm sends to
-the steps does not end it before the coordinator's last checkpoint: the shim takes them
-and creates ``--stop-file``, which the batch step turns into "stop after the current step,
-with a checkpoint". That covers ``scancel --signal=TERM JOB`` (the steps, not the batch
-step), ``scancel --signal=USR1 JOB`` and ``#SBATCH --signal=USR1@N`` before the time limit.
-A plain ``scancel`` or a requeue is another matter: srun answers the job's end by SIGKILLing
-its tasks at once, and the run resumes from its last periodic checkpoint.
+then, and this shim, which polls for it, stops the service (``--stop``, below; SIGKILL to
+its process group ``KILL_AFTER_S`` later if it is still there). The service itself runs with
+SIGTERM and SIGUSR1 blocked (the mask survives exec and torchrun's ranks inherit it), so
+that a signal Slurm sends to the steps does not end it before the coordinator's last
+checkpoint: the shim takes them and creates ``--stop-file``, which the batch step turns into
+"stop after the current step, with a checkpoint". That covers ``scancel --signal=TERM JOB``
+(the steps, not the batch step), ``scancel --signal=USR1 JOB`` and ``#SBATCH
+--signal=USR1@N`` before the time limit. A plain ``scancel`` or a requeue is another matter:
+srun answers the job's end by SIGKILLing its tasks at once.
+
+``--stop``: ``process`` sends SIGINT to the service's process (a service's own stop);
+``children`` to that process's children: torchrun's ranks on the learner's first node,
+where rank 0 drains and relays the shutdown to the others, and torchrun exits 0 once they
+have (SIGINT to torchrun itself would make it kill its ranks and fail); ``wait`` sends
+nothing: the learner's other nodes, whose ranks leave on rank 0's relayed shutdown.
 
 SIGINT stops the service at once. Knows nothing of what the service is; imports only the
 standard library. Exits with the service's exit code.
@@ -29,6 +35,7 @@ from types import FrameType
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}
 """Blocked in the service: the shim decides when it stops."""
 POLL_S = 0.2
+STOP_MODES = ("process", "children", "wait")
 KILL_AFTER_S = 30.0
 """After the SIGINT, seconds the service gets to drain before SIGKILL (its group)."""
 
@@ -36,8 +43,12 @@ KILL_AFTER_S = 30.0
 class StepShim:
     """The service process, and when it was asked to stop (None: not yet)."""
 
-    def __init__(self, command: list[str], exit_file: Path, stop_file: Path) -> None:
-        self.exit_file, self.stop_file = exit_file, stop_file
+    def __init__(
+        self, command: list[str], exit_file: Path, stop_file: Path, stop: str = "process"
+    ) -> None:
+        if stop not in STOP_MODES:
+            raise ValueError(f"--stop must be one of {STOP_MODES}, got {stop!r}")
+        self.exit_file, self.stop_file, self.stop_mode = exit_file, stop_file, stop
         self.command = command
         self.stop_sent_at: float | None = None
         self.child: subprocess.Popen[bytes] | None = None
@@ -57,21 +68,32 @@ class StepShim:
         self.stop_file.touch()
 
     def on_int(self, signum: int, frame: FrameType | None) -> None:
-        self.stop()
+        self.stop_sent_at = self.stop_sent_at or time.monotonic()
+        self._signal_group(signal.SIGINT)
 
     def stop(self) -> None:
-        if self.stop_sent_at is None:
-            self.stop_sent_at = time.monotonic()
-            self._signal_group(signal.SIGINT)
+        """SIGINT to what ``--stop`` names (once); SIGINT to the shim itself, though, means
+        now: the whole process group."""
+        if self.stop_sent_at is not None or self.child is None:
+            return
+        self.stop_sent_at = time.monotonic()
+        if self.stop_mode == "process":
+            _signal(self.child.pid, signal.SIGINT)
+        elif self.stop_mode == "children":
+            for pid in child_pids(self.child.pid):
+                _signal(pid, signal.SIGINT)
 
     def run(self) -> int:
         """Waits for the service, stopping it once the exit file is there; its exit code."""
         assert self.child is not None, "start() first"
         while True:
             try:
-                return self.child.wait(POLL_S)
+                code = self.child.wait(POLL_S)
             except subprocess.TimeoutExpired:
                 pass
+            else:
+                self._signal_group(signal.SIGKILL)  # stragglers it left in its group
+                return code
             now = time.monotonic()
             if self.stop_sent_at is None and self.exit_file.exists():
                 self.stop()
@@ -87,16 +109,42 @@ class StepShim:
             pass
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live children of ``pid`` (Linux /proc)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hybridflow-slurm-step", description=__doc__)
     parser.add_argument("--exit-file", required=True, help="written when the coordinator exits")
     parser.add_argument("--stop-file", required=True, help="created on SIGTERM / SIGUSR1")
+    parser.add_argument(
+        "--stop",
+        choices=STOP_MODES,
+        default="process",
+        help="what gets SIGINT once the exit file is there (module docstring)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the service's command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no service command after --")
-    shim = StepShim(command, Path(args.exit_file), Path(args.stop_file))
+    shim = StepShim(command, Path(args.exit_file), Path(args.stop_file), args.stop)
     for sig in HELD_SIGNALS:
         signal.signal(sig, shim.on_held_signal)
     signal.signal(signal.SIGINT, shim.on_int)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fault.harness import audit
-from tests.slurm_cluster import SlurmCluster
+from tests.slurm_cluster import NODE_INTERFACE, SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "deploy/configs/quickstart.yaml"
@@ -62,6 +62,7 @@ def _job_args(
 def _job_env(cluster: SlurmCluster) -> dict[str, str]:
     """What sbatch passes on to every step: the cluster's client settings, this python."""
     env = {**cluster.env, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    env["GLOO_SOCKET_IFNAME"] = NODE_INTERFACE  # what a multi-node learner's ranks bind
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
     env.pop("HYBRIDFLOW_TOKEN", None)  # the run dir's token file: shared by every step
     return env
@@ -100,6 +101,25 @@ def _wait_for_file(path: Path, timeout_s: float, why: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {path} ({why})")
         time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_learner_on_two_nodes(slurm_cluster: SlurmCluster, tmp_path: Path):
+    """--learner-nodes 2: torchrun's rendezvous on node1, one rank on each of node1 and
+    node2, the replica and the reward service sharing node3; it trains and stops cleanly."""
+    cluster = slurm_cluster
+    run_dir = tmp_path / "run"
+    args = _job_args(cluster, tmp_path, run_dir, ["coordinator.num_steps=30"])
+    job = _submit(cluster, tmp_path, [*args, "--learner-nodes", "2"])
+    state = cluster.wait_job(job, DONE, 600)
+    assert state == "COMPLETED", f"job {job} {state}" + _diagnostics(tmp_path, run_dir)
+    assert json.loads((run_dir / "summary.json").read_text())["num_steps"] == 30
+    plan = (run_dir / "slurm" / "plan.txt").read_text().splitlines()
+    assert [line.split(" on ")[1].split()[0].rstrip(":") for line in plan] == [
+        "node1", "node2", "node3", "node3", "node1",
+    ]  # fmt: skip
+    for step in ("learner0", "learner1", "rollout0", "reward"):
+        assert "Traceback" not in (run_dir / "logs" / f"{step}.log").read_text(), step
 
 
 @pytest.mark.slow

@@ -77,6 +77,7 @@ def test_three_nodes_learner_rollout_reward_one_each():
         shim = command.index("hybridflow.deploy.slurm_step")
         assert f"--exit-file={RUN}/slurm/coordinator.exit" in command[shim:]
         assert command[command.index("--", shim) + 1] == "python"
+        assert "--stop=process" in command[shim:]  # SIGINT to the service's process
         assert f"learner.checkpoint_dir={RUN}/checkpoints" in command
     coordinator = steps["coordinator"].command
     assert coordinator[:6] == [
@@ -121,6 +122,9 @@ def test_two_learner_nodes_and_replicas_sharing_a_node():
         assert arg in learner1, arg
     assert "learner.topology.node_rank=1" in learner1  # the service reads it too
     assert "--rdzv-conf=is_host=1" in steps["learner0"].command  # node 0 hosts the store
+    # rank 0's node stops torchrun's ranks (rank 0 relays the shutdown); the others wait
+    assert "--stop=children" in steps["learner0"].command
+    assert "--stop=wait" in learner1
     assert steps["learner1"].address == ""  # only rank 0 serves gRPC
     # gpu03 and gpu04 take the replicas round-robin (ports base + index), gpu05 the reward
     rollouts = [steps[f"rollout{i}"].address for i in range(3)]

@@ -33,10 +33,10 @@ def _wait(condition, what: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def _shim(tmp: Path, service: list[str]) -> subprocess.Popen[bytes]:
+def _shim(tmp: Path, service: list[str], stop: str = "process") -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "hybridflow.deploy.slurm_step",
-         f"--exit-file={tmp / 'exit'}", f"--stop-file={tmp / 'stop'}", "--", *service],
+        [sys.executable, "-m", "hybridflow.deploy.slurm_step", f"--exit-file={tmp / 'exit'}",
+         f"--stop-file={tmp / 'stop'}", f"--stop={stop}", "--", *service],
     )  # fmt: skip
 
 
@@ -63,3 +63,25 @@ def test_the_shim_exits_with_the_services_code(tmp_path):
     shim = _shim(tmp_path, [sys.executable, "-c", "raise SystemExit(3)"])
     assert shim.wait(30) == 3
     assert not (tmp_path / "stop").exists()
+
+
+# A launcher like torchrun: starts the service as its child; a SIGINT to it is a failure.
+LAUNCHER = """
+import signal, subprocess, sys
+signal.signal(signal.SIGINT, lambda *_: sys.exit(9))
+sys.exit(subprocess.call(sys.argv[1:]))
+"""
+
+
+def test_children_mode_stops_the_ranks_not_their_launcher(tmp_path):
+    record = tmp_path / "record"
+    service = [sys.executable, "-c", SERVICE, str(record)]
+    shim = _shim(tmp_path, [sys.executable, "-c", LAUNCHER, *service], stop="children")
+    try:
+        _wait(lambda: Path(f"{record}.pid").exists(), "the service")
+        (tmp_path / "exit").write_text("0\n")
+        assert shim.wait(30) == 0  # the launcher saw its child end well, not a SIGINT
+        assert record.read_text().split() == ["SIGINT"]
+    finally:
+        if shim.poll() is None:
+            shim.kill()
