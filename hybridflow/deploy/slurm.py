@@ -177,22 +177,18 @@ def plan_job(
 
     steps = []
     for rank, node in enumerate(nodes[:learner_nodes]):
-        topology = [
-            f"learner.topology.nnodes={learner_nodes}",
-            f"learner.topology.node_rank={rank}",
-            f"learner.topology.rdzv_endpoint={addr[nodes[0]]}:{RENDEZVOUS_PORT}",
-            f"learner.topology.local_addr={addr[node]}",
-        ]
-        learner = replace(
-            job.learner,
-            topology=replace(
-                job.learner.topology,
-                nnodes=learner_nodes,
-                node_rank=rank,
-                rdzv_endpoint=f"{addr[nodes[0]]}:{RENDEZVOUS_PORT}",
-                local_addr=addr[node],
-            ),
+        placed = replace(
+            job.learner.topology,
+            nnodes=learner_nodes,
+            node_rank=rank,
+            rdzv_endpoint=f"{addr[nodes[0]]}:{RENDEZVOUS_PORT}",
+            local_addr=addr[node],
         )
+        topology = [
+            f"learner.topology.{key}={getattr(placed, key)}"
+            for key in ("nnodes", "node_rank", "rdzv_endpoint", "local_addr")
+        ]
+        learner = replace(job.learner, topology=placed)
         ranks = ranks_command(python, "hybridflow.services.learner", learner)
         # Under torchrun: rank 0 (first node) gets the stop and relays it to the others.
         single = ranks == [python, "-m", "hybridflow.services.learner"]
