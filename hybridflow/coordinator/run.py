@@ -267,7 +267,6 @@ def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:
         server.metrics.gauge(
             "hybridflow_coordinator_step", "Last trained step", lambda: control.status().step
         )
-    write_port_file(run_dir / "coordinator.addr", server.address)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if control.status().state == "stopping":
@@ -277,6 +276,9 @@ def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    # After the handlers: whoever waits for this file may signal at once (the Slurm batch
+    # step holds its stop requests until it is there).
+    write_port_file(run_dir / "coordinator.addr", server.address)
     print(
         f"run dir: {run_dir}  (control: hybridflow-coordinator status --run-dir {run_dir})",
         file=sys.stderr,

@@ -1,14 +1,18 @@
 """Places a job's services on a Slurm allocation and runs it (behind deploy/slurm/hybridflow.sbatch).
 
-The plan: the learner's torchrun nodes on the allocation's first ``--learner-nodes`` nodes (one
-``srun`` step per node, ``--node-rank`` fixed, rendezvous at the first node), the rollout
-replicas round-robin on the next nodes, the reward service on the last node, the coordinator
-on the batch host (the first node) pointed at them all with ``--set`` overrides. Services bind
-0.0.0.0 on fixed ports (a port the config leaves at 0 gets a default below); TLS comes from
-the config, the token from ``HYBRIDFLOW_TOKEN`` (srun passes the environment on).
+The plan: the learner's nodes on the allocation's first ``--learner-nodes`` nodes (one
+``srun`` step per node; more than one rank or node runs torchrun, rendezvous at the first
+node), the rollout replicas round-robin on the next nodes, the reward service on the last
+node, the coordinator in the batch step (the first node) pointed at them all with ``--set``
+overrides. Services bind 0.0.0.0 on fixed ports (a port the config leaves at 0 gets a default
+below) and are dialled at their node's ``NodeAddr`` (``slurm_allocation``); TLS comes from the
+config, the token from ``HYBRIDFLOW_TOKEN`` or the run dir's token file (srun passes the
+environment on). Each service step runs under ``slurm_step``, which holds Slurm's SIGTERM
+until the coordinator has saved; ``slurm_job`` runs the plan and routes the signals.
 
-``--dry-run`` prints the plan and runs nothing. Knows the job config's ports and counts, not
-the services' internals; the coordinator waits for the services' health itself.
+``--dry-run`` prints the plan and runs nothing; a real run prints the same plan and writes it
+to ``<run dir>/slurm/plan.txt``. Knows the job config's ports and counts, not the services'
+internals; the coordinator waits for the services' health itself.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ import argparse
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 
-from hybridflow.job_config import JobConfig
+from hybridflow.deploy.launcher import ranks_command
+from hybridflow.job_config import JobConfig, load_job_config
 
 DEFAULT_LEARNER_PORT = 50051
 DEFAULT_REWARD_PORT = 50052
@@ -108,13 +112,20 @@ def plan_job(
     config_args: Sequence[str],
     learner_nodes: int = 1,
     python: str = "python",
+    addresses: Mapping[str, str] | None = None,
+    run_dir: Path = Path("runs/slurm"),
+    resume: bool = False,
 ) -> list[Step]:
     """The services' srun steps, then the coordinator (run on the batch host, ``nodes[0]``).
-    ``config_args``: ``--config``/``--set`` arguments every process gets."""
+    ``config_args``: ``--config``/``--set`` arguments every process gets; ``addresses``:
+    NodeName -> the address the others dial (default: the names); ``run_dir``: the run's
+    directory, on a filesystem every node sees (each step logs to ``logs/<step>.log``
+    there); ``resume``: the coordinator continues from the run's newest checkpoint."""
     if not nodes:
         raise ValueError("the allocation has no nodes")
     if not 1 <= learner_nodes <= len(nodes):
         raise ValueError(f"--learner-nodes must be in [1, {len(nodes)}], got {learner_nodes}")
+    addr = {node: node for node in nodes} if addresses is None else dict(addresses)
     service_nodes = list(nodes[learner_nodes:]) or [nodes[-1]]
     rollout_nodes = service_nodes[:-1] if len(service_nodes) > 1 else service_nodes
     reward_node = service_nodes[-1]
@@ -125,11 +136,35 @@ def plan_job(
         (rollout_nodes[i % len(rollout_nodes)], rollout_base + i)
         for i in range(job.rollout.replicas)
     ]
-    allowed = sorted({node for node, _ in rollouts})
-    shared = [*config_args, "--set", f"weight_sync.allowed_hosts=[{','.join(allowed)}]"]
+    # The learner sends weights only to the replicas' hosts; a replica joins only the
+    # torch.distributed store on node 0 (weight_sync.transport=dist, e.g. NCCL on GPUs).
+    allowed = sorted({addr[node] for node, _ in rollouts} | {addr[nodes[0]]})
+    shared = [
+        *config_args,
+        "--set",
+        f"weight_sync.allowed_hosts=[{','.join(allowed)}]",
+        "--set",
+        f"weight_sync.store_host={addr[nodes[0]]}",
+    ]
+    if not job.learner.checkpoint_dir:  # the only place checkpoint RPCs may write
+        shared += ["--set", f"learner.checkpoint_dir={run_dir / 'checkpoints'}"]
+    exit_file, stop_file = run_dir / "slurm" / "coordinator.exit", run_dir / "slurm" / "stop"
 
-    def srun(node: str) -> list[str]:
-        return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap"]
+    def srun(node: str, name: str, stop: str = "process") -> list[str]:
+        """One task on ``node``, sharing the allocation with the other steps, logging to the
+        run dir, under the shim that holds Slurm's SIGTERM and stops the service as ``stop``
+        says (``slurm_step``)."""
+        return [
+            "srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap",
+            f"--output={run_dir / 'logs' / name}.log",
+            python, "-m", "hybridflow.deploy.slurm_step",
+            f"--exit-file={exit_file}", f"--stop-file={stop_file}", f"--stop={stop}", "--",
+        ]  # fmt: skip
+
+    def visible(devices: str) -> list[str]:
+        """The devices a step's service sees (``rollout.devices``, ``learner.topology.devices``),
+        as deploy/launch.sh gives them; nothing when the config names none."""
+        return ["env", f"CUDA_VISIBLE_DEVICES={devices}"] if devices else []
 
     def serve(role: str, port: int) -> list[str]:
         return [
@@ -142,20 +177,33 @@ def plan_job(
 
     steps = []
     for rank, node in enumerate(nodes[:learner_nodes]):
-        torchrun = [
-            python, "-m", "torch.distributed.run",
-            f"--nnodes={learner_nodes}", f"--node-rank={rank}",
-            f"--nproc-per-node={job.learner.topology.num_ranks}",
-            f"--master-addr={nodes[0]}", f"--master-port={RENDEZVOUS_PORT}",
-        ]  # fmt: skip
-        address = f"{node}:{learner_port}" if rank == 0 else ""  # rank 0 serves gRPC
-        command = [*srun(node), *torchrun, "-m", "hybridflow.services.learner"]
-        steps.append(
-            Step(f"learner{rank}", node, [*command, *serve("learner", learner_port)], address)
+        placed = replace(
+            job.learner.topology,
+            nnodes=learner_nodes,
+            node_rank=rank,
+            rdzv_endpoint=f"{addr[nodes[0]]}:{RENDEZVOUS_PORT}",
+            local_addr=addr[node],
         )
+        topology = [
+            f"learner.topology.{key}={getattr(placed, key)}"
+            for key in ("nnodes", "node_rank", "rdzv_endpoint", "local_addr")
+        ]
+        learner = replace(job.learner, topology=placed)
+        ranks = ranks_command(python, "hybridflow.services.learner", learner)
+        # Under torchrun: rank 0 (first node) gets the stop and relays it to the others.
+        single = ranks == [python, "-m", "hybridflow.services.learner"]
+        stop = "process" if single else "children"
+        stop = stop if rank == 0 else "wait"
+        command = [*srun(node, f"learner{rank}", stop), *visible(learner.topology.visible_devices)]
+        command += [*ranks, *serve("learner", learner_port)]
+        for override in topology if learner_nodes > 1 else []:
+            command += ["--set", override]
+        address = f"{addr[node]}:{learner_port}" if rank == 0 else ""  # rank 0 serves gRPC
+        steps.append(Step(f"learner{rank}", node, command, address))
     for i, (node, port) in enumerate(rollouts):
         command = [
-            *srun(node),
+            *srun(node, f"rollout{i}"),
+            *visible(job.rollout.devices[i] if job.rollout.devices else ""),
             python,
             "-m",
             "hybridflow.services.rollout",
@@ -164,24 +212,30 @@ def plan_job(
         ]
         # The replica adds its index to the base port itself.
         steps.append(
-            Step(f"rollout{i}", node, [*command, *serve("rollout", rollout_base)], f"{node}:{port}")
+            Step(
+                f"rollout{i}",
+                node,
+                [*command, *serve("rollout", rollout_base)],
+                f"{addr[node]}:{port}",
+            )
         )
-    reward = [*srun(reward_node), python, "-m", "hybridflow.services.reward"]
+    reward = [*srun(reward_node, "reward"), python, "-m", "hybridflow.services.reward"]
     steps.append(
         Step(
             "reward",
             reward_node,
             [*reward, *serve("reward", reward_port)],
-            f"{reward_node}:{reward_port}",
+            f"{addr[reward_node]}:{reward_port}",
         )
     )
-    addresses = [
-        f"coordinator.rollout_addresses=[{','.join(f'{n}:{p}' for n, p in rollouts)}]",
-        f"coordinator.reward_address={reward_node}:{reward_port}",
-        f"coordinator.learner_address={nodes[0]}:{learner_port}",
+    overrides = [
+        f"coordinator.rollout_addresses=[{','.join(f'{addr[n]}:{p}' for n, p in rollouts)}]",
+        f"coordinator.reward_address={addr[reward_node]}:{reward_port}",
+        f"coordinator.learner_address={addr[nodes[0]]}:{learner_port}",
     ]
-    coordinator = [python, "-m", "hybridflow.coordinator", "run", *shared]
-    for override in addresses:
+    coordinator = [python, "-m", "hybridflow.coordinator", "run", "--run-dir", str(run_dir)]
+    coordinator += [*(["--resume"] if resume else []), *shared]
+    for override in overrides:
         coordinator += ["--set", override]
     steps.append(Step("coordinator", nodes[0], coordinator))
     return steps
@@ -195,20 +249,6 @@ def format_plan(steps: Sequence[Step]) -> str:
     return "\n".join(lines)
 
 
-def run_plan(steps: Sequence[Step]) -> int:
-    """Starts the services' steps, runs the coordinator to its end, then SIGTERMs the steps
-    (srun forwards it to the tasks). Returns the coordinator's exit code."""
-    services = [subprocess.Popen(step.command) for step in steps[:-1]]
-    try:
-        return subprocess.run(steps[-1].command).returncode
-    finally:
-        for popen in services:
-            if popen.poll() is None:
-                popen.send_signal(signal.SIGTERM)
-        for popen in services:
-            popen.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hybridflow-slurm", description=__doc__)
     parser.add_argument("--config", help="job YAML")
@@ -220,26 +260,85 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--learner-nodes", type=int, default=1, help="torchrun nodes")
     parser.add_argument("--python", default=sys.executable, help="the python on every node")
+    parser.add_argument(
+        "--run-dir",
+        help="the run's directory, seen by every node (default: "
+        "<deploy.run_root>/slurm-<job id>, the same across requeues)",
+    )
+    parser.add_argument(
+        "--resume",
+        choices=["auto"],
+        help="auto: continue the run in the run dir when an earlier start left one (a "
+        "requeued job, or a resubmission with the same --run-dir), else start afresh",
+    )
+    parser.add_argument(
+        "--sweep",
+        metavar="KEY=V0,V1,...",
+        help="a job array's setting: array task i runs with --set KEY=Vi (sbatch --array=0-N)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = parser.parse_args(argv)
 
-    from hybridflow.job_config import load_job_config
+    from hybridflow.config.loader import ConfigError
+    from hybridflow.deploy.slurm_allocation import (
+        default_run_dir,
+        has_earlier_start,
+        node_addresses,
+        sweep_override,
+    )
 
-    job = load_job_config(args.config, args.set)
+    try:
+        if args.sweep:
+            args.set.append(sweep_override(args.sweep, os.environ))
+        job = load_job_config(args.config, args.set)
+        nodes = expand_nodelist(args.nodelist)
+        addresses = node_addresses(nodes)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir or default_run_dir(job.deploy.run_root, os.environ)).absolute()
+    checkpoints = Path(job.learner.checkpoint_dir or run_dir / "checkpoints")
+    resume = args.resume == "auto" and has_earlier_start(run_dir, checkpoints)
     config_args = ["--config", args.config] if args.config else []
     for override in args.set:
         config_args += ["--set", override]
     try:
         steps = plan_job(
-            expand_nodelist(args.nodelist), job, config_args, args.learner_nodes, args.python
+            nodes, job, config_args, args.learner_nodes, args.python, addresses, run_dir, resume
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    print(
+        f"slurm: run dir {run_dir} ({'resuming' if resume else 'fresh start'}, "
+        f"restart count {restarts})",
+        file=sys.stderr,
+    )
     print(format_plan(steps), flush=True)
     if args.dry_run:
         return 0
-    return run_plan(steps)
+    return _run(steps, job, run_dir)
+
+
+def _run(steps: list[Step], job: JobConfig, run_dir: Path) -> int:
+    """Claims the run dir (its mode, its lock, its token) and runs the plan there."""
+    from hybridflow.deploy.run_dir_mode import prepare_run_dir
+    from hybridflow.deploy.run_lock import RunDirBusy, lock_run_dir
+    from hybridflow.deploy.slurm_job import run_plan
+    from hybridflow.rpc.token import export_run_token
+
+    prepare_run_dir(run_dir, job.deploy.group_readable)  # and the umask every step inherits
+    try:
+        lock = lock_run_dir(run_dir)  # held for the job; the coordinator (a child) goes on
+        export_run_token(run_dir, os.environ)  # unless HYBRIDFLOW_TOKEN is set: srun passes it
+    except (RunDirBusy, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_plan(steps, run_dir)
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":
