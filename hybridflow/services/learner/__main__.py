@@ -133,9 +133,12 @@ def _serve_relayed(learner: _Learner) -> None:
     import signal
 
     log = learner.log
-    # torchrun forwards SIGTERM to every rank at once; the others must outlive rank 0's
-    # drain and leave on its relayed "shutdown", or rank 0's last broadcast fails.
-    signal.signal(signal.SIGTERM, lambda *_: log.info("SIGTERM: waiting for rank 0"))
+    # torchrun forwards SIGTERM to every rank at once, and a Ctrl-C or a scheduler's stop
+    # reaches the whole process group as SIGINT: the others must outlive rank 0's drain and
+    # leave on its relayed "shutdown", or rank 0's last broadcast fails.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        name = signal.Signals(signum).name
+        signal.signal(signum, lambda *_, name=name: log.info("%s: waiting for rank 0", name))
     log.info("rank %d serving relayed commands", learner.dist_info.rank)
     learner.relay.serve()
 
