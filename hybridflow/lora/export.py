@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -55,15 +56,10 @@ def write_peft_dir(
     (partial / "adapter_config.json").write_text(
         json.dumps(peft_config_dict(config, base_model), indent=2) + "\n"
     )
-    os.replace(partial, directory) if not directory.exists() else _swap(partial, directory)
+    if directory.exists():  # a re-export: the old one goes just before the new one lands
+        shutil.rmtree(directory)
+    os.replace(partial, directory)
     return directory
-
-
-def _swap(new: Path, old: Path) -> None:
-    import shutil
-
-    shutil.rmtree(old)
-    os.replace(new, old)
 
 
 def merged_items(

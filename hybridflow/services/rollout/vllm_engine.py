@@ -521,12 +521,12 @@ class VLLMEngine:
         if adapters.mode == "merged":
             self._rpc("hf_merge_adapters", tensors, adapters.config.scale)
         else:
+            adapter_id, path = adapters.next_sync()
             if tensors is None:
-                directory = str(adapters.directory(policy_version))
-                self._rpc("hf_write_staged_adapter", directory, adapters.config_dict())
+                self._rpc("hf_write_staged_adapter", str(path), adapters.config_dict())
             else:
-                adapters.write(policy_version, tensors)
-            adapters.serve(policy_version)
+                adapters.write(path, tensors)
+            adapters.serve(policy_version, adapter_id, path)
         self.policy_version = int(policy_version)
 
     def _serves_adapters(self) -> bool:

@@ -1,14 +1,14 @@
 """The vLLM replica's side of LoRA: adapters served per policy version, or merged.
 
 ``weight_sync.lora: adapter``: the engine runs with vLLM's LoRA layers (``engine_args``).
-Each sync's adapter is written as a PEFT directory named after its version (atomically:
+Each sync's adapter is written as a PEFT directory named after its vLLM id (atomically:
 vLLM reads it only once it is whole) and every request from then on carries a
 ``LoRARequest`` with a new id (one per sync, counting from 1: a re-sync of the same version,
 say from a restarted learner, gets a new id too), so vLLM loads it into its adapter cache on
 first use: vLLM keys its cache by id and skips loading an id it holds, so a reused id would
-keep serving the old adapter. Requests
-in flight keep the adapter they started with: their tokens carry that version. The last
-``KEEP_VERSIONS`` directories stay (vLLM may reload an evicted adapter still in use).
+keep serving the old adapter. Requests in flight keep the adapter they started with: their
+tokens carry that version. The last ``KEEP_VERSIONS`` directories stay (vLLM may reload an
+evicted adapter still in use).
 
 ``merged``: no LoRA layers; the workers merge the adapter into a copy of the base weights
 and reload them (``vllm_worker.WeightSyncWorker.hf_merge_adapters``).
@@ -62,36 +62,37 @@ class VLLMAdapters:
         self._root = Path(
             tempfile.mkdtemp(prefix="hybridflow-lora-", dir=shm if shm.is_dir() else None)
         )
-        self._versions: list[int] = []
+        self._written: list[Path] = []
         self.request: Any = None
         """The ``LoRARequest`` new requests carry; None before the first sync (a fresh
         adapter is the base model: B is zero)."""
         self.new_id = itertools.count(1).__next__
         """Gives each sync's adapter its vLLM id (tests replace it to simulate a reuse)."""
 
-    def directory(self, version: int) -> Path:
-        return self._root / f"v{version}"
+    def next_sync(self) -> tuple[int, Path]:
+        """The vLLM id of the next sync's adapter and the directory it is written to."""
+        adapter_id = self.new_id()
+        return adapter_id, self._root / f"id{adapter_id}"
 
     def config_dict(self) -> dict[str, object]:
         return peft_config_dict(self.config, self._model_path)
 
-    def write(self, version: int, named: Sequence[tuple[str, torch.Tensor]]) -> None:
-        """The adapter of ``version`` as a PEFT directory (tensors received in this process)."""
-        write_peft_dir(self.directory(version), named, self.config, self._model_path)
+    def write(self, path: Path, named: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """An adapter as a PEFT directory (tensors received in this process)."""
+        write_peft_dir(path, named, self.config, self._model_path)
 
-    def serve(self, version: int) -> None:
-        """New requests use the adapter written for ``version``; old directories go."""
+    def serve(self, version: int, adapter_id: int, path: Path) -> None:
+        """New requests use the adapter written to ``path`` under ``adapter_id``; the
+        directories of all but the last ``KEEP_VERSIONS`` syncs go."""
         from vllm.lora.request import LoRARequest
 
-        path = self.directory(version)
         if not (path / "adapter_model.safetensors").is_file():
             raise RuntimeError(f"adapter of v{version} was not written to {path}")
-        adapter_id = self.new_id()
         self.request = LoRARequest(f"policy-v{version}-id{adapter_id}", adapter_id, str(path))
-        if version not in self._versions:
-            self._versions.append(version)
-        while len(self._versions) > KEEP_VERSIONS:
-            shutil.rmtree(self.directory(self._versions.pop(0)), ignore_errors=True)
+        if path not in self._written:
+            self._written.append(path)
+        while len(self._written) > KEEP_VERSIONS:
+            shutil.rmtree(self._written.pop(0), ignore_errors=True)
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
