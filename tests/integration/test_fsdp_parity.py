@@ -154,12 +154,17 @@ def _join_group(rank: int, port: int) -> None:
 
 
 def _leave_group() -> None:
-    """Barrier, then destroy: a rank that tears gloo down while rank 0 (the store's host)
-    is still writing its results aborts at exit now and then on a busy machine."""
+    """Barrier, then leave the way a learner rank does (``exit_service``: no teardown).
+    Tearing gloo down is a race: whichever rank closes its pairs first, the other's gloo
+    loop thread may see the closed socket and abort the process (SIGABRT), now and then
+    on a busy machine, even after a barrier and ``destroy_process_group``. Past the
+    barrier every rank's results are written, so nothing is left to say on the wire."""
     import torch.distributed as dist
 
+    from hybridflow.utils.fast_exit import exit_service
+
     dist.barrier()
-    dist.destroy_process_group()
+    exit_service(0)
 
 
 def _free_port() -> int:
