@@ -105,6 +105,9 @@ class TrainingJob:
     services only through ``Services`` (clients or in-process twins), so ``RLTrainer`` and
     ``deploy/launch.sh`` run the same code."""
 
+    publish_retry_s = 1.0
+    """Pause between the tries of a publish that fails while every replica answers."""
+
     def __init__(
         self,
         config: CoordinatorConfig,
@@ -291,7 +294,7 @@ class TrainingJob:
                     if time.monotonic() > deadline or self._stop.is_set():
                         raise  # past the wait, or the job is closing (a publish thread)
                     log.warning("weight publish failed (%s); retrying", describe_error(exc))
-                    self._stop.wait(1.0)
+                    self._stop.wait(self.publish_retry_s)
 
     def _sync_weights(self, step: int, version: int, since: float) -> None:
         """Step ``step``'s weights (``version``) to the serving replicas. In an async run
