@@ -27,15 +27,16 @@ Invariants (tested in tests/unit/coordinator/):
   is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
   version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
-  when it is back; with no replica serving, the job waits ``replica_rejoin_timeout_s``
+  when it is back (``publish.WeightPublisher``, which also owns the learner's lock and the
+  background publish); with no replica serving, the job waits ``replica_rejoin_timeout_s``
   (shown in ``status``) instead of hanging. A replica that stops answering, or answers
   while its engine makes no progress on the request it holds, fails within
   ``replica_stall_timeout_s`` (``liveness.py``), so a hung one holds neither a batch nor a
   publish. Liveness probes never run inside the learner's critical section.
 
-The file is long on purpose: the step loop, the checkpoints and the replicas' publish and
-rejoin share one buffer, one set of dispatchers and the learner's lock, so they stay one
-class. What needs none of that state lives beside it (``buffer``, ``dispatch``,
+The file is long on purpose: the step loop, the restore and the checkpoints share one
+buffer, one cursor, one set of dispatchers and the schedule's state, so they stay one class.
+What needs none of that state lives beside it (``buffer``, ``dispatch``, ``publish``,
 ``staleness``, ``schedule_state``, ``run_records``).
 """
 
@@ -50,7 +51,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hybridflow.clients import PublishesInBackground
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
 from hybridflow.coordinator.checkpoint_config import (
@@ -62,13 +62,13 @@ from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
-from hybridflow.coordinator.dispatch import ReplicaDispatcher, describe_error
+from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
 from hybridflow.coordinator.episodes import episode_runner
 from hybridflow.coordinator.events import EventLog
-from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
+from hybridflow.coordinator.publish import WeightPublisher
 from hybridflow.coordinator.resume_policy import rebased_num_started
 from hybridflow.coordinator.run_records import (
     MFU_UNKNOWN,
@@ -85,10 +85,7 @@ from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.errors import (
     CheckpointRejected,
-    DeliveryFailed,
     FailedPrecondition,
-    ResourceExhausted,
-    ServiceError,
 )
 from hybridflow.types import LearnerNeeds, SamplingParams
 from hybridflow.utils.startup_marks import mark
@@ -104,9 +101,6 @@ class TrainingJob:
     checkpoint), and writes the run's metrics, audit log and summary. It talks to the
     services only through ``Services`` (clients or in-process twins), so ``RLTrainer`` and
     ``deploy/launch.sh`` run the same code."""
-
-    publish_retry_s = 1.0
-    """Pause between the tries of a publish that fails while every replica answers."""
 
     def __init__(
         self,
@@ -157,14 +151,18 @@ class TrainingJob:
         self.pacer = Pacer(bound.max_steps, config.sync_every, config.admission == "greedy")
         self.buffer = self._make_buffer(bound)
         self._stop = threading.Event()
-        self._learner_lock = threading.Lock()  # trainer loop and rejoining dispatchers
-        self._publishing: threading.Thread | None = None
-        """The background publish in flight (``_sync_weights``), until joined."""
-        self._publish_error: BaseException | None = None
-        # Only when the next step may train before the publish ends (sync runs gain nothing).
-        self._overlap_publish = config.overlap_publish and bound.max_steps >= 1
         self.events = EventLog(run_dir / "events.jsonl")
+        self.publisher = WeightPublisher(
+            services,
+            self.buffer,
+            self.events,
+            self._stop,
+            config.service_wait_s,
+            # Only when the next step may train before the publish ends (sync runs gain nothing).
+            overlap=config.overlap_publish and bound.max_steps >= 1,
+        )
         self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
+        self.publisher.dispatchers = self.dispatchers
         self.state = self._initial_state(continue_from)
         self.last_metrics: dict[str, float] = {}
         """The metrics of the last trained step."""
@@ -206,7 +204,7 @@ class TrainingJob:
                 per_request,
                 self._stop,
                 self.events,
-                rejoin=self._rejoin,
+                rejoin=self.publisher.rejoin,
                 rejoin_timeout_s=cfg.replica_rejoin_timeout_s,
                 service_wait_s=cfg.service_wait_s,
                 greedy_baseline=greedy_baseline,
@@ -245,126 +243,6 @@ class TrainingJob:
         replica that failed leaves the healthy ones whole steps, not half-size requests)."""
         serving = sum(1 for d in self.dispatchers if not d.failed)
         return max(1, self.config.prompts_per_step // max(1, serving))
-
-    def _rejoin(self, index: int, timeout_s: float) -> int | None:
-        """A failed replica is back when it answers a probe (outside the learner's lock, so
-        a dead one costs the learner nothing); then it gets the current weights. Returns
-        the version it now holds, None while it is not back; waits at most ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        if not _alive(self.dispatchers[index], min(PROBE_TIMEOUT_S, timeout_s)):
-            return None
-        if not self._learner_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            return None
-        try:
-            report = self.services.learner.publish_weights([self.services.weight_targets[index]])
-        finally:
-            self._learner_lock.release()
-        return report.policy_version
-
-    def _publish(self) -> None:
-        """Weights to every serving replica. A replica that fails the publish and does not
-        answer leaves the set (its dispatcher waits for it to come back and rejoin); a
-        publish that fails while every replica answers (one was just restarted) is retried
-        for up to ``service_wait_s``. The probes run after the learner's lock is released."""
-        deadline = time.monotonic() + self.config.service_wait_s
-        while True:
-            serving = [d for d in self.dispatchers if not d.failed]
-            if not serving:
-                return  # nobody to send to; rejoining replicas get weights when back
-            targets = [self.services.weight_targets[d.index] for d in serving]
-            try:
-                with self._learner_lock:
-                    report = self.services.learner.publish_weights(targets)
-                for d in serving:
-                    d.note_published(report.policy_version)
-                return
-            except DeliveryFailed:
-                raise  # the weights did not take effect: never train on as if they had
-            except ServiceError as exc:
-                dead = [d for d in serving if not _alive(d)]
-                for d in dead:
-                    if d.mark_failed():  # its dispatcher waits to rejoin
-                        log.warning(
-                            "%s unreachable during a weight publish (%s); it rejoins with "
-                            "the current weights when it is back",
-                            d.replica_name,
-                            describe_error(exc),
-                        )
-                if not dead:
-                    if time.monotonic() > deadline or self._stop.is_set():
-                        raise  # past the wait, or the job is closing (a publish thread)
-                    log.warning("weight publish failed (%s); retrying", describe_error(exc))
-                    self._stop.wait(self.publish_retry_s)
-
-    def _sync_weights(self, step: int, version: int, since: float) -> None:
-        """Step ``step``'s weights (``version``) to the serving replicas. In an async run
-        (``overlap_publish``), a learner that publishes in the background
-        (``PublishesInBackground``) is asked to start, which
-        returns once its weights are snapshotted, and a thread waits for the end while the
-        next step trains; the replicas are noted at ``version`` and admission learns the step
-        is out only once every target holds it. One publish is in flight at a time: the next
-        one, a checkpoint and ``close`` wait for it first."""
-        self._join_publish()
-        learner = self.services.learner
-        serving = [d for d in self.dispatchers if not d.failed]
-        if serving and self._overlap_publish and isinstance(learner, PublishesInBackground):
-            targets = [self.services.weight_targets[d.index] for d in serving]
-            try:
-                with self._learner_lock:
-                    learner.start_publish(targets)
-            except ServiceError as exc:
-                log.warning("weight publish did not start (%s)", describe_error(exc))
-            else:
-                self._publishing = threading.Thread(
-                    target=self._complete_publish,
-                    args=(learner, serving, step, version, since),
-                    name="weight-publish",
-                    daemon=True,
-                )
-                self._publishing.start()
-                return
-        self._publish()  # synchronous: probes, drops the dead, retries
-        self._published(step, version, since)
-
-    def _complete_publish(
-        self,
-        learner: PublishesInBackground,
-        serving: Sequence[ReplicaDispatcher],
-        step: int,
-        version: int,
-        since: float,
-    ) -> None:
-        """The publish thread: waits for the learner's report, notes the replicas, frees
-        admission. A failed background publish is done again synchronously (``_publish``:
-        the dead replica leaves the set, the others get the then current weights, whose
-        version its report gives)."""
-        try:
-            try:
-                report = learner.finish_publish()
-                for d in serving:
-                    d.note_published(report.policy_version)
-            except DeliveryFailed:
-                raise
-            except ServiceError as exc:
-                log.warning("background weight publish failed (%s); again", describe_error(exc))
-                self._publish()
-            self._published(step, version, since)
-        except BaseException as exc:  # noqa: BLE001 — raised by the trainer loop's next join
-            self._publish_error = exc
-
-    def _published(self, step: int, version: int, since: float) -> None:
-        self.buffer.publish(step)
-        self.events.record("sync", since, time.time(), step=step, version=version)
-
-    def _join_publish(self) -> None:
-        """Waits for the background publish in flight (bounded: its learner call has a
-        deadline) and raises what failed it."""
-        thread, self._publishing = self._publishing, None
-        if thread is not None:
-            thread.join()
-        error, self._publish_error = self._publish_error, None
-        if error is not None:
-            raise RuntimeError(f"weight publish failed: {error}") from error
 
     def _next_batch(self, version: int) -> list[ScoredGroup] | None:
         """Blocks for a batch; waits (bounded) while no replica serves; raises if the
@@ -470,7 +348,7 @@ class TrainingJob:
                 f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
                 f"now has {self.num_rows}"
             )
-        with self._learner_lock:
+        with self.publisher.learner_lock:
             version = self.services.learner.load_train_state(self.checkpoints.learner_name(step))
         if version != state.policy_version:
             raise RuntimeError(
@@ -483,11 +361,11 @@ class TrainingJob:
         """Learner train state, then the schedule's state (which completes the checkpoint)."""
         if self.checkpoints is None:
             return ""
-        self._join_publish()  # the schedule state saved says which step is out
+        self.publisher.join()  # the schedule state saved says which step is out
         if self.checkpoints.is_complete(step):
             return str(self.checkpoints.root / self.checkpoints.step_name(step))
         self.checkpoints.begin(step)
-        with self._learner_lock:
+        with self.publisher.learner_lock:
             self.services.learner.save_train_state(self.checkpoints.learner_name(step))
         write_checkpoint_config(self.checkpoints.directory(step), self.resolved_config)
         capture_schedule(self.state, self.buffer, self.cursor, self._num_requeued())
@@ -504,7 +382,7 @@ class TrainingJob:
                 if not self.step(step, run):
                     run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
-            self._join_publish()
+            self.publisher.join()
             mark("coordinator", "last_step_done")
             self._finish(run)
             mark("coordinator", "final_checkpoint")
@@ -538,7 +416,7 @@ class TrainingJob:
         if st.step > 0:
             self.control.step_done(st.step, st.policy_version, {})
         if self.resume and st.step > 0:
-            self._publish()  # fresh replicas get the restored weights before generating
+            self.publisher.publish()  # fresh replicas get the restored weights before generating
         # After the resume checks: a refused resume must not need an environment.
         episodes = episode_runner(
             self.config.multi_turn, self.services, self.dispatchers[0].greedy_baseline
@@ -560,7 +438,7 @@ class TrainingJob:
             return False
         t1, w1 = time.perf_counter(), time.time()
         train_batch = train_samples(batch, first_group_id=step * cfg.prompts_per_step)
-        with self._learner_lock:
+        with self.publisher.learner_lock:
             result = self.services.learner.train_step(train_batch)
         t2, w2 = time.perf_counter(), time.time()
         self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
@@ -568,7 +446,7 @@ class TrainingJob:
         version = result.policy_version
         if step % cfg.sync_every == 0:
             # A failed replica leaves the set: the weight-sync group is re-planned.
-            self._sync_weights(step, version, w2)
+            self.publisher.sync(step, version, w2)
         lead = self.buffer.pace(self.pacer, wait_s=t1 - t0)  # pacing.py
         t3 = time.perf_counter()
         st.learner_busy_s += t3 - t1
@@ -652,7 +530,7 @@ class TrainingJob:
         if st.step > 0:
             run.last_checkpoint = self._checkpoint(st.step)
         if self.config.save_checkpoint and st.step >= run.first_step and self.checkpoints:
-            with self._learner_lock:
+            with self.publisher.learner_lock:
                 run.checkpoint = self.services.learner.save_checkpoint(
                     f"hf/{self.checkpoints.step_name(st.step)}"
                 )
@@ -662,7 +540,7 @@ class TrainingJob:
         retried any more) and closes the logs (also after a failure)."""
         self._stop.set()
         try:
-            self._join_publish()
+            self.publisher.join()
         except RuntimeError as exc:
             log.warning("%s", exc)
         self.buffer.wake_all()
@@ -726,15 +604,3 @@ def _own_cpu_s() -> float:
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def _alive(dispatcher: ReplicaDispatcher, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether the dispatcher's replica answers a status call now. A replica that sheds the
-    probe (``ResourceExhausted``: at its concurrency limit) is busy, not gone."""
-    try:
-        dispatcher.rollout.status(timeout_s=timeout_s)
-    except ResourceExhausted:
-        return True
-    except ServiceError:
-        return False
-    return True

@@ -225,7 +225,7 @@ def test_stalled_replica_rejoins_only_after_a_refit(tmp_path):
 def test_rejoin_probes_never_hold_the_learner_lock_and_stop_at_the_deadline(tmp_path, caplog):
     clock = FakeClock()
     job, healthy, hanging, learner = _job(tmp_path, clock, replica_rejoin_timeout_s=60)
-    job._learner_lock = lock = OwnedLock()
+    job.publisher.learner_lock = lock = OwnedLock()
     hanging.hang_in_next_generate()  # never wakes
     probes: list[tuple[float, float, bool]] = []  # (clock at the probe, its deadline, locked)
     probe = hanging.status

@@ -1,4 +1,4 @@
-"""The weight publish runs beside the next train step (``TrainingJob._sync_weights``) with a
+"""The weight publish runs beside the next train step (``WeightPublisher.sync``) with a
 learner that publishes in the background, and the version bookkeeping stays exact: a replica
 is noted at version v only once the publish of v finished, one publish is in flight at a
 time, in step order, a failed one is done again synchronously, and a synchronous run
@@ -191,7 +191,7 @@ def test_a_job_failing_mid_publish_stops_retrying_it_when_it_closes(tmp_path) ->
     minute between tries, the try under way when it closes is the last (it fails, sees the
     job closing and gives up), however slow the machine."""
     job, learner = make_job(tmp_path, hold=False, max_staleness=2, num_steps=20)
-    job.publish_retry_s = 60.0
+    job.publisher.retry_s = 60.0
     learner.fail_finish_of = 2
     learner.fail_at_step = 3
     attempts: list[int] = []

@@ -9,7 +9,9 @@ import pytest
 
 from hybridflow import errors
 from hybridflow.coordinator.config import CoordinatorConfig
-from hybridflow.coordinator.job import PROBE_TIMEOUT_S, TrainingJob, _alive
+from hybridflow.coordinator.job import TrainingJob
+from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
+from hybridflow.coordinator.publish import _alive
 from hybridflow.coordinator.services import Services
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, Unavailable, records
