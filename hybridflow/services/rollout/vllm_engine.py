@@ -22,7 +22,10 @@ copies are rebuilt too.
 Checkpoints are taken by model family (``hybridflow.models.families``): a family the registry
 lacks is refused when the engine starts, naming it and the supported ones.
 
-This module sees token ids only; it knows no task, reward or transport.
+This module sees token ids only; it knows no task, reward or transport. It is long because
+generation and weight updates share one engine core, one lock and the version stamps, so
+they stay one class; what needs none of that lives beside it (``vllm_worker``: the workers'
+side; ``vllm_lora``: adapter files and requests; ``vllm_routing``: routed experts).
 """
 
 from __future__ import annotations
@@ -155,7 +158,6 @@ class VLLMEngine:
         self, path: Path, dtype: str, seed: int, tensor_parallel_size: int, max_model_len: int
     ) -> None:
         from transformers import AutoConfig
-        from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
         from hybridflow.models.families import family_of_config
@@ -166,7 +168,41 @@ class VLLMEngine:
         except ValueError as exc:
             raise ValueError(f"rollout.engine=vllm cannot take {path}: {exc}") from exc
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
-        args = EngineArgs(
+        self._engine = LLMEngine.from_engine_args(
+            self._engine_args(path, dtype, seed, tensor_parallel_size),
+            enable_multiprocessing=False,
+        )
+        self.dead_reason: str | None = None
+        """Why the engine cannot serve any more (a worker process died), else None."""
+        self.on_dead: Callable[[str], None] | None = None
+        """Called once, from a watcher thread, when the engine dies."""
+        self._watch_workers()
+        self.tensor_parallel_size = tensor_parallel_size
+        eos = hf_config.eos_token_id
+        if isinstance(eos, list):
+            eos = eos[0]
+        if eos is None:
+            raise ValueError("model: the config has no EOS token id")
+        self.eos_token_id: int = int(eos)
+        self.vocab_size: int = int(hf_config.vocab_size)
+        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
+        self.policy_version: int = 0
+        self.between_steps: Callable[[], PendingWeights | None] | None = None
+        """Called between decode steps; weights it returns are applied before the next one."""
+        self._init_weight_table(str(path))
+        self.num_moe_layers: int = int(self._rpc("hf_moe_layers")[0])
+        """Mixture-of-experts layers of the model (0: dense; no routing to report)."""
+        self._capturing_routing = False
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        """Serialises every call into the engine core and its workers."""
+
+    def _engine_args(self, path: Path, dtype: str, seed: int, tensor_parallel_size: int) -> Any:
+        """vLLM's settings: our worker extension, processed log-probs, eager mode, and the
+        LoRA layers when syncs carry adapters."""
+        from vllm.engine.arg_utils import EngineArgs
+
+        return EngineArgs(
             model=str(path),
             tokenizer=str(path),
             skip_tokenizer_init=True,
@@ -189,35 +225,21 @@ class VLLMEngine:
                 else {}
             ),
         )
-        self._engine = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
-        self.dead_reason: str | None = None
-        """Why the engine cannot serve any more (a worker process died), else None."""
-        self.on_dead: Callable[[str], None] | None = None
-        """Called once, from a watcher thread, when the engine dies."""
-        self._watch_workers()
-        self.tensor_parallel_size = tensor_parallel_size
-        eos = hf_config.eos_token_id
-        if isinstance(eos, list):
-            eos = eos[0]
-        if eos is None:
-            raise ValueError("model: the config has no EOS token id")
-        self.eos_token_id: int = int(eos)
-        self.vocab_size: int = int(hf_config.vocab_size)
-        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
-        self.policy_version: int = 0
-        self.between_steps: Callable[[], PendingWeights | None] | None = None
-        """Called between decode steps; weights it returns are applied before the next one."""
+
+    def _init_weight_table(self, model_path: str) -> None:
+        """What a weight sync carries, read from the workers: the model's tensors, or with
+        LoRA its adapters only (each whole on every TP rank), and the layout they land in."""
         self._table: list[tuple[str, tuple[int, ...], str]] = [
             (n, tuple(s), d) for n, s, d in self._rpc("hf_param_table")[0]
         ]
         self._layout = self._workers_layout()
         self._adapters: vllm_lora.VLLMAdapters | None = None
-        if self._lora is not None:  # syncs carry the adapters only, each whole
+        if self._lora is not None:
             from hybridflow.resharding.layout import layout_of
             from hybridflow.weights.dist import replicated_topology
 
             self._adapters = vllm_lora.VLLMAdapters(
-                self._lora, self._lora_mode, self._table, str(path)
+                self._lora, self._lora_mode, self._table, model_path
             )
             self._table = self._adapters.table
             self._layout = layout_of("", replicated_topology(self._table))
@@ -226,12 +248,6 @@ class VLLMEngine:
         if self.tie_word_embeddings and "model.embed_tokens.weight" in self._shapes:
             # Full state dicts name the tied head too; it is the embedding.
             self._shapes.setdefault("lm_head.weight", self._shapes["model.embed_tokens.weight"])
-        self.num_moe_layers: int = int(self._rpc("hf_moe_layers")[0])
-        """Mixture-of-experts layers of the model (0: dense; no routing to report)."""
-        self._capturing_routing = False
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
-        """Serialises every call into the engine core and its workers."""
 
     # ------------------------------------------------------------------ liveness
 

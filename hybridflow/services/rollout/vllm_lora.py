@@ -7,7 +7,7 @@ vLLM reads it only once it is whole) and every request from then on carries a
 say from a restarted learner, gets a new id too), so vLLM loads it into its adapter cache on
 first use: vLLM keys its cache by id and skips loading an id it holds, so a reused id would
 keep serving the old adapter. Requests in flight keep the adapter they started with: their
-tokens carry that version. The last ``KEEP_VERSIONS`` directories stay (vLLM may reload an
+tokens carry that version. The last ``KEEP_ADAPTERS`` directories stay (vLLM may reload an
 evicted adapter still in use).
 
 ``merged``: no LoRA layers; the workers merge the adapter into a copy of the base weights
@@ -33,7 +33,7 @@ from hybridflow.lora.names import TableRow, adapter_table
 
 VLLM_MAX_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``max_lora_rank`` values vLLM accepts."""
-KEEP_VERSIONS = 3
+KEEP_ADAPTERS = 3
 
 
 def engine_args(config: LoraConfig) -> dict[str, Any]:
@@ -83,15 +83,14 @@ class VLLMAdapters:
 
     def serve(self, version: int, adapter_id: int, path: Path) -> None:
         """New requests use the adapter written to ``path`` under ``adapter_id``; the
-        directories of all but the last ``KEEP_VERSIONS`` syncs go."""
+        directories of all but the last ``KEEP_ADAPTERS`` syncs go."""
         from vllm.lora.request import LoRARequest
 
         if not (path / "adapter_model.safetensors").is_file():
             raise RuntimeError(f"adapter of v{version} was not written to {path}")
         self.request = LoRARequest(f"policy-v{version}-id{adapter_id}", adapter_id, str(path))
-        if path not in self._written:
-            self._written.append(path)
-        while len(self._written) > KEEP_VERSIONS:
+        self._written.append(path)  # each sync has its own id, so its own directory
+        while len(self._written) > KEEP_ADAPTERS:
             shutil.rmtree(self._written.pop(0), ignore_errors=True)
 
     def close(self) -> None:
