@@ -3,11 +3,13 @@
 One thread per replica. A replica whose call fails (``ServiceError``: unreachable, shedding
 load, dead engine) has its in-flight prompts re-queued for the others and is taken out of the
 rotation (``failed``); with a ``rejoin`` callback it keeps probing, and once the replica is
-back (the launcher restarts it on its port) and has the current weights, it serves again. Bad
-input (a ValueError, ``BadRequest`` from a gRPC client) and anything unexpected are fatal and
-reported to the trainer loop through ``error``, never a silent thread death; a reward service
-that is ``Unavailable`` is retried for ``service_wait_s`` (it may be restarting) before that
-is fatal too. Transport-free: the clients raise ``hybridflow.errors`` classes.
+back (the launcher restarts it on its port) and has the current weights, it serves again; one
+that is back but whose rejoin sync did not take effect (``DeliveryFailed``) stops the run, as a
+failed delivery of any publish does. Bad input (a ValueError, ``BadRequest`` from a gRPC
+client) and anything unexpected are fatal and reported to the trainer loop through ``error``,
+never a silent thread death; a reward service that is ``Unavailable`` is retried for
+``service_wait_s`` (it may be restarting) before that is fatal too. Transport-free: the
+clients raise ``hybridflow.errors`` classes.
 
 Each request carries a seed derived from the job seed and its first hand-out, so the same
 prompts under the same weights sample the same completions (a resumed run repeats the
@@ -358,8 +360,12 @@ class ReplicaDispatcher(threading.Thread):
             try:
                 version = self.rejoin(self.index, left)
             except DeliveryFailed as exc:  # back, but its weights did not take effect
-                log.error("%s stays out of the rotation: %s", self.replica_name, exc)
-                return False
+                # As for any publish (publish.py): never serve on as if they had. The run
+                # stops with the replica named; its prompts were re-queued when it failed.
+                log.error(
+                    "%s rejoined without its weights taking effect: %s", self.replica_name, exc
+                )
+                raise DeliveryFailed(f"{self.replica_name} rejoined, but {exc}") from exc
             except Exception as exc:  # noqa: BLE001 — not back yet; probe again
                 log.info("%s not back yet: %s", self.replica_name, describe_error(exc))
                 version = None

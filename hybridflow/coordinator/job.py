@@ -250,13 +250,15 @@ class TrainingJob:
         cfg = self.config
         waiting_since: float | None = None
         while True:
+            # First: a fatal error of one dispatcher stops the run even while the others
+            # keep the buffer full.
+            for d in self.dispatchers:
+                if d.error is not None:
+                    raise RuntimeError(f"dispatcher {d.index}: {d.error}") from d.error
             batch = self.buffer.take_batch(cfg.prompts_per_step, version, 0.5)
             if batch is not None:
                 self.control.set_waiting("")
                 return batch
-            for d in self.dispatchers:
-                if d.error is not None:
-                    raise RuntimeError(f"dispatcher {d.index}: {d.error}") from d.error
             if all(not d.is_alive() for d in self.dispatchers):
                 raise RuntimeError(
                     "every rollout replica failed and none came back within "

@@ -3,6 +3,7 @@ weights) or is unreachable for a while rejoins with the current weights, and the
 every step trained; one that never comes back leaves the job with a clear error."""
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -102,32 +103,69 @@ def test_liveness_probe_has_a_short_deadline_and_a_busy_replica_is_alive():
 
 
 class UndeliveredRejoinLearner(FakeLearner):
-    """Once the replica has been down, every publish to it fails verification (it came back
-    but serves other weights than it was sent)."""
+    """Once ``down`` has been down, every publish to it fails verification (it came back but
+    serves other weights than it was sent)."""
 
-    def __init__(self, rollout: RestartingRollout) -> None:
-        super().__init__([rollout])
-        self.rollout = rollout
+    def __init__(self, down: RestartingRollout) -> None:
+        super().__init__([down])
+        self.down = down
         self.failed_publishes = 0
 
     def publish_weights(self, targets):  # type: ignore[no-untyped-def]
-        if self.rollout.calls >= self.rollout.down_at:
+        if "r0" in targets and self.down.calls >= self.down.down_at:
             self.failed_publishes += 1
             raise errors.DeliveryFailed(f"weights v{self.version} did not take effect on {targets}")
         return super().publish_weights(targets)
 
 
-def test_a_replica_whose_rejoin_sync_does_not_take_effect_stays_out(tmp_path, caplog):
-    rollout = RestartingRollout(down_at=3, down_calls=2)
-    learner = UndeliveredRejoinLearner(rollout)
-    svc = Services([rollout], FakeReward(), learner, ["r0"], decode=lambda ids: str(ids[-1]))
+def _wait(condition, what: str, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.01)  # another thread's state: nothing to wait on
+
+
+class TakingOverRollout(FakeRollout):
+    """The replica that serves on while the other is out, in a fixed order whatever the
+    threads' timing: it starts once replica 0 has failed, serves ``num_before`` requests,
+    waits until replica 0's dispatcher has stopped with its error, then serves freely (the
+    buffer stays full, so only an error check that does not wait for an empty buffer stops
+    the run)."""
+
+    def __init__(self, num_before: int) -> None:
+        super().__init__()
+        self.num_before, self.calls = num_before, 0
+        self.other: object = None
+        """Replica 0's dispatcher, set once the job has built it."""
+
+    def generate(self, prompts, params, request_id=""):
+        _wait(lambda: self.other is not None and self.other.failed, "replica 0 failing")
+        self.calls += 1
+        if self.calls > self.num_before:
+            _wait(lambda: self.other.error is not None, "replica 0's rejoin error")
+        return super().generate(prompts, params, request_id)
+
+
+def test_a_replica_whose_rejoin_sync_does_not_take_effect_stops_the_run(tmp_path, caplog):
+    """Chosen rule (docs/fault-tolerance.md): a replica that is back but whose rejoin sync did
+    not take effect stops the run naming it, as any failed delivery does, even while another
+    replica serves on; its in-flight prompts were re-queued when it failed."""
+    down = RestartingRollout(down_at=1, down_calls=2)  # its first request fails
+    learner = UndeliveredRejoinLearner(down)
+    healthy = TakingOverRollout(num_before=4)
+    learner.rollouts.append(healthy)
+    svc = Services(
+        [down, healthy], FakeReward(), learner, ["r0", "r1"], decode=lambda ids: str(ids[-1])
+    )
     cfg = CoordinatorConfig(
-        num_steps=6, prompts_per_step=4, group_size=2, progress=False,
-        replica_rejoin_timeout_s=30,
+        num_steps=50, prompts_per_step=4, group_size=2, progress=False,
+        replica_rejoin_timeout_s=30, prompts_per_request=2,
     )  # fmt: skip
     job = TrainingJob(cfg, svc, records(12), tmp_path)
-    with pytest.raises(RuntimeError):
-        job.run()  # its only replica is out: the job cannot go on
-    assert job.dispatchers[0].num_rejoined == 0
+    healthy.other = job.dispatchers[0]
+    with pytest.raises(RuntimeError, match=r"replica 0 \(r0\) rejoined, but weights v\d+ did not"):
+        job.run()
     assert learner.failed_publishes == 1  # one rejoin attempt, not retried until the timeout
-    assert "stays out of the rotation" in caplog.text
+    assert job.dispatchers[0].num_rejoined == 0 and job.dispatchers[0].num_requeued == 2
+    assert learner.version < cfg.num_steps  # nothing trained on after the failed delivery
+    assert "rejoined without its weights taking effect" in caplog.text
