@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hybridflow.rpc.config import ServerConfig
 from hybridflow.rpc.server import RunningServer, start_server
+from tests import skips
 
 MIB = 1024 * 1024
 
@@ -154,3 +156,23 @@ def _with(obj: Any, keys: Mapping[str, Any]) -> Any:
             value = _with(current, value)
         changes[name] = value
     return replace(obj, **changes)
+
+
+@contextlib.contextmanager
+def small_tmpfs(directory: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (mount's notation: "64k", "4m") mounted on ``directory`` for the
+    block, unmounted after it even when the block fails. Needs root (skipped with that reason
+    otherwise); as root, a mount that fails is a failure, not a skip."""
+    import pytest
+
+    if not skips.is_root():
+        pytest.skip(skips.needs_root("mounting a tmpfs"))
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", str(directory)], check=False, timeout=30)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import skips
+
 INSTALL_ENV = "HYBRIDFLOW_TEST_INSTALL_SLURM"
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "scontrol", "squeue", "scancel")
@@ -46,7 +48,7 @@ def why_not_here() -> str:
     """Why a Slurm cluster cannot run here ("" when it can); installs the packages first
     when ``HYBRIDFLOW_TEST_INSTALL_SLURM=1``."""
     if os.geteuid() != 0:
-        return "needs root (network namespaces, slurmd)"
+        return skips.needs_root("network namespaces, slurmd")
     if shutil.which("ip") is None:
         return "needs the ip command (iproute2)"
     missing = [d for d in DAEMONS if shutil.which(d) is None]

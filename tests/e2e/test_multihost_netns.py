@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import skips
+
 REPO = Path(__file__).resolve().parents[2]
 SUBNET = "10.77.0"
 ROLES = {"coord": 10, "roll": 11, "rew": 12, "l0": 13, "l1": 14}
@@ -33,7 +35,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def _can_make_namespaces() -> str:
     """Why the test cannot run here ("" when it can)."""
     if os.geteuid() != 0:
-        return "needs root to create network namespaces"
+        return skips.needs_root("creating network namespaces")
     if shutil.which("ip") is None:
         return "needs the ip command (iproute2)"
     probe = f"hfprobe{os.getpid()}"

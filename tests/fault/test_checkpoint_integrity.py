@@ -23,6 +23,7 @@ from hybridflow.errors import CheckpointCorrupt, CheckpointRejected, ResourceExh
 from hybridflow.services.learner.train_state import save_train_state
 from hybridflow.services.learner.worker import LearnerWorker
 from tests.helpers import build_tiny_checkpoint, learner_config, start_learner_server
+from tests.helpers import small_tmpfs as mount_small_tmpfs
 
 
 def _worker(model: Path, algorithm: str = "grpo") -> LearnerWorker:
@@ -214,22 +215,9 @@ def test_torch_save_on_a_full_disk_is_resource_exhausted(saved, tmp_path, monkey
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A 4 MiB tmpfs (root only; skipped where mounting is not allowed)."""
-    import subprocess
-
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
-    try:
+    """A 4 MiB tmpfs (root only)."""
+    with mount_small_tmpfs(tmp_path / "small", "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 @pytest.mark.slow

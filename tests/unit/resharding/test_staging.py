@@ -6,8 +6,6 @@ writer with SIGBUS."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +25,7 @@ from hybridflow.weights.transport.staging import (
     staging_layout,
     storage_use_count,
 )
+from tests.helpers import small_tmpfs as mount_small_tmpfs
 
 
 def _plan():  # type: ignore[no-untyped-def]
@@ -63,8 +62,9 @@ def test_layout_matches_allocate_destination_and_is_aligned() -> None:
 
 
 def test_a_buffer_is_reused_only_once_no_view_of_it_lives(staging: StagingBuffers) -> None:
-    if storage_use_count(torch.zeros(1)) is None:
-        pytest.skip("this torch cannot count a storage's users")
+    assert storage_use_count(torch.zeros(1)) is not None, (
+        "this torch cannot count a storage's users"
+    )
     assert staging.lends
     first = staging.acquire(timeout_s=0)
     result = staging.views(first)
@@ -101,20 +101,8 @@ def test_views_stay_valid_after_close_and_the_last_one_unmaps(staging: StagingBu
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = shutil.which("mount")
-    directory = tmp_path / "shm"
-    directory.mkdir()
-    if mount is None:
-        pytest.skip("no mount(8) here")
-    done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(directory)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-    try:
+    with mount_small_tmpfs(tmp_path / "shm", "64k") as directory:
         yield directory
-    finally:
-        subprocess.run(["umount", str(directory)], check=True)
 
 
 def test_a_segment_too_big_for_dev_shm_fails_at_reserve(small_tmpfs: Path) -> None:
