@@ -7,7 +7,7 @@ LOCK := requirements/cpu.lock
 
 SUITE ?= throughput
 
-.PHONY: setup lock proto builtins lint test test-slow run bench bench-overhead clean
+.PHONY: setup lock proto builtins lint test test-slow run bench bench-compare bench-overhead clean
 
 setup: $(STAMP)
 
@@ -41,11 +41,13 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy hybridflow
 
+# -rs: every skip with its reason (tests/skips.py: under CI=true only "no GPU" and "needs
+# root" may skip; any other skip fails the run).
 test: setup
-	$(VPY) -m pytest -q -m "not slow and not gpu" --durations=25
+	$(VPY) -m pytest -q -rs -m "not slow and not gpu" --durations=25
 
 test-slow: setup
-	$(VPY) -m pytest -q -m slow
+	$(VPY) -m pytest -q -rs -m slow
 
 run: setup
 	deploy/launch.sh --config deploy/configs/quickstart.yaml
@@ -53,6 +55,12 @@ run: setup
 # make bench SUITE=throughput|scalability|algorithm|integration  -> results/YYYYMMDD_HHMMSS/
 bench: setup
 	$(VPY) benchmarks/$(SUITE)/run_benchmark.py --config benchmarks/$(SUITE)/config.yaml
+
+# make bench-compare BASE=<rev> [CONFIG=benchmarks/throughput/config.yaml]: BASE (a worktree)
+# against this checkout, alternating, in one run; fails on a slowdown beyond the run's noise.
+bench-compare: setup
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<rev> [CONFIG=...]"; exit 2; }
+	$(VPY) benchmarks/compare/run_compare.py --base $(BASE) $(if $(CONFIG),--config $(CONFIG))
 
 bench-overhead: setup
 	$(VPY) benchmarks/overhead/run_overhead.py

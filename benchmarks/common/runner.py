@@ -112,11 +112,18 @@ def profiled(spy: str, svg: Path, cmd: list[str]) -> list[str]:
 
 
 def run_variant(
-    cfg: BenchmarkConfig, name: str, overrides: list[str], out: Path, profile: bool = False
+    cfg: BenchmarkConfig,
+    name: str,
+    overrides: list[str],
+    out: Path,
+    profile: bool = False,
+    root: Path = REPO,
 ) -> Path:
-    """One launch.sh run into out/name; under py-spy (all processes) when ``profile``."""
+    """One launch.sh run into out/name; under py-spy (all processes) when ``profile``.
+    ``root``: the source tree whose launch.sh, job file and code run (another checkout's,
+    for a side-by-side comparison of two commits)."""
     run_dir = out / name
-    cmd = [str(REPO / "deploy" / "launch.sh"), "--config", cfg.job, "--run-dir", str(run_dir)]
+    cmd = [str(root / "deploy" / "launch.sh"), "--config", cfg.job, "--run-dir", str(run_dir)]
     for o in [*cfg.overrides, *overrides]:
         cmd += ["--set", o]
     if profile:
@@ -124,11 +131,11 @@ def run_variant(
         if spy is None:
             raise RuntimeError("profiling needs py-spy (pip install py-spy) or profile: false")
         cmd = profiled(spy, out / "profile.svg", cmd)
-    env = dict(os.environ, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(root))
     print(f"[{name}] {' '.join(cmd)}", file=sys.stderr)
     with (out / f"launch_{name}.log").open("w") as log:
         proc = subprocess.run(
-            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=cfg.timeout_s
+            cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=cfg.timeout_s
         )
     if proc.returncode != 0:
         raise RuntimeError(

@@ -3,7 +3,8 @@
 Each runner runs as a user runs it (``python benchmarks/<suite>/run_benchmark.py --config
 ... --results ...``), on a few steps and at most two variants, then the files it writes and
 the fields of its summary.json are checked. The pure figure arithmetic the suites add
-(scaling efficiency, convergence, baseline comparison) is checked against hand-computed values.
+(scaling efficiency, convergence, pacing) is checked against hand-computed values; the
+side-by-side verdict of `make bench-compare` is tests/unit/test_bench_compare.py.
 The default suite runs the throughput and integration runners (``make bench``'s default and the
 widest); the scalability, algorithm and pacing runners are ``slow``.
 """
@@ -24,13 +25,6 @@ from benchmarks.algorithm.convergence import (
     first_reach,
     learning_curve,
     trailing_mean,
-)
-from benchmarks.baselines.compare import (
-    MEMORY_SPREAD_FACTOR,
-    MIN_MEMORY_TOLERANCE,
-    compare,
-    not_comparable,
-    updated,
 )
 from benchmarks.common.config import BenchmarkConfig, Variant
 from benchmarks.pacing.run_pacing import mean_staleness, split_name
@@ -309,70 +303,6 @@ def test_convergence_figures() -> None:
     cfg = BenchmarkConfig(variants=[Variant("a", ["coordinator.num_steps=5"])])
     with pytest.raises(ValueError, match=r"variants\[a\].*coordinator.num_steps"):
         check_same_budget(cfg)
-
-
-def test_baseline_comparison_tolerances() -> None:
-    baseline = {
-        "tolerances": {"speed": 0.25},
-        "memory_tolerances": {"sync": {"learner": 0.10}},
-        "figures": {"sync": {"speed": {"e2e_samples_per_s": 100.0},
-                             "memory": {"learner": 1000.0}}},
-    }  # fmt: skip
-
-    def summary(speed: float, memory: float) -> dict[str, Any]:
-        return {"variants": {"sync": {"e2e_samples_per_s": speed,
-                                      "peak_rss_bytes": {"learner": memory}}}}  # fmt: skip
-
-    assert compare(summary(76.0, 1099.0), baseline) == []  # inside both bands
-    slow = compare(summary(74.0, 1000.0), baseline)
-    assert [(f.kind, f.key, f.regression) for f in slow] == [("speed", "e2e_samples_per_s", True)]
-    fat = compare(summary(100.0, 1101.0), baseline)
-    assert [(f.kind, f.key, f.regression) for f in fat] == [("memory", "learner", True)]
-    fast = compare(summary(126.0, 1000.0), baseline)
-    assert [f.regression for f in fast] == [False]
-    missing = compare({"variants": {}}, baseline)
-    assert [(f.kind, f.regression) for f in missing] == [("missing", True)]
-
-
-def _run(lock: str | None, cpu: str, rss: list[float]) -> dict[str, Any]:
-    """A summary with one variant whose repeats had the given learner peak RSS."""
-    return {
-        "suite": "throughput",
-        "environment": {"lock_sha256": lock},
-        "hardware": {"cpu": cpu, "cpus": 2, "machine": "x86_64", "gpu": None},
-        "variants": {"sync": {
-            "e2e_samples_per_s": 100.0,
-            "peak_rss_bytes": {"learner": sorted(rss)[len(rss) // 2]},
-            "repeats_peak_rss_bytes": [{"learner": r} for r in rss],
-        }},
-    }  # fmt: skip
-
-
-def test_baseline_ties_to_lock_and_hardware_and_sizes_memory_from_spread() -> None:
-    stored = updated(
-        {"tolerances": {"speed": 0.25}},
-        [_run("aa", "EPYC", [1000.0, 1010.0, 1020.0]), _run("aa", "EPYC", [1000.0, 1015.0])],
-        ["a/summary.json", "b/summary.json"],
-    )
-    assert stored["environment"] == {"lock_sha256": "aa"}
-    assert stored["figures"]["sync"]["memory"] == {"learner": 1010.0}  # median of 5 repeats
-    # Range 20 over median 1010, three times: ~5.9 % (above the floor).
-    assert stored["memory_tolerances"]["sync"]["learner"] == pytest.approx(
-        MEMORY_SPREAD_FACTOR * 20 / 1010, abs=1e-4
-    )
-    assert not_comparable(_run("aa", "EPYC", [1000.0]), stored) is None
-    assert "packages differ" in str(not_comparable(_run("bb", "EPYC", [1000.0]), stored))
-    assert "hardware differs: cpu" in str(not_comparable(_run("aa", "Xeon", [1000.0]), stored))
-    assert "no lock hash" in str(not_comparable(_run("aa", "EPYC", [1000.0]), {"hardware": {}}))
-    # Identical repeats: the floor, not zero.
-    steady = updated({"tolerances": {"speed": 0.25}}, [_run("aa", "EPYC", [500.0] * 3)], ["c"])
-    assert steady["memory_tolerances"]["sync"]["learner"] == MIN_MEMORY_TOLERANCE
-    with pytest.raises(ValueError, match="another environment"):
-        updated({}, [_run("aa", "EPYC", [1.0]), _run("bb", "EPYC", [1.0])], ["a", "b"])
-    # A learner 8 % fatter fails against the 5.9 % band; 5 % passes.
-    assert compare(_run("aa", "EPYC", [1010.0 * 1.05]), stored) == []
-    (fat,) = compare(_run("aa", "EPYC", [1010.0 * 1.08]), stored)
-    assert (fat.kind, fat.key, fat.regression) == ("memory", "learner", True)
 
 
 def test_pacing_figures() -> None:

@@ -1,1 +1,0 @@
-"""Stored benchmark figures per machine class and the regression check against them."""
