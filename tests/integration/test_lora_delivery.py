@@ -4,8 +4,12 @@ merged) on both engines (vLLM at TP 1 and TP 2, hf), over both transports (dist 
 planner, gRPC); and an update that does not take effect is caught by the delivery probe,
 naming the replica, before anything trains on it.
 
-Real rollout service processes (vllm-cpu, hf), started once per module; a learner with
-LoRA adapters (rank 8) in this process, reached over gRPC.
+Real rollout service processes (vllm-cpu, hf), one alive at a time (the cases run grouped
+by service); a learner with LoRA adapters (rank 8) in this process, reached over gRPC.
+
+The default suite runs one case per value of each axis (engine, TP, mode, transport): vLLM
+at TP 2 as adapters over the dist group (each TP rank takes them whole), vLLM merged at TP 1
+over gRPC, and hf both ways; the rest of the 12-case grid is ``slow``.
 """
 
 from __future__ import annotations
@@ -29,13 +33,29 @@ from tests.integration.test_vllm_rollout import (  # noqa: E402 — after the sk
 
 LORA = {"rank": 8, "alpha": 16.0}
 SERVICES = [
-    ("vllm", 1, "adapter"),
     ("vllm", 2, "adapter"),
     ("vllm", 1, "merged"),
+    ("vllm", 1, "adapter"),
     ("vllm", 2, "merged"),
     ("hf", 1, "adapter"),
     ("hf", 1, "merged"),
 ]
+DEFAULT_CASES = {
+    ("vllm", 2, "adapter", "dist"),
+    ("vllm", 1, "merged", "grpc"),
+    ("hf", 1, "adapter", "grpc"),
+    ("hf", 1, "merged", "dist"),
+}
+"""Every engine, TP, mode and transport once; the others are slow."""
+CASES = [
+    pytest.param(
+        *service, transport,
+        id=f"{service[0]}-{service[1]}-{service[2]}-{transport}",
+        marks=() if (*service, transport) in DEFAULT_CASES else pytest.mark.slow,
+    )
+    for service in SERVICES
+    for transport in ("dist", "grpc")
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +70,16 @@ def probe(tiny_model_path: Path) -> list[list[int]]:
 def lora_services(
     tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[tuple[str, int, str], VLLMService]]:
-    """Each (engine, TP, mode) replica, started on first use and kept for the module."""
+    """Each (engine, TP, mode) replica, started on first use; starting one stops the one
+    before (the cases come grouped by service: one engine on the 2 cores at a time)."""
     services: dict[tuple[str, int, str], VLLMService] = {}
 
     class Lazy(dict):  # type: ignore[type-arg]
         def __missing__(self, key: tuple[str, int, str]) -> VLLMService:
             engine, tp, mode = key
+            for old in self.values():
+                old.stop()
+            self.clear()
             tmp = tmp_path_factory.mktemp(f"{engine}-tp{tp}-{mode}")
             service = VLLMService(
                 tiny_model_path,
@@ -75,8 +99,7 @@ def lora_services(
             service.stop()
 
 
-@pytest.mark.parametrize("transport", ["dist", "grpc"])
-@pytest.mark.parametrize(("engine", "tp", "mode"), SERVICES)
+@pytest.mark.parametrize(("engine", "tp", "mode", "transport"), CASES)
 def test_parity_after_each_of_three_lora_syncs(
     lora_services, tiny_model_path: Path, probe, engine: str, tp: int, mode: str, transport: str
 ) -> None:
