@@ -27,8 +27,6 @@ from tests.oracle.trl_preference import (
     trl_orpo_steps,
 )
 
-pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
-
 LR = 1e-3
 CLIP = 0.5
 BETA = 0.1

@@ -28,8 +28,6 @@ from tests.helpers import build_tiny_checkpoint
 from tests.oracle.compare import TOL, assert_same_update, max_param_diff
 from tests.oracle.trl_oracle import Batch, StepResult, example_batch, our_step, trl_step
 
-pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
-
 MAX_COMPLETION = 8
 LR = 1e-3
 CLIP = 0.5  # below the batch's gradient norm: clipping binds

@@ -30,6 +30,14 @@ from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.worker import LearnerWorker
 from hybridflow.types import TrainSample
 
+with warnings.catch_warnings():
+    # On import TRL warns that it supports vLLM up to 0.31 (unused here), vLLM that
+    # torch.jit is deprecated. Plain imports: TRL is in the lock, so a broken install fails.
+    warnings.simplefilter("ignore")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
 
 @dataclass
 class Batch:
@@ -107,12 +115,7 @@ def trl_step(
     its ``rollout_func`` hook) or "rloo" (``RLOOTrainer``, which has no such hook: a subclass
     replaces its two generation methods, ``_tokenize_prompts`` and ``_generate_single_turn``,
     and nothing else). ``config``: the trainer config's fields."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental"
 
     size = batch.group_size
     index = {tuple(c): i for i, c in enumerate(batch.completions)}
