@@ -2,10 +2,11 @@
 
     python -m tests.oracle.figures
 
-One row per comparison of ``test_trl_step.py``: the largest absolute difference of the
-advantages, the loss, the gradient norm, the clipped gradients and the weights after AdamW
-(all weights, and those the test holds to about 1e-6: see ``compare.assert_same_update``); DPO,
-KTO and ORPO after their second step.
+One row per comparison of ``test_trl_step.py`` and ``test_trl_preference.py``: the largest
+absolute difference of the advantages, the loss, the gradient norm, the clipped gradients and
+the weights after AdamW (all weights; those the tests hold to 1e-6 per step; the steep ones,
+whose AdamW denominator fell below ``compare.STEEP``: how many, and their largest difference);
+DPO, KTO and ORPO after their second step.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 
 from hybridflow.preference.config import PreferenceConfig
 from tests.helpers import build_tiny_checkpoint
-from tests.oracle.compare import TOL, weight_bounds
+from tests.oracle.compare import adam_denominators, both_sides_floor, split_diffs
 from tests.oracle.trl_oracle import StepResult, example_batch, our_step, trl_step
 from tests.oracle.trl_preference import (
     example_labelled,
@@ -46,21 +47,15 @@ CASES = [
 def _row(name: str, trl: StepResult, ours: StepResult, adv: bool = True, steps: int = 1) -> str:
     worst = max(abs(a - b) for a, b in zip(trl.advantages, ours.advantages)) if adv else None
     grad = max(float((trl.grads[k] - ours.grads[k]).abs().max()) for k in trl.grads)
-    weights = well = 0.0
-    tight = total = 0
-    for k, want in trl.params.items():
-        diff = (ours.params[k] - want).abs()
-        weights = max(weights, float(diff.max()))
-        total += diff.numel()
-        if k in trl.smallest:
-            ok = weight_bounds(trl.smallest[k], LR, steps) <= 2 * TOL
-            tight += int(ok.sum())
-            diff = diff[ok]
-        well = max(well, float(diff.max()) if diff.numel() else 0.0)
+    floor = both_sides_floor(adam_denominators(trl.grad_steps), adam_denominators(ours.grad_steps))
+    weights = max(float((ours.params[k] - v).abs().max()) for k, v in trl.params.items())
+    tight, steep, num_steep = split_diffs(trl.params, ours.params, floor[-1])
+    total = sum(v.numel() for v in trl.params.values())
     loss = abs(trl.loss - ours.loss)
     return (
-        f"| {name} | {'-' if worst is None else f'{worst:.1e}'} | {loss:.1e} | {abs(trl.grad_norm - ours.grad_norm):.1e} "
-        f"| {grad:.1e} | {weights:.1e} | {well:.1e} | {100 * tight / total:.0f}% |"
+        f"| {name} | {'-' if worst is None else f'{worst:.1e}'} | {loss:.1e} "
+        f"| {abs(trl.grad_norm - ours.grad_norm):.1e} | {grad:.1e} | {weights:.1e} "
+        f"| {tight:.1e} | {num_steep} ({100 * num_steep / total:.2f}%), {steep:.1e} |"
     )
 
 
@@ -71,7 +66,7 @@ def main() -> None:
     model = build_tiny_checkpoint(root / "model")
     batch = example_batch()
     print("| setting | advantages | loss | grad norm | clipped grads | weights | "
-          "weights held to ~1e-6 | share held to ~1e-6 |")  # fmt: skip
+          "weights held to 1e-6 per step | steep weights: count, largest difference |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for name, trl_config, our_config in CASES:
         trl = trl_step(

@@ -81,12 +81,15 @@ class StepResult:
     grad_norm: float
     advantages: list[float]
     """Per sample, in the batch's order."""
-    grads: dict[str, torch.Tensor]
-    """What the optimizer was given at the last step: the gradients after clipping."""
-    smallest: dict[str, torch.Tensor]
-    """Per element, the smallest |gradient| over the steps (where AdamW is ill-conditioned)."""
+    grad_steps: list[dict[str, torch.Tensor]]
+    """What the optimizer was given at each step: the gradients after clipping, by name."""
     params: dict[str, torch.Tensor]
-    """After the AdamW step."""
+    """After the last AdamW step."""
+
+    @property
+    def grads(self) -> dict[str, torch.Tensor]:
+        """The last step's gradients (after clipping)."""
+        return self.grad_steps[-1]
 
 
 def one_batch_args(out_dir: Path, batch_size: int, steps: int) -> dict[str, Any]:
@@ -188,7 +191,7 @@ def trl_step(
         advantages[index[ids]] = float(adv)
     params = {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
     loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
-    return StepResult(loss, grad_norm, advantages, grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, advantages, grads.steps, params)
 
 
 def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
@@ -217,22 +220,21 @@ def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
     advantages = [float(seen[i][0]) for i in range(len(batch.completions))]
     metrics = result.metrics
     loss, grad_norm = metrics["actor/pg_loss"], metrics["actor/grad_norm"]
-    return StepResult(loss, grad_norm, advantages, grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, advantages, grads.steps, params)
 
 
 class GradLog:
-    """The gradients the optimizer is given, by state-dict name (a tied head gets its
-    embedding's): the last step's, and the smallest magnitude per element over all steps."""
+    """The gradients the optimizer is given at each step, by state-dict name (a tied head
+    gets its embedding's)."""
 
     def __init__(self) -> None:
-        self.last: dict[str, torch.Tensor] = {}
-        self.smallest: dict[str, torch.Tensor] = {}
+        self.steps: list[dict[str, torch.Tensor]] = []
 
     def record(self, model: torch.nn.Module) -> None:
-        for name, p in model.state_dict(keep_vars=True).items():
-            if getattr(p, "grad", None) is None:
-                continue
-            grad = p.grad.detach().clone()
-            self.last[name] = grad
-            seen = self.smallest.get(name)
-            self.smallest[name] = grad.abs() if seen is None else torch.minimum(seen, grad.abs())
+        self.steps.append(
+            {
+                name: p.grad.detach().clone()
+                for name, p in model.state_dict(keep_vars=True).items()
+                if getattr(p, "grad", None) is not None
+            }
+        )

@@ -155,7 +155,7 @@ def _train(trainer_class: type, args: Any, data: Any, model_dir: Path) -> StepRe
     logged = trainer.state.log_history[STEPS - 1]
     params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
-    return StepResult(loss, grad_norm, [], grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, [], grads.steps, params)
 
 
 def our_preference_steps(
@@ -178,4 +178,4 @@ def our_preference_steps(
         metrics = preference_step(worker, records, preference)
     params = {k: v.detach().clone() for k, v in worker.full_state_dict_items()}
     loss, grad_norm = metrics["train/loss"], metrics["actor/grad_norm"]
-    return StepResult(loss, grad_norm, [], grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, [], grads.steps, params)
