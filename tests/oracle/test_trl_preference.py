@@ -1,9 +1,12 @@
 """Our offline DPO step equals TRL's ``DPOTrainer`` step (TRL 1.16 as the outside oracle):
 same weights and tokenised pairs, two steps on one batch (the second has real margins); the
-loss, the gradient norm, the clipped gradients and the weights agree as in
-``tests/oracle/compare.py``. The losses: ``sigmoid`` (the paper's), ``hinge`` (SLiC), ``ipo``
-(on token-mean log-probs on both sides); ORPO (no reference; its NLL over prompt and chosen
-tokens, as TRL's, and the difference when it covers the chosen tokens only). How TRL is driven: ``tests/oracle/trl_preference.py``.
+loss and the gradient norm agree within 1e-6, the clipped gradients within 1e-7, and the
+weights within 1e-6 a step (2e-6), but for the 0.06% to 0.23% whose AdamW denominator fell
+below 10 times its eps (``tests/oracle/compare.py``; measured: the others within 7.7e-7).
+The losses: ``sigmoid`` (the paper's), ``hinge`` (SLiC), ``ipo`` (on token-mean log-probs on
+both sides); KTO; ORPO (no reference; its NLL over prompt and chosen tokens, as TRL's, and
+the difference when it covers the chosen tokens only). How TRL is driven:
+``tests/oracle/trl_preference.py``.
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ from tests.oracle.trl_preference import (
     trl_kto_steps,
     trl_orpo_steps,
 )
-
-pytest.importorskip("trl", reason="trl is in requirements/cpu.lock; run `make setup`")
 
 LR = 1e-3
 CLIP = 0.5

@@ -30,6 +30,14 @@ from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.worker import LearnerWorker
 from hybridflow.types import TrainSample
 
+with warnings.catch_warnings():
+    # On import TRL warns that it supports vLLM up to 0.31 (unused here), vLLM that
+    # torch.jit is deprecated. Plain imports: TRL is in the lock, so a broken install fails.
+    warnings.simplefilter("ignore")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
 
 @dataclass
 class Batch:
@@ -73,12 +81,15 @@ class StepResult:
     grad_norm: float
     advantages: list[float]
     """Per sample, in the batch's order."""
-    grads: dict[str, torch.Tensor]
-    """What the optimizer was given at the last step: the gradients after clipping."""
-    smallest: dict[str, torch.Tensor]
-    """Per element, the smallest |gradient| over the steps (where AdamW is ill-conditioned)."""
+    grad_steps: list[dict[str, torch.Tensor]]
+    """What the optimizer was given at each step: the gradients after clipping, by name."""
     params: dict[str, torch.Tensor]
-    """After the AdamW step."""
+    """After the last AdamW step."""
+
+    @property
+    def grads(self) -> dict[str, torch.Tensor]:
+        """The last step's gradients (after clipping)."""
+        return self.grad_steps[-1]
 
 
 def one_batch_args(out_dir: Path, batch_size: int, steps: int) -> dict[str, Any]:
@@ -107,12 +118,7 @@ def trl_step(
     its ``rollout_func`` hook) or "rloo" (``RLOOTrainer``, which has no such hook: a subclass
     replaces its two generation methods, ``_tokenize_prompts`` and ``_generate_single_turn``,
     and nothing else). ``config``: the trainer config's fields."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental"
 
     size = batch.group_size
     index = {tuple(c): i for i, c in enumerate(batch.completions)}
@@ -185,7 +191,7 @@ def trl_step(
         advantages[index[ids]] = float(adv)
     params = {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
     loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
-    return StepResult(loss, grad_norm, advantages, grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, advantages, grads.steps, params)
 
 
 def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
@@ -214,22 +220,21 @@ def our_step(model_dir: Path, batch: Batch, **config: Any) -> StepResult:
     advantages = [float(seen[i][0]) for i in range(len(batch.completions))]
     metrics = result.metrics
     loss, grad_norm = metrics["actor/pg_loss"], metrics["actor/grad_norm"]
-    return StepResult(loss, grad_norm, advantages, grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, advantages, grads.steps, params)
 
 
 class GradLog:
-    """The gradients the optimizer is given, by state-dict name (a tied head gets its
-    embedding's): the last step's, and the smallest magnitude per element over all steps."""
+    """The gradients the optimizer is given at each step, by state-dict name (a tied head
+    gets its embedding's)."""
 
     def __init__(self) -> None:
-        self.last: dict[str, torch.Tensor] = {}
-        self.smallest: dict[str, torch.Tensor] = {}
+        self.steps: list[dict[str, torch.Tensor]] = []
 
     def record(self, model: torch.nn.Module) -> None:
-        for name, p in model.state_dict(keep_vars=True).items():
-            if getattr(p, "grad", None) is None:
-                continue
-            grad = p.grad.detach().clone()
-            self.last[name] = grad
-            seen = self.smallest.get(name)
-            self.smallest[name] = grad.abs() if seen is None else torch.minimum(seen, grad.abs())
+        self.steps.append(
+            {
+                name: p.grad.detach().clone()
+                for name, p in model.state_dict(keep_vars=True).items()
+                if getattr(p, "grad", None) is not None
+            }
+        )

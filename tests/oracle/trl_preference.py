@@ -11,7 +11,6 @@ is read after it.
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,16 @@ from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.preference import preference_step
 from hybridflow.services.learner.worker import LearnerWorker
 from tests.oracle.trl_oracle import GradLog, StepResult, one_batch_args
+
+with warnings.catch_warnings():
+    # On import TRL warns that it supports vLLM up to 0.31 (unused here), vLLM that
+    # torch.jit is deprecated; trl.experimental that it is experimental. Plain imports: TRL
+    # is in the lock, so a broken install fails.
+    warnings.simplefilter("ignore")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
 STEPS = 2
 
@@ -58,11 +67,6 @@ def trl_kto_steps(
     The subclass skips TRL's tokenisation like ``trl_dpo_steps``. TRL's ``_prepare_dataset``
     also builds the mismatched pairs of the KL estimate (completions rotated by one within a
     batch: prompt i with completion i - 1); that one line is reproduced here."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from datasets import Dataset
-        from trl import KTOConfig, KTOTrainer
 
     class TokenisedKTO(KTOTrainer):  # type: ignore[misc]
         def _prepare_dataset(self, dataset: Any, *_: Any, **__: Any) -> Any:
@@ -85,11 +89,6 @@ def trl_dpo_steps(
     model_dir: Path, pairs: list[PreferencePair], out_dir: Path, **config: Any
 ) -> StepResult:
     """``STEPS`` ``DPOTrainer`` steps on ``pairs`` (one batch); ``config``: DPOConfig fields."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from datasets import Dataset
-        from trl import DPOConfig, DPOTrainer
 
     class TokenisedDPO(DPOTrainer):  # type: ignore[misc]
         def _prepare_dataset(self, dataset: Any, *_: Any, **__: Any) -> Any:
@@ -118,11 +117,6 @@ def trl_orpo_steps(
     ``{chosen, rejected}_labels`` (the row with the prompt masked by -100). The collator,
     the concatenated forward, the NLL (over prompt and chosen tokens), ``odds_ratio_loss``,
     clipping and AdamW are TRL's."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from datasets import Dataset
-        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
     class TokenisedORPO(ORPOTrainer):  # type: ignore[misc]
         def tokenize_row(self, feature: Any, model: Any = None) -> Any:
@@ -144,8 +138,6 @@ def trl_orpo_steps(
 def _train(trainer_class: type, args: Any, data: Any, model_dir: Path) -> StepResult:
     """Trains ``trainer_class`` on ``data`` from ``model_dir`` for its ``STEPS``; the last
     step's loss and gradients, and the weights."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-
     trainer = trainer_class(
         model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
         args=args,
@@ -163,7 +155,7 @@ def _train(trainer_class: type, args: Any, data: Any, model_dir: Path) -> StepRe
     logged = trainer.state.log_history[STEPS - 1]
     params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     loss, grad_norm = float(logged["loss"]), float(logged["grad_norm"])
-    return StepResult(loss, grad_norm, [], grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, [], grads.steps, params)
 
 
 def our_preference_steps(
@@ -186,4 +178,4 @@ def our_preference_steps(
         metrics = preference_step(worker, records, preference)
     params = {k: v.detach().clone() for k, v in worker.full_state_dict_items()}
     loss, grad_norm = metrics["train/loss"], metrics["actor/grad_norm"]
-    return StepResult(loss, grad_norm, [], grads.last, grads.smallest, params)
+    return StepResult(loss, grad_norm, [], grads.steps, params)
