@@ -88,12 +88,15 @@ def check_common(
     return summary
 
 
-def test_throughput_suite_tiny(tmp_path: Path) -> None:
+@pytest.mark.parametrize("profile", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_throughput_suite_tiny(tmp_path: Path, profile: bool) -> None:
+    """The suite's runner end to end; its py-spy run (a third launch) is slow, the timed
+    launches and the figures are the default suite's."""
     config = {
         # 5 steps: nothing is generated beyond the run's last batch, so with k = 1 a 3-step
         # run has generated everything before its timed steps begin.
         "suite": "throughput", "overrides": [*TINY_JOB, "coordinator.num_steps=5"],
-        "warmup_steps": 1, "profile": True,
+        "warmup_steps": 1, "profile": profile,
         "profile_steps": 2,
         "variants": [
             {"name": "sync", "overrides": ["coordinator.max_staleness=0"]},
@@ -102,7 +105,7 @@ def test_throughput_suite_tiny(tmp_path: Path) -> None:
         ],
     }  # fmt: skip
     out = run_suite(tmp_path, "throughput", config)
-    summary = check_common(out, "throughput", ["sync", "async"], profile=True, num_steps=5)
+    summary = check_common(out, "throughput", ["sync", "async"], profile=profile, num_steps=5)
     ratios = summary["ratios"]
     assert ratios["async_over_sync_samples_per_s"] > 0
     assert ratios["async_share_of_ideal"] == pytest.approx(
