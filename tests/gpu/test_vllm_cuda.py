@@ -11,10 +11,13 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
+
+from tests import skips  # noqa: E402
+
 if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA device", allow_module_level=True)
-pytest.importorskip("vllm", reason="needs the vllm package (CUDA build)")
+    pytest.skip(skips.no_gpu("needs a CUDA device"), allow_module_level=True)
+import vllm  # noqa: E402, F401  (the CUDA build on a GPU machine: a broken install fails)
 
 from hybridflow.services.learner.client import GrpcLearnerClient  # noqa: E402
 from hybridflow.weights.config import WeightSyncConfig  # noqa: E402
