@@ -48,6 +48,8 @@ class FakeRollout:
         self.version = 0
         self.fail = fail
         self.prompts_seen: list[list[int]] = []
+        self.requests: list[tuple[int, SamplingParams]] = []
+        """(prompts, sampling) of every Generate call, in call order."""
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
@@ -55,6 +57,7 @@ class FakeRollout:
         if self.fail:
             raise Unavailable()
         self.prompts_seen.extend(list(p) for p in prompts)
+        self.requests.append((len(prompts), params))
         return [
             [Completion([p[0], k], [-0.5, -0.5], "stop", self.version) for k in range(params.n)]
             for p in prompts
@@ -79,6 +82,11 @@ class FakeLearner:
         self.batches: list[list[TrainSample]] = []
         self.rollouts = rollouts
         self.checkpoints: list[str] = []
+        """Paths of the Hugging Face exports (``save_checkpoint``)."""
+        self.saved: list[str] = []
+        """Names of the train states saved (``save_train_state``), in order."""
+        self.published: list[int] = []
+        """The version of every weight publish, in order."""
         self.root = root
         self.fail_at_step: int | None = None
         """train_step raises UNAVAILABLE on this call number (a learner that died)."""
@@ -99,6 +107,7 @@ class FakeLearner:
         return [[-0.5] * len(r) for r in responses]
 
     def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+        self.published.append(self.version)
         for r in self.rollouts:
             r.version = self.version
         return WeightUpdateReport(self.version, 8, 0.0)
@@ -111,6 +120,7 @@ class FakeLearner:
         assert self.root is not None, "FakeLearner(root=...) to checkpoint"
         directory = self.root / name
         directory.mkdir(parents=True)
+        self.saved.append(name)
         (directory / "version").write_text(str(self.version))
         manifest.write_manifest(directory, manifest.hash_files(directory, ["version"]))
         (directory / "COMPLETE").write_text("ok")
@@ -196,3 +206,26 @@ class OrderedRollout(FakeRollout):
     def generate(self, prompts, params, request_id=""):
         self.order.wait_turn(prompts)
         return super().generate(prompts, params, request_id)
+
+
+class BackgroundFakeLearner(FakeLearner):
+    """A ``FakeLearner`` that publishes in the background (``PublishesInBackground``, as
+    ``LearnerCore``): ``start_publish`` snapshots the version, ``finish_publish`` hands it
+    to the replicas. ``background`` lists the versions published so."""
+
+    def __init__(self, rollouts: list[FakeRollout], root: Path | None = None) -> None:
+        super().__init__(rollouts, root)
+        self.background: list[int] = []
+        self._started: int | None = None
+
+    def start_publish(self, targets: Sequence[str]) -> int:
+        self._started = self.version
+        self.background.append(self.version)
+        return self.version
+
+    def finish_publish(self) -> WeightUpdateReport:
+        version, self._started = self._started, None
+        assert version is not None, "finish_publish without start_publish"
+        for r in self.rollouts:
+            r.version = version
+        return WeightUpdateReport(version, 8, 0.0)
