@@ -117,6 +117,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "learner.rft.threshold": ("rft", ("learner.rft.threshold=0.5",)),
     # Every resume here runs from a copy of the crashed run, whose checkpoint_dir is the copy's.
     "learner.checkpoint_dir": ("ppo", ()),
+    "reward.format_score": ("grpo", ("reward.format_score=0.5",)),
     "coordinator.multi_turn.max_turns": ("multi_turn", ("coordinator.multi_turn.max_turns=1",)),
     "coordinator.multi_turn.max_total_tokens": (
         "multi_turn",
@@ -323,6 +324,11 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
     ),
     "learner.rft.threshold": _arg("rft_kept", "threshold"),
     "learner.checkpoint_dir": Observer("where the resumed run's last train state is", _saved_under),
+    "reward.format_score": Observer(
+        "`format_score` of the resumed steps' arith scorer calls (the reward service's scorer, "
+        "built from the resumed job's reward section)",
+        lambda r: r.calls.arg("score_arith", "format_score"),
+    ),
     "coordinator.multi_turn.max_turns": Observer(
         "the most turns of an episode after the resume (episode/turns/max)",
         lambda r: max(int(m["episode/turns/max"]) for m in r.metrics()),
@@ -450,8 +456,12 @@ def test_resumed_run_uses_the_new_value(
     assert all(c.rule.policy is not Policy.REFUSE for c in changes), changes
     calls, watch = Calls(), LayerWatch()
     threads = torch.get_num_threads()
+    from hybridflow.services.reward import rules
+    from hybridflow.services.reward.scorers import RewardScorer
+
+    calls.wrap(monkeypatch, rules, "score_arith")  # before the registry binds it
     try:
-        twins = twin_services(tiny_model_path, new.learner)
+        twins = twin_services(tiny_model_path, new.learner, reward=RewardScorer(new.reward))
         num_threads = torch.get_num_threads()
         watch.attach(twins.worker.actor, decoder_layer_classes(twins.worker.actor))
         _record(calls, monkeypatch)
