@@ -4,6 +4,7 @@ service_usage.json). Pure file reading and arithmetic."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
 
 
 def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
@@ -61,6 +66,9 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
         "mean_sync_s": mean([m.get("timing_s/update_weights", 0.0) for m in timed]),
         "mean_step_s": mean([m["timing_s/step"] for m in timed]),
         "mean_learner_compute_s": mean([m.get("timing_s/learner_compute", 0.0) for m in timed]),
+        # Per-step medians: one launch's typical step, whatever a few stalled steps did.
+        "median_gen_s_per_step": median([m["timing_s/gen"] for m in timed]),
+        "median_learner_compute_s": median([m.get("timing_s/learner_compute", 0.0) for m in timed]),
         # A publish's whole wall time, from the end of its train step until every replica
         # holds it (beside the next step when coordinator.overlap_publish is on).
         "mean_publish_wall_s": mean(

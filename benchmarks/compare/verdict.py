@@ -1,15 +1,20 @@
 """The verdict of a side-by-side comparison: per variant and figure, HEAD's repeats against
 BASE's, measured in one run on one machine (standard library only; no stored numbers).
 
-A figure's *speed-up* is the ratio of the two medians, oriented so that above 1 is better
-(HEAD/BASE for rates, BASE/HEAD for seconds and bytes). Its *noise* is what the run itself
-measured: the larger relative range, (max - min) / median, of the two sides' repeats. The
-band a ratio must leave to count is ``max(MIN_BAND, noise)``:
+A figure's *speed-up* is the ratio of the two sides' geometric means, oriented so that above
+1 is better (HEAD/BASE for rates, BASE/HEAD for seconds and bytes). Its *noise* is what the
+run itself measured: one launch's spread around its side's mean, the standard deviation of
+the logarithms pooled over both sides (on these shared 2-core machines a launch's figure moves
+by ~10 % from one launch to the next with the same code, with where its processes and memory
+land). The log speed-up then wanders by ``standard_error`` = noise * sqrt(1/n_base +
+1/n_head), and the *band* it must leave to count is ``max(MIN_BAND, t * standard_error)``, t
+the one-sided 99 % quantile of Student's t for the run's degrees of freedom (a one-sided t
+test on the logs; a false alarm about once in a hundred figures of identical code):
 
-- ``regression``: speed-up below ``1 - band`` (HEAD is worse by more than the noise);
-- ``inconclusive``: no regression seen, but the band is wider than ``MAX_BAND`` (the run was
-  too noisy to rule out a real slowdown of that size: rerun on a quiet machine);
-- ``faster``: speed-up above ``1 + band``;
+- ``regression``: speed-up below ``exp(-band)`` (HEAD is worse by more than the noise);
+- ``inconclusive``: no regression seen, but a slowdown of 25 % (``MAX_BAND``) would still sit
+  inside the band (too noisy to rule out what it must catch: more repeats, a quieter machine);
+- ``faster``: speed-up above ``exp(band)``;
 - ``same``: inside the band.
 
 Knows figure names and lists of numbers, nothing of how they were measured.
@@ -17,24 +22,32 @@ Knows figure names and lists of numbers, nothing of how they were measured.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
 HIGHER, LOWER = 1, -1
 FIGURES = {
     "e2e_samples_per_s": HIGHER,
-    "mean_learner_compute_s": LOWER,
-    "mean_gen_s_per_step": LOWER,
+    "median_learner_compute_s": LOWER,
+    "median_gen_s_per_step": LOWER,
 }
 """Speed figures compared, with their better direction: the job's throughput, and the two
 phases that bound it (a slower learner or generator shows in its own figure even where the
-async schedule hides it from the throughput)."""
+async schedule hides it from the throughput). The phases are per-step medians, so that one
+stalled step (a page fault storm, a neighbour's burst) does not move a launch's figure."""
 MEMORY_PREFIX = "peak_rss_bytes/"
 """Peak RSS per service (``peak_rss_bytes/<service>``), lower is better."""
-MIN_BAND = 0.05
-"""Smallest change that counts, however quiet the run (allocator and timer jitter)."""
-MAX_BAND = 0.25
-"""Noisier than this, the run cannot rule out a regression it would have to catch."""
+MIN_BAND = math.log(1 / 0.95)
+"""Smallest change that counts (5 %), however quiet the run (allocator and timer jitter)."""
+MAX_BAND = math.log(1 / 0.75)
+"""A run whose band is wider than a 25 % slowdown cannot rule out one it would have to
+catch."""
+T_99 = {1: 31.82, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896,
+        9: 2.821, 10: 2.764, 12: 2.681, 14: 2.624, 16: 2.583, 18: 2.552, 20: 2.528,
+        25: 2.485, 30: 2.457, 40: 2.423, 60: 2.390}  # fmt: skip
+"""One-sided 99 % quantiles of Student's t by degrees of freedom (between two listed: the
+next smaller, the wider; past 60: the normal's 2.326)."""
 
 
 @dataclass(frozen=True)
@@ -52,37 +65,66 @@ class FigureVerdict:
 
     @property
     def speedup(self) -> float:
-        """Above 1: HEAD is better (ratio of medians, oriented)."""
-        base, head = statistics.median(self.base), statistics.median(self.head)
-        return head / base if self.direction == HIGHER else base / head
+        """Above 1: HEAD is better (ratio of geometric means, oriented)."""
+        log_ratio = log_mean(self.head) - log_mean(self.base)
+        return math.exp(log_ratio if self.direction == HIGHER else -log_ratio)
+
+    @property
+    def degrees_of_freedom(self) -> int:
+        return len(self.base) + len(self.head) - 2
 
     @property
     def noise(self) -> float:
-        return max(relative_range(self.base), relative_range(self.head))
+        """One launch's relative spread: the pooled standard deviation of the log figure."""
+        squares = sum_of_squares(self.base) + sum_of_squares(self.head)
+        return math.sqrt(squares / self.degrees_of_freedom)
+
+    @property
+    def standard_error(self) -> float:
+        """Of the log speed-up."""
+        return self.noise * math.sqrt(1 / len(self.base) + 1 / len(self.head))
 
     @property
     def band(self) -> float:
-        return max(MIN_BAND, self.noise)
+        """In log units: a ratio counts outside ``exp(-band)`` .. ``exp(band)``."""
+        return max(MIN_BAND, t_99(self.degrees_of_freedom) * self.standard_error)
+
+    @property
+    def threshold(self) -> float:
+        """The speed-up below which HEAD is a regression."""
+        return math.exp(-self.band)
 
     @property
     def status(self) -> str:
-        if self.speedup < 1.0 - self.band:
+        if self.speedup < self.threshold:
             return "regression"
         if self.band > MAX_BAND:
             return "inconclusive"
-        return "faster" if self.speedup > 1.0 + self.band else "same"
+        return "faster" if self.speedup > math.exp(self.band) else "same"
 
     def line(self) -> str:
         return (
-            f"{self.variant:<20} {self.figure:<28} base {statistics.median(self.base):10.4g}  "
-            f"head {statistics.median(self.head):10.4g}  speed-up {self.speedup:6.3f}  "
-            f"noise {self.noise:6.1%}  {self.status}"
+            f"{self.variant:<8} {self.figure:<28} base {math.exp(log_mean(self.base)):10.4g}  "
+            f"head {math.exp(log_mean(self.head)):10.4g}  speed-up {self.speedup:6.3f}  "
+            f"noise {self.noise:6.1%}  regression below {self.threshold:5.3f}  {self.status}"
         )
 
 
-def relative_range(values: tuple[float, ...]) -> float:
-    middle = statistics.median(values)
-    return (max(values) - min(values)) / middle if middle else 0.0
+def log_mean(values: tuple[float, ...]) -> float:
+    return statistics.fmean(math.log(v) for v in values)
+
+
+def sum_of_squares(values: tuple[float, ...]) -> float:
+    """Of the log values around their mean."""
+    middle = log_mean(values)
+    return sum((math.log(v) - middle) ** 2 for v in values)
+
+
+def t_99(degrees_of_freedom: int) -> float:
+    listed = [df for df in T_99 if df <= degrees_of_freedom]
+    if degrees_of_freedom > max(T_99):
+        return 2.326
+    return T_99[max(listed)]
 
 
 def figures_compared(run: dict[str, object]) -> dict[str, float]:
