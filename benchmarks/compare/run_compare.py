@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -94,11 +95,11 @@ def run_sides(
         side: {v.name: [] for v in cfg.variants} for side in sides
     }
     names = list(sides)
-    turn = 0
     for r in range(repeats):
-        for variant in cfg.variants:
-            order, turn = (names if turn % 2 == 0 else names[::-1]), turn + 1
-            for side in order:
+        for v, variant in enumerate(cfg.variants):
+            # Each variant's pair swaps every repeat (and neighbouring variants start on
+            # different sides), so neither side always goes first for any variant.
+            for side in names if (r + v) % 2 == 0 else names[::-1]:
                 label = f"{side}_{variant.name}_r{r + 1}"
                 run_dir = run_variant(cfg, label, variant.overrides, out, root=sides[side])
                 figures = figures_compared(run_figures(run_dir, cfg.warmup_steps))
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"warning: the machine is not quiet: {busy}", file=sys.stderr)
     trees = {"base": out / "tree-base", "head": out / "tree-head"}
+    # A stopped run (Ctrl-C, CI's timeout) still removes its worktrees.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     add_worktree(base_commit, trees["base"])
     try:
         add_worktree(working_tree_commit(out), trees["head"])
