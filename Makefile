@@ -56,8 +56,11 @@ device-check:
 # Re-resolve requirements/cpu.in, then requirements/cuda.in constrained by cpu.lock's pins (less
 # the device-specific ones named in scripts/locks.py), so the packages both locks hold keep one
 # pin; then check both (scripts/locks.py check, also tests/unit/test_locks.py). Keeps existing
-# pins unless UPGRADE=1. Resolving cuda.lock downloads the CUDA wheels (about 6 GB: the
-# registry serves no metadata apart from the wheels; 17 min here).
+# pins unless UPGRADE=1. cuda.lock is resolved from the registry with pip's configuration set
+# aside: where a local wheel folder holds torch 2.13.0+cpu, pip-tools would list that wheel's
+# hash alone for cuda.lock's torch==2.13.0 (the files of the first version matching a pin),
+# and `make setup DEVICE=cuda` would install the CPU build. Resolving cuda.lock downloads the
+# CUDA wheels (about 6 GB: the registry serves no metadata apart from the wheels).
 PIP_COMPILE = $(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
 	--no-emit-find-links --no-emit-index-url $(if $(UPGRADE),--upgrade)
 lock: setup
@@ -65,7 +68,7 @@ lock: setup
 	  --unsafe-package torchvision --unsafe-package torchaudio --unsafe-package torchcodec \
 	  -o requirements/cpu.lock requirements/cpu.in
 	$(VPY) scripts/locks.py constraints > requirements/.cpu-pins.txt
-	$(PIP_COMPILE) -c requirements/.cpu-pins.txt \
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PIP_COMPILE) -c requirements/.cpu-pins.txt \
 	  --unsafe-package torchaudio --unsafe-package torchcodec \
 	  -o requirements/cuda.lock requirements/cuda.in
 	$(VPY) scripts/locks.py check

