@@ -60,7 +60,7 @@ device-check:
 # aside: where a local wheel folder holds torch 2.13.0+cpu, pip-tools would list that wheel's
 # hash alone for cuda.lock's torch==2.13.0 (the files of the first version matching a pin),
 # and `make setup DEVICE=cuda` would install the CPU build. Resolving cuda.lock downloads the
-# CUDA wheels (about 6 GB: the registry serves no metadata apart from the wheels).
+# CUDA wheels (about 4 GB: the registry serves no metadata apart from the wheels).
 PIP_COMPILE = $(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
 	--no-emit-find-links --no-emit-index-url $(if $(UPGRADE),--upgrade)
 lock: setup
@@ -75,7 +75,7 @@ lock: setup
 
 # Whether requirements/$(DEVICE).lock installs, as `make setup DEVICE=...` would install it:
 # a dry-run install in a throwaway venv (every wheel downloaded and its hash checked, nothing
-# installed; cuda.lock: about 6 GB). Any machine, any device: `make lock-check DEVICE=cuda`.
+# installed; cuda.lock: about 4 GB). Any machine, any device: `make lock-check DEVICE=cuda`.
 lock-check:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(PYTHON) -m venv "$$tmp/venv" && \
 	  echo "dry-run install of $(LOCK) in $$tmp/venv" && \
