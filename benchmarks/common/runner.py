@@ -77,16 +77,22 @@ def environment() -> dict[str, Any]:
     }
 
 
-LOCK_FILE = REPO / "requirements" / "cpu.lock"
+def lock_file() -> Path:
+    """The lock this interpreter's venv was set up from: `make setup` records the device in
+    the venv (``.device``: cpu or cuda); a venv without it is a CPU one."""
+    marker = Path(sys.prefix) / ".device"
+    device = marker.read_text().strip() if marker.is_file() else "cpu"
+    return REPO / "requirements" / f"{device}.lock"
 
 
 def lock_hash() -> str | None:
     """sha256 of the lock file the packages were installed from (None without one)."""
     import hashlib
 
-    if not LOCK_FILE.is_file():
+    lock = lock_file()
+    if not lock.is_file():
         return None
-    return hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+    return hashlib.sha256(lock.read_bytes()).hexdigest()
 
 
 def py_spy() -> str | None:
