@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hybridflow.arrays import TokenArray
+from hybridflow.coordinator.episode_record import EpisodeRecord, episode_metrics
 from hybridflow.types import Completion, ScoreItem, ScoreResult, TrainSample
 
 
@@ -34,8 +35,8 @@ class ScoredGroup:
     results: list[ScoreResult]
     baseline: float | None = None
     """Score of the prompt's greedy response (ReMax's baseline); None when none was made."""
-    episodes: list[Any] | None = None
-    """Multi-turn: each completion's ``EpisodeRecord`` (``coordinator.episodes``)."""
+    episodes: list[EpisodeRecord] | None = None
+    """Multi-turn: each completion's ``EpisodeRecord`` (``coordinator.episode_record``)."""
 
 
 def split_round_robin(num_items: int, num_workers: int) -> list[list[int]]:
@@ -147,8 +148,6 @@ def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
     )
     records = [r for g in scored for r in (g.episodes or ())]
     if records:
-        from hybridflow.coordinator.episodes import episode_metrics
-
         baseline_metrics.update(episode_metrics(records))
     return {
         **baseline_metrics,

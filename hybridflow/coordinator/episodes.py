@@ -34,6 +34,7 @@ import numpy as np
 from hybridflow.arrays import TokenArray
 from hybridflow.coordinator.config import MultiTurnConfig
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
+from hybridflow.coordinator.episode_record import EpisodeRecord
 from hybridflow.envs.base import StepResult, Task
 from hybridflow.envs.chat_tokens import ChatTokens
 from hybridflow.envs.runner import EnvironmentClient, EpisodeError
@@ -46,22 +47,6 @@ Generate = Callable[[list[TokenArray], SamplingParams, str], list[list[Completio
 class EnvironmentDown(RuntimeError):
     """The environment service did not answer: the request's episodes restart from their
     tasks (the dispatcher re-queues its prompts; the replica is not to blame)."""
-
-
-@dataclass
-class EpisodeRecord:
-    """What one episode did (for metrics and the run's records)."""
-
-    turns: int = 0
-    tool_calls: int = 0
-    tool_errors: int = 0
-    success: bool = False
-    env_seconds: float = 0.0
-    env_calls: int = 0
-    policy_tokens: int = 0
-    total_tokens: int = 0
-    finish: str = ""
-    """``done``, ``max_turns``, ``max_total_tokens`` or ``error``."""
 
 
 @dataclass
@@ -324,34 +309,3 @@ def episode_runner(
 
     load_environment_class(config.env)  # a bad path fails here, before any work
     return EpisodeRunner(services.environments, ChatTokens(services.tokenizer), config)
-
-
-def episode_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
-    """``episode/*`` metrics of one batch's episodes."""
-    if not records:
-        return {}
-    n = len(records)
-    env_calls = sum(r.env_calls for r in records)
-    successes = sum(r.success for r in records)
-    total = sum(r.total_tokens for r in records)
-    finishes = {"done": 0, "max_turns": 0, "max_total_tokens": 0, "error": 0}
-    for r in records:
-        finishes[r.finish] = finishes.get(r.finish, 0) + 1
-    return {
-        "episode/turns/mean": sum(r.turns for r in records) / n,
-        "episode/turns/max": float(max(r.turns for r in records)),
-        "episode/tool_calls/mean": sum(r.tool_calls for r in records) / n,
-        "episode/tool_errors/mean": sum(r.tool_errors for r in records) / n,
-        "episode/tool_use_rate": sum(r.tool_calls > 0 for r in records) / n,
-        "episode/success_rate": sum(r.success for r in records) / n,
-        "episode/turns_per_success": (
-            sum(r.turns for r in records if r.success) / successes if successes else 0.0
-        ),
-        "episode/env_latency_s/mean": (
-            sum(r.env_seconds for r in records) / env_calls if env_calls else 0.0
-        ),
-        "episode/policy_token_frac": (
-            sum(r.policy_tokens for r in records) / total if total else 1.0
-        ),
-        **{f"episode/finish/{name}": count / n for name, count in finishes.items()},
-    }

@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from hybridflow.deploy.launcher import ranks_command
+from hybridflow.deploy.slurm_plan import Step, format_plan
 from hybridflow.job_config import JobConfig, load_job_config
 
 DEFAULT_LEARNER_PORT = 50051
@@ -94,16 +94,6 @@ def _expand_ranges(ranges: str, item: str) -> list[str]:
             raise ValueError(f"descending range {part!r} in node list item {item!r}")
         out.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
     return out
-
-
-@dataclass
-class Step:
-    """One command of the plan: what runs, on which node, listening where (if a service)."""
-
-    name: str
-    node: str
-    command: list[str]
-    address: str = ""
 
 
 def plan_job(
@@ -239,14 +229,6 @@ def plan_job(
         coordinator += ["--set", override]
     steps.append(Step("coordinator", nodes[0], coordinator))
     return steps
-
-
-def format_plan(steps: Sequence[Step]) -> str:
-    lines = []
-    for step in steps:
-        where = f" -> {step.address}" if step.address else ""
-        lines.append(f"{step.name} on {step.node}{where}: {shlex.join(step.command)}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from hybridflow.deploy.slurm import Step, format_plan
+from hybridflow.deploy.slurm_plan import Step, format_plan
 
 CONTROL_DIR = "slurm"
 EXIT_FILE = "coordinator.exit"

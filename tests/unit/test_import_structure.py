@@ -1,10 +1,12 @@
-"""The package's import structure stays a hierarchy: no two folders of ``hybridflow`` import
-each other (directly or round a loop) when their modules load, and no modules do
-(``scripts/import_graph.py`` reads the imports with ``ast``)."""
+"""The package's import structure stays a hierarchy: no modules of ``hybridflow`` import each
+other (directly or round a loop), and no folders do once the named, reasoned edges of
+``ALLOWED_FOLDER_EDGES`` are set aside. Every import counts: module level, inside a function,
+under ``TYPE_CHECKING`` (``scripts/import_graph.py`` reads them with ``ast``)."""
 
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from tests.scripts import load_script
 
@@ -13,17 +15,62 @@ def _import_graph():  # type: ignore[no-untyped-def]
     return load_script("import_graph")
 
 
+def test_no_module_imports_another_that_imports_it_back() -> None:
+    g = _import_graph()
+    edges = g.import_edges()
+    assert "hybridflow.services.learner.worker" in edges  # it read the package
+    _, module_lines = g.cycle_report(edges)
+    assert not module_lines, "module cycles, with the imports that close them:\n" + "\n".join(
+        module_lines
+    )
+
+
 def test_no_folder_imports_another_that_imports_it_back() -> None:
     g = _import_graph()
-    edges = g.graph()
-    assert "hybridflow.services.learner.worker" in edges  # it read the package
-    folders: dict[str, set[str]] = {}
-    for src, dsts in edges.items():
-        for dst in dsts:
-            if g.folder(src) != g.folder(dst):
-                folders.setdefault(g.folder(src), set()).add(g.folder(dst))
-    assert g.strongly_connected(folders) == []
-    assert g.strongly_connected(edges) == []
+    folders = g.folder_edges(g.import_edges())
+    for (src, dst), reason in g.ALLOWED_FOLDER_EDGES.items():
+        print(f"allowed folder edge {src} -> {dst}: {reason}")
+        assert dst in folders.get(src, {}), f"{src} -> {dst} is gone: drop its allow-list entry"
+    left = g.without_allowed(folders)
+    groups = g.strongly_connected({a: set(b) for a, b in left.items()})
+    lines = []
+    for group in groups:
+        lines.append("cycle: " + ", ".join(group))
+        for src in group:
+            for dst in sorted(d for d in left[src] if d in group):
+                lines.append(f"  {src} -> {dst}")
+                lines += [f"    {imp.where()}" for imp in left[src][dst]]
+    assert not groups, "folder cycles, with the imports that close them:\n" + "\n".join(lines)
+
+
+def test_every_kind_of_import_is_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    g = _import_graph()
+    path = tmp_path / "m.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            from typing import TYPE_CHECKING
+            from hybridflow.a import b
+            if TYPE_CHECKING:
+                from hybridflow.c import D
+            def f():
+                import hybridflow.e
+            class K:
+                def g(self):
+                    from . import h
+            """
+        )
+    )
+    found = {(i.target, i.kind) for i in g.imports(path, "hybridflow.x.m")}
+    assert found == {
+        ("hybridflow.a", "module"),
+        ("hybridflow.a.b", "module"),
+        ("hybridflow.c", "type_checking"),
+        ("hybridflow.c.D", "type_checking"),
+        ("hybridflow.e", "function"),
+        ("hybridflow.x", "function"),
+        ("hybridflow.x.h", "function"),
+    }
 
 
 def test_the_detector_sees_a_cycle() -> None:

@@ -14,13 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from hybridflow.models.families import gemma2, gemma3, llama, mistral, qwen2, qwen3, qwen3_moe
-from hybridflow.models.families.base import (
-    VLLM_VOCAB_PADDING,
-    DecoderDims,
-    DecoderLayout,
-    ModelFamily,
-    decoder_dims_from_config,
-)
+from hybridflow.models.families.base import VLLM_VOCAB_PADDING, ModelFamily
+from hybridflow.models.families.layout import DecoderDims, DecoderLayout, decoder_dims_from_config
 
 FAMILIES: dict[str, ModelFamily] = {
     f.model_type: f

@@ -18,7 +18,7 @@ each projection on its own. This module knows dims, layouts and names only.
 
 from __future__ import annotations
 
-from hybridflow.models.families.base import DecoderDims, DecoderLayout
+from hybridflow.models.families.layout import DecoderDims, DecoderLayout
 from hybridflow.resharding.topology import DestParam, DestPart, ParamSpec, Placement, Topology
 
 COL, ROW, REP = Placement.COLUMN, Placement.ROW, Placement.REPLICATED

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridflow.models.families.base import DecoderDims, DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
+from hybridflow.models.families.layout import DecoderDims, DecoderLayout
 
 GEMMA_FEEDFORWARD_NORMS = ("pre_feedforward_layernorm", "post_feedforward_layernorm")
 """The per-layer norms Gemma 2 and 3 add around the MLP."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridflow.models.families.base import DecoderDims, DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
 from hybridflow.models.families.gemma2 import GEMMA_FEEDFORWARD_NORMS
+from hybridflow.models.families.layout import DecoderDims, DecoderLayout
 
 
 class Gemma3TextFamily(ModelFamily):

@@ -7,6 +7,7 @@ copy, so a reload feeds it the embedding too).
 
 from __future__ import annotations
 
-from hybridflow.models.families.base import DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
+from hybridflow.models.families.layout import DecoderLayout
 
 FAMILY = ModelFamily(model_type="llama", layout=DecoderLayout())

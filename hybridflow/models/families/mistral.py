@@ -6,6 +6,7 @@ names (its own name remapping applies to Mistral's consolidated format only).
 
 from __future__ import annotations
 
-from hybridflow.models.families.base import DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
+from hybridflow.models.families.layout import DecoderLayout
 
 FAMILY = ModelFamily(model_type="mistral", layout=DecoderLayout())

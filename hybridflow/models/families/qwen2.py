@@ -7,6 +7,7 @@ the three are fused into ``qkv_proj.bias``. ``o_proj`` has no bias.
 
 from __future__ import annotations
 
-from hybridflow.models.families.base import DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
+from hybridflow.models.families.layout import DecoderLayout
 
 FAMILY = ModelFamily(model_type="qwen2", layout=DecoderLayout(qkv_bias=True))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridflow.models.families.base import DecoderDims, DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
+from hybridflow.models.families.layout import DecoderDims, DecoderLayout
 
 
 class Qwen3Family(ModelFamily):

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hybridflow.models.families.base import DecoderDims, DecoderLayout, ModelFamily
+from hybridflow.models.families.base import ModelFamily
+from hybridflow.models.families.layout import DecoderDims, DecoderLayout
 
 
 def moe_layer_indices(config: Any) -> tuple[int, ...]:

@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -63,13 +63,49 @@ from hybridflow.utils import manifest
 from hybridflow.utils.disk import disk_full_message, is_disk_full, looks_full
 
 if TYPE_CHECKING:
-    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.lora.peft_layers import AdapterParams
+    from hybridflow.services.learner.config import LearnerConfig
+    from hybridflow.services.learner.distributed import DistInfo
 
 COMPLETE = "COMPLETE"
 _OWNED = re.compile(r"^(?:dcp/__(\d+)_\d+\.distcp|rank(\d+)\.pt)$")
 
 
-def _trainables(worker: LearnerWorker) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+class TrainedModels(Protocol):
+    """What a train-state save or load reads of a learner rank (``LearnerWorker`` is one):
+    the models it trains with their optimizers, the adapters of a LoRA actor, the config and
+    where the rank sits. A load writes only the modules' and optimizers' state; the policy
+    version it returns is the worker's to set."""
+
+    @property
+    def has_actor(self) -> bool: ...
+
+    @property
+    def actor(self) -> torch.nn.Module: ...
+
+    @property
+    def actor_optim(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def critic(self) -> torch.nn.Module | None: ...
+
+    @property
+    def critic_optim(self) -> torch.optim.Optimizer | None: ...
+
+    @property
+    def adapters(self) -> AdapterParams | None: ...
+
+    @property
+    def config(self) -> LearnerConfig: ...
+
+    @property
+    def dist(self) -> DistInfo: ...
+
+    @property
+    def policy_version(self) -> int: ...
+
+
+def _trainables(worker: TrainedModels) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
     """What this rank trains: the actor unless it is a critic rank, the critic where it lives."""
     out: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]] = {}
     if worker.has_actor:
@@ -79,7 +115,7 @@ def _trainables(worker: LearnerWorker) -> dict[str, tuple[torch.nn.Module, torch
     return out
 
 
-def _options(worker: LearnerWorker, name: str) -> StateDictOptions | None:
+def _options(worker: TrainedModels, name: str) -> StateDictOptions | None:
     """A LoRA actor saves and restores its adapters only: the base is frozen, reloaded from
     the job's model at start like the reference."""
     if name == "actor" and worker.adapters is not None:
@@ -87,7 +123,7 @@ def _options(worker: LearnerWorker, name: str) -> StateDictOptions | None:
     return None
 
 
-def _state(worker: LearnerWorker) -> dict[str, Any]:
+def _state(worker: TrainedModels) -> dict[str, Any]:
     state: dict[str, Any] = {}
     for name, (module, optim) in _trainables(worker).items():
         options = _options(worker, name)
@@ -110,7 +146,7 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_train_state(worker: LearnerWorker, directory: Path) -> None:
+def save_train_state(worker: TrainedModels, directory: Path) -> None:
     """Writes ``directory`` (a collective: every rank calls it with the same path).
 
     Refuses a directory that already holds a complete checkpoint; a partial one (a crash
@@ -154,7 +190,7 @@ def _owner(name: str, world_size: int) -> int:
     return int(match.group(1) or match.group(2)) % world_size
 
 
-def load_train_state(worker: LearnerWorker, directory: Path) -> int:
+def load_train_state(worker: TrainedModels, directory: Path) -> int:
     """Restores weights, optimizer states and RNG; returns the saved policy version (which
     the worker, its one writer, sets: ``LearnerWorker.load_train_state``)."""
     if not (directory / COMPLETE).exists():

@@ -82,6 +82,7 @@ from hybridflow.services.learner.precision import (
 from hybridflow.services.learner.preference import preference_step
 from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.services.learner.roles import RankRole, rank_role
+from hybridflow.services.learner.train_state import load_train_state
 from hybridflow.services.learner.updates import UpdateContext, compute_advantages, precompute
 from hybridflow.types import TrainSample, TrainStepResult
 
@@ -337,8 +338,6 @@ class LearnerWorker:
 
     def load_train_state(self, directory: Path) -> int:
         """Restores what ``save_train_state`` saved in ``directory`` (every rank); the version."""
-        from hybridflow.services.learner.train_state import load_train_state
-
         self.policy_version = load_train_state(self, directory)
         return self.policy_version
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 import sys
 
-from hybridflow.deploy.slurm import Step
 from hybridflow.deploy.slurm_job import StopRequests, control_files, run_plan
+from hybridflow.deploy.slurm_plan import Step
 
 # A coordinator: ready once it writes coordinator.addr; a SIGINT makes it "save" and exit.
 COORDINATOR = """

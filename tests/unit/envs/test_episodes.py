@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hybridflow.coordinator.config import MultiTurnConfig
-from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeRunner, episode_metrics
+from hybridflow.coordinator.episode_record import EpisodeRecord, episode_metrics
+from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeRunner
 from hybridflow.data.datasets import PromptRecord
 from hybridflow.envs.base import Message, StepResult, Task
 from hybridflow.envs.chat_tokens import ChatTokens
@@ -266,8 +267,6 @@ def test_replica_failure_closes_live_episodes(tokenizer):
 
 
 def test_episode_metrics():
-    from hybridflow.coordinator.episodes import EpisodeRecord
-
     records = [
         EpisodeRecord(
             turns=2,
