@@ -59,16 +59,20 @@ def load_config(
             raise ConfigError(f"{source}: section '{section}' must be a mapping")
         raw = sub
     for override in overrides:
-        apply_override(raw, override)
+        apply_override(raw, override, cls)
     return from_dict(cls, raw, source=source)
 
 
-def apply_override(raw: dict[str, Any], override: str) -> None:
-    """Applies one ``dotted.key=value`` override in place; the value is parsed as YAML."""
+def apply_override(raw: dict[str, Any], override: str, cls: type | None = None) -> None:
+    """Applies one ``dotted.key=value`` override in place; the value is parsed as YAML. With
+    ``cls`` (the dataclass ``raw`` configures), a key a section has renamed is set under its
+    new name (one notice), so it overrides the file's value whichever name the file uses."""
     key, sep, text = override.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override must look like key.sub=value, got {override!r}")
     parts = key.strip().split(".")
+    if cls is not None:
+        parts = current_key(cls, parts)
     node = raw
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -127,6 +131,29 @@ def _merge(base: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _merge(out[key], value)
         else:
             out[key] = value
+    return out
+
+
+def current_key(cls: type, parts: list[str]) -> list[str]:
+    """The dotted key ``parts`` under dataclass ``cls`` with every renamed (old) key on its way
+    replaced by its new name, one notice each; a key no section renamed comes back as it is."""
+    out: list[str] = []
+    node: Any = cls
+    rest = list(parts)
+    while rest:
+        renames = renamed_keys(node) if dataclasses.is_dataclass(node) else {}
+        if rest[0] in renames:
+            new = renames[rest[0]].split(".")
+            _notice(
+                f"config: '{'.'.join([*out, rest[0]])}' is now '{'.'.join([*out, *new])}'"
+                " (the old key still works, for now)"
+            )
+            rest = [*new, *rest[1:]]
+        part = rest.pop(0)
+        out.append(part)
+        known = {f.name for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else ()
+        hint = typing.get_type_hints(node).get(part) if part in known else None
+        node = hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
     return out
 
 

@@ -74,7 +74,7 @@ def config_problems(config_path: str | Path | None, overrides: Sequence[str] = (
                 raise ConfigError(f"{source}: top level must be a mapping")
             raw = loaded
         for override in overrides:
-            apply_override(raw, override)
+            apply_override(raw, override, JobConfig)
     except (ConfigError, yaml.YAMLError, OSError) as exc:
         return [f"config error: {_strip_source(str(exc), source)}"]
     lines = _collect(JobConfig, raw, source, "")

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from hybridflow.config import loader
 from hybridflow.config.fields import Bound, field_problems, knob
-from hybridflow.config.loader import ConfigError, from_dict
+from hybridflow.config.loader import ConfigError, from_dict, load_config
 from hybridflow.config.ranges import raise_problems
 
 
@@ -106,6 +107,23 @@ def test_a_renamed_key_loads_in_its_new_place_with_one_notice(
     assert any("'demo.old_steps' is now 'demo.steps'" in n for n in notices)
     with pytest.raises(ConfigError, match=r"demo.optim.lr: must be > 0"):
         from_dict(_Demo, {"lr": -1.0})
+
+
+def test_an_old_key_given_as_an_override_overrides_the_new_one_in_the_file(
+    tmp_path, caplog: pytest.LogCaptureFixture, monkeypatch
+) -> None:
+    monkeypatch.setattr(loader, "_noticed", set())  # each notice once per process
+    path = tmp_path / "demo.yaml"
+    path.write_text("optim:\n  lr: 0.1\n")
+    with caplog.at_level(logging.WARNING, logger="hybridflow.config.loader"):
+        cfg = load_config(_Demo, path, ["lr=0.5", "old_steps=7"])
+    assert (cfg.optim.lr, cfg.steps) == (0.5, 7)
+    notices = [r.getMessage() for r in caplog.records]
+    assert "config: 'lr' is now 'optim.lr' (the old key still works, for now)" in notices
+    # A key nobody renamed, and one past the end of the sections, go through as written.
+    assert load_config(_Demo, path, ["optim.lr=0.25"]).optim.lr == 0.25
+    with pytest.raises(ConfigError, match="unknown key 'optim.nope'"):
+        load_config(_Demo, path, ["optim.nope=1"])
 
 
 def test_old_and_new_key_together_are_refused() -> None:

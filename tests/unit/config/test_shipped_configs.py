@@ -79,3 +79,16 @@ def test_config_modules_import_without_torch_or_grpc():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_an_old_key_set_over_a_shipped_config_that_uses_the_new_one_overrides_it():
+    # The quickstart names learner.topology.nproc_per_node; a user's muscle memory the old
+    # learner.nproc_per_node. Both the load and the launcher's preflight take it.
+    from hybridflow.deploy.preflight import config_problems
+
+    quickstart = REPO / "deploy/configs/quickstart.yaml"
+    assert "nproc_per_node" in quickstart.read_text()
+    job = load_job_config(quickstart, ["learner.nproc_per_node=2"])
+    assert job.learner.topology.nproc_per_node == 2
+    assert config_problems(quickstart, ["learner.nproc_per_node=2"]) == []
+    assert config_problems(quickstart, ["learner.nproc_per_node=0"]) != []  # still bounded
