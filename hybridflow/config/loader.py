@@ -138,10 +138,11 @@ def current_key(cls: type, parts: list[str]) -> list[str]:
     """The dotted key ``parts`` under dataclass ``cls`` with every renamed (old) key on its way
     replaced by its new name, one notice each; a key no section renamed comes back as it is."""
     out: list[str] = []
-    node: Any = cls
+    node: type | None = cls
     rest = list(parts)
     while rest:
-        renames = renamed_keys(node) if dataclasses.is_dataclass(node) else {}
+        section = node if node is not None and dataclasses.is_dataclass(node) else None
+        renames = renamed_keys(section) if section is not None else {}
         if rest[0] in renames:
             new = renames[rest[0]].split(".")
             _notice(
@@ -151,8 +152,8 @@ def current_key(cls: type, parts: list[str]) -> list[str]:
             rest = [*new, *rest[1:]]
         part = rest.pop(0)
         out.append(part)
-        known = {f.name for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else ()
-        hint = typing.get_type_hints(node).get(part) if part in known else None
+        known = {f.name for f in dataclasses.fields(section)} if section is not None else set()
+        hint = typing.get_type_hints(section).get(part) if part in known else None
         node = hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
     return out
 
