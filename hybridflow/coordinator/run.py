@@ -216,7 +216,7 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
         learner=learner,
         weight_targets=list(cfg.rollout_addresses),
         decode=lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
-        environments=_environments(cfg),
+        environments=_environments(job),
         tokenizer=tokenizer,
     )
 
@@ -232,11 +232,20 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
     return services, close
 
 
-def _environments(cfg: CoordinatorConfig) -> Any:
+def _environments(job: JobConfig) -> Any:
     """The episodes' environments (multi-turn only): the environment service's client when
-    the launcher started one (``coordinator.environment_address``), else in this process."""
+    the launcher started one (``coordinator.environment_address``), else in this process
+    (said loudly when the job lists environment classes for a service nobody started)."""
+    cfg = job.coordinator
     if not cfg.multi_turn.enabled:
         return None
+    if job.environment.enabled and not cfg.environment_address:
+        log.warning(
+            "environment.envs lists %s, but no environment service was started for this job "
+            "(coordinator.environment_address is empty): the episodes run inside the "
+            "coordinator, without the service's supervision and bounds",
+            list(job.environment.envs),
+        )
     from hybridflow.services.environment.factory import make_environment_client
 
     return make_environment_client(cfg.environment_address, cfg.channel)

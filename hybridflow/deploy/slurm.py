@@ -2,8 +2,8 @@
 
 The plan: the learner's nodes on the allocation's first ``--learner-nodes`` nodes (one
 ``srun`` step per node; more than one rank or node runs torchrun, rendezvous at the first
-node), the rollout replicas round-robin on the next nodes, the reward service on the last
-node, the coordinator in the batch step (the first node) pointed at them all with ``--set``
+node), the rollout replicas round-robin on the next nodes, the reward service (and the
+environment service, when ``environment.envs`` lists a class) on the last node, the coordinator in the batch step (the first node) pointed at them all with ``--set``
 overrides. Services bind 0.0.0.0 on fixed ports (a port the config leaves at 0 gets a default
 below) and are dialled at their node's ``NodeAddr`` (``slurm_allocation``); TLS comes from the
 config, the token from ``HYBRIDFLOW_TOKEN`` or the run dir's token file (srun passes the
@@ -31,6 +31,7 @@ from hybridflow.job_config import JobConfig, load_job_config
 
 DEFAULT_LEARNER_PORT = 50051
 DEFAULT_REWARD_PORT = 50052
+DEFAULT_ENVIRONMENT_PORT = 50053
 DEFAULT_ROLLOUT_BASE_PORT = 50100
 """Replica i listens on base + i (the rollout ``__main__`` adds its index)."""
 RENDEZVOUS_PORT = 29500
@@ -223,6 +224,17 @@ def plan_job(
         f"coordinator.reward_address={addr[reward_node]}:{reward_port}",
         f"coordinator.learner_address={addr[nodes[0]]}:{learner_port}",
     ]
+    if job.environment.enabled:
+        # Multi-turn episodes step in their own supervised service, as deploy/launch.sh runs
+        # them, never inside the coordinator.
+        port = job.environment.server.port or DEFAULT_ENVIRONMENT_PORT
+        environment = [*srun(reward_node, "environment")]
+        environment += [python, "-m", "hybridflow.services.environment"]
+        address = f"{addr[reward_node]}:{port}"
+        steps.append(
+            Step("environment", reward_node, [*environment, *serve("environment", port)], address)
+        )
+        overrides.append(f"coordinator.environment_address={address}")
     coordinator = [python, "-m", "hybridflow.coordinator", "run", "--run-dir", str(run_dir)]
     coordinator += [*(["--resume"] if resume else []), *shared]
     for override in overrides:

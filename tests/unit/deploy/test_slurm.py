@@ -226,3 +226,32 @@ def test_configured_devices_reach_each_steps_service():
         command = steps[name].command
         at = command.index("--")  # the shim's end: the service's command starts here
         assert command[at + 1 : at + 3] == ["env", f"CUDA_VISIBLE_DEVICES={devices}"], name
+
+
+def test_a_multi_turn_job_runs_its_environment_service_as_its_own_step():
+    # As deploy/launch.sh does: environment.envs lists a class, so the episodes step in the
+    # environment service (on the reward's node), and the coordinator is pointed at it rather
+    # than running the user's environment classes in its own process.
+    job = load_job_config(REPO / "deploy/configs/guess-number.yaml", [])
+    assert job.environment.enabled
+    nodes = expand_nodelist("cpu[1-3]")
+    steps = {
+        s.name: s
+        for s in plan_job(nodes, job, ["--config", "deploy/configs/guess-number.yaml"], run_dir=RUN)
+    }
+    assert list(steps) == ["learner0", "rollout0", "reward", "environment", "coordinator"]
+    environment = steps["environment"]
+    assert (environment.node, environment.address) == ("cpu3", "cpu3:50053")
+    command = environment.command
+    assert command[command.index("--", command.index("hybridflow.deploy.slurm_step")) + 1 :][
+        :3
+    ] == ["python", "-m", "hybridflow.services.environment"]
+    assert "environment.server.host=0.0.0.0" in command
+    assert "environment.server.port=50053" in command
+    assert f"--output={RUN}/logs/environment.log" in command
+    assert "coordinator.environment_address=cpu3:50053" in steps["coordinator"].command
+    # A single-turn job has none.
+    assert "environment" not in steps_by_name("cpu[1-3]", [])
+    assert not any(
+        "environment_address" in a for a in steps_by_name("cpu[1-3]", [])["coordinator"].command
+    )
