@@ -56,7 +56,7 @@ def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
         *_environment_problems(job),
         *_tls_problems(job),
         *_exposure_problems(job),
-        *_data_problems(job),
+        *dataset_problems(job),
     ]
 
 
@@ -282,7 +282,9 @@ def _exposure_problems(job: JobConfig) -> list[str]:
     return found
 
 
-def _data_problems(job: JobConfig) -> list[str]:
+def dataset_problems(job: JobConfig) -> list[str]:
+    """Problems of the job's dataset (coordinator.data): unknown builtin, unreadable file, bad
+    rows; empty when it is fine."""
     from hybridflow.data.datasets import BUILTIN_DATASETS, check_prompt_rows
     from hybridflow.services.reward.registry import ScorerRegistry
 

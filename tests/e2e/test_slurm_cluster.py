@@ -41,19 +41,19 @@ def _certificate(tmp: Path, addresses: list[str]) -> tuple[Path, Path]:
 
 
 def _job_args(
-    cluster: SlurmCluster, tmp: Path, run_dir: Path | None, extra: list[str]
+    cluster: SlurmCluster, tmp: Path, run_dir: Path | None, extra: list[str], config: str = CONFIG
 ) -> list[str]:
-    """The sbatch script's arguments: the quickstart, TLS on every service, the run dir
-    (None: the job's own under deploy.run_root)."""
+    """The sbatch script's arguments: the job (the quickstart unless ``config``), TLS on every
+    service, the run dir (None: the job's own under deploy.run_root)."""
     cert, key = _certificate(tmp, list(cluster.nodes.values()))
     overrides = [
         "coordinator.progress=false",
         f"coordinator.channel.tls_ca={cert}",
-        *(f"{svc}.server.{k}={v}" for svc in ("rollout", "reward", "learner")
+        *(f"{svc}.server.{k}={v}" for svc in ("rollout", "reward", "learner", "environment")
           for k, v in (("tls_cert", cert), ("tls_key", key))),
         *extra,
     ]  # fmt: skip
-    args = ["--config", CONFIG, *(["--run-dir", str(run_dir)] if run_dir else [])]
+    args = ["--config", config, *(["--run-dir", str(run_dir)] if run_dir else [])]
     for override in overrides:
         args += ["--set", override]
     return args
@@ -157,6 +157,40 @@ def test_quickstart_learns_on_three_slurm_nodes(
     assert (run_dir / "token").stat().st_mode & 0o077 == 0
     for step in ("learner0", "rollout0", "reward"):
         assert "Traceback" not in (run_dir / "logs" / f"{step}.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_multi_turn_job_runs_its_environment_service_as_its_own_step(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+):
+    """guess-number (environment.envs lists its class): the plan starts the environment
+    service on the third node beside the reward, the coordinator's episodes step there (not
+    in its own process), and the job completes."""
+    cluster = slurm_cluster
+    run_dir = tmp_path / "run"
+    config = "deploy/configs/guess-number.yaml"
+    args = _job_args(cluster, tmp_path, run_dir, ["coordinator.num_steps=6"], config)
+    job = _submit(cluster, tmp_path, args)
+    state = cluster.wait_job(job, DONE, 900)
+    assert state == "COMPLETED", f"job {job} {state}" + _diagnostics(tmp_path, run_dir)
+    plan = (run_dir / "slurm" / "plan.txt").read_text().splitlines()
+    where = {line.split(" on ")[0]: line.split(" on ")[1].split()[0].rstrip(":") for line in plan}
+    assert where == {
+        "learner0": "node1", "rollout0": "node2", "reward": "node3", "environment": "node3",
+        "coordinator": "node1",
+    }  # fmt: skip
+    assert json.loads((run_dir / "summary.json").read_text())["num_steps"] == 6
+    environment_log = (run_dir / "logs" / "environment.log").read_text()
+    assert "Traceback" not in environment_log
+    coordinator_log = _diagnostics(tmp_path, run_dir)
+    assert "no environment service was started" not in coordinator_log
+    turns = [m["episode/turns/max"] for m in _metrics(run_dir) if "episode/turns/max" in m]
+    assert len(turns) == 6 and max(turns) >= 2, turns  # multi-turn episodes, every step
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _checkpoints(run_dir: Path) -> list[int]:

@@ -12,7 +12,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from hybridflow.deploy.preflight import problems
+from hybridflow.deploy.preflight import dataset_problems, problems
+from hybridflow.job_config import load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = REPO / "deploy" / "configs" / "quickstart.yaml"
@@ -197,8 +198,13 @@ def test_unreadable_dataset(tmp_path):
     path = write_rows(directory / "d.jsonl", [row()])
     assert data_problems(path) == []  # readable, and the modules the check needs imported
     path.chmod(0)
+    # The job is loaded here: nobody may not read the checkout or HYBRIDFLOW_HOME (CI's are
+    # private temp dirs); the child checks only the dataset.
+    job = load_job_config(QUICKSTART, [f"coordinator.data={path}"])
     try:
-        found = as_nobody(lambda: data_problems(path)) if os.geteuid() == 0 else data_problems(path)
+        found = (
+            as_nobody(lambda: dataset_problems(job)) if os.geteuid() == 0 else data_problems(path)
+        )
     finally:
         path.chmod(0o600)
     assert found == [f"data error: dataset '{path}': cannot read: Permission denied"]
