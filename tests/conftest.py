@@ -26,6 +26,17 @@ if torch is not None:
 os.environ.setdefault("HYBRIDFLOW_TOKEN", "hybridflow-test-token")
 
 
+@pytest.fixture(autouse=True)
+def _config_notices_per_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sees its own config notices: the loader says each one once per process, so
+    a test that checks a notice would otherwise pass or fail by which test ran before it."""
+    try:
+        from hybridflow.config import loader
+    except ImportError:
+        return
+    monkeypatch.setattr(loader, "_noticed", set())
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the built-in ``tiny`` checkpoint (warm-started Llama + char tokenizer)."""
