@@ -102,11 +102,16 @@ lint: setup
 # root" may skip; any other skip fails the run).
 # On a CUDA set-up (DEVICE=cuda) the suite also runs the gpu tests (tests/gpu).
 TEST_MARKERS := not slow$(if $(filter cpu,$(DEVICE)), and not gpu)
+# The suite starts some hundreds of service processes, and each compiles the project's modules
+# again when the environment says PYTHONDONTWRITEBYTECODE (as these machines do): the tests
+# let Python keep its bytecode (in __pycache__/, ignored by git): 0.6-0.8 s less for each
+# start of a process that imports the services' modules (docs/development.md).
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 test: setup
-	$(VPY) -m pytest -q -rs -m "$(TEST_MARKERS)" --durations=25
+	$(TEST_ENV) $(VPY) -m pytest -q -rs -m "$(TEST_MARKERS)" --durations=25
 
 test-slow: setup
-	$(VPY) -m pytest -q -rs -m slow
+	$(TEST_ENV) $(VPY) -m pytest -q -rs -m slow
 
 run: setup
 	deploy/launch.sh --config deploy/configs/quickstart.yaml

@@ -26,7 +26,14 @@ MULTI_TURN = (
 
 @pytest.mark.parametrize(
     "victim",
-    ["environment", "learner", pytest.param("rollout", marks=pytest.mark.slow)],
+    [
+        "environment",
+        # A killed learner stops the job and --resume continues it: the default suite checks
+        # that through launch in tests/fault/test_kill.py::test_kill_once[learner], and a
+        # multi-turn run's resume on the real learner in tests/fault/test_resume_matrix_twins.py.
+        pytest.param("learner", marks=pytest.mark.slow),
+        pytest.param("rollout", marks=pytest.mark.slow),
+    ],
 )
 def test_kill_mid_episode_loses_nothing(victim: str, tmp_path: Path) -> None:
     trial = Trial(victim, 3, tmp_path / victim, extra=MULTI_TURN)
