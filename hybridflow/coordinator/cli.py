@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from hybridflow.utils.config_args import add_config_args
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -29,14 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a training job against running services")
-    run.add_argument("--config", help="job YAML")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dotted override, e.g. --set coordinator.num_steps=10",
-    )
+    add_config_args(run, "job YAML", "coordinator.num_steps=10")
     run.add_argument("--run-dir", help="output directory (default: <deploy.run_root>/<timestamp>)")
     run.add_argument(
         "--resume",

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hybridflow.deploy.run_lock import RunDirBusy, RunLock, raise_if_busy
+from hybridflow.utils.config_args import add_config_args
 
 if TYPE_CHECKING:
     from hybridflow.deploy.launcher import ServiceGroup
@@ -68,14 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", help=f"job YAML (default {DEFAULT_CONFIG})")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dotted override for every process (repeatable)",
-    )
+    # The overrides reach every process of the job.
+    add_config_args(parser, f"job YAML (default {DEFAULT_CONFIG})", "coordinator.num_steps=10")
     parser.add_argument("--run-dir", help="output directory (default: runs/<timestamp>)")
     parser.add_argument(
         "--resume",

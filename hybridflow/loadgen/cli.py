@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hybridflow.utils.config_args import add_config_args
+
 if TYPE_CHECKING:
     from hybridflow.loadgen.stats import RunSummary
 
@@ -70,10 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", help="LoadgenConfig YAML (e.g. benchmarks/loadgen/*.yaml)")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="dotted override"
-    )
+    add_config_args(parser, "LoadgenConfig YAML (e.g. benchmarks/loadgen/*.yaml)", "rate=4")
     for flag, key, kind, text in _FLAGS:
         metavar = flag[2:].upper().replace("-", "_")
         parser.add_argument(

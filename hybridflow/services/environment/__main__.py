@@ -7,7 +7,12 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.utils.startup_marks import mark, mark_process_start
 
     mark_process_start("environment")
-    from hybridflow.services.bootstrap import service_arg_parser, setup_logging, watch_parent
+    from hybridflow.services.bootstrap import (
+        serve,
+        service_arg_parser,
+        setup_logging,
+        watch_parent,
+    )
 
     parser = service_arg_parser(
         "hybridflow-environment", "Serve multi-turn environments over gRPC."
@@ -17,7 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging("environment")
 
     from hybridflow.job_config import load_job_config
-    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
     from hybridflow.services.environment.episodes import EpisodeHost
     from hybridflow.services.environment.servicer import SERVICE_NAME, EnvironmentServicer
     from hybridflow.v1 import environment_pb2_grpc
@@ -27,21 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     cfg = job.environment
     host = EpisodeHost(cfg, cfg.server.concurrency_limit)
     servicer = EnvironmentServicer(host)
-    running = start_server(
+    serve(
+        "environment",
         cfg.server,
         lambda s: environment_pb2_grpc.add_EnvironmentServiceServicer_to_server(servicer, s),
         [SERVICE_NAME],
+        port_file=args.port_file,
+        log=log,
+        ready=lambda address: (
+            f"environment service ready on {address} "
+            f"(envs: {cfg.envs or 'none'}; max_episodes {cfg.max_episodes})"
+        ),
+        on_stop=host.shutdown,
     )
-    if args.port_file:
-        write_port_file(args.port_file, running.address)
-    mark("environment", "serving")
-    log.info(
-        "environment service ready on %s (envs: %s; max_episodes %d)",
-        running.address,
-        cfg.envs or "none",
-        cfg.max_episodes,
-    )
-    serve_until_signal(running, cfg.server.grace_s, on_stop=host.shutdown)
     return 0
 
 

@@ -144,31 +144,10 @@ def _serve_relayed(learner: _Learner) -> None:
 
 
 def _serve(learner: _Learner, port_file: str | None) -> None:
-    """Rank 0: serves gRPC (its address to ``port_file``) until SIGTERM / SIGINT, then
-    drains, stops and relays "shutdown" to the other ranks."""
-    from hybridflow.rpc.server import serve_until_signal, write_port_file
-
-    cfg = learner.job.learner
-    running = _start_server(learner)
-    learner.log.info(
-        "learner ready on %s (world %d, %d of them critic ranks, %s)",
-        running.address,
-        learner.dist_info.world_size,
-        cfg.topology.critic_nproc_per_node,
-        cfg.algorithm,
-    )
-    if port_file:  # last: whoever waits for it finds the ready line logged
-        write_port_file(port_file, running.address)
-    from hybridflow.utils.startup_marks import mark
-
-    mark(_mark_name(), "serving")
-    serve_until_signal(running, cfg.server.grace_s, on_stop=learner.relay.shutdown)
-
-
-def _start_server(learner: _Learner) -> RunningServer:
-    """Rank 0's gRPC server (``LearnerService``: each command through the relay, the info
-    the coordinator asks for, checkpoints under ``checkpoint_dir``) and its metrics."""
-    from hybridflow.rpc.server import start_server
+    """Rank 0: serves gRPC (``LearnerService``: each command through the relay, the info the
+    coordinator asks for, checkpoints under ``checkpoint_dir``; its address to ``port_file``)
+    until SIGTERM / SIGINT, then drains, stops and relays "shutdown" to the other ranks."""
+    from hybridflow.services.bootstrap import serve
     from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
     from hybridflow.v1 import learner_pb2, learner_pb2_grpc
 
@@ -200,21 +179,34 @@ def _start_server(learner: _Learner) -> RunningServer:
         probe=ReplicaProber(),  # one kept channel per replica: a probe is one round trip
         finish_publish=core.finish_publish,
     )
-    running = start_server(
+
+    def metrics(running: RunningServer) -> None:
+        if running.metrics is not None:
+            running.metrics.gauge(
+                "hybridflow_policy_version", "Policy version trained", lambda: worker.policy_version
+            )
+            running.metrics.gauge(
+                "hybridflow_weight_sync_last_seconds",
+                "Seconds of the last weight publish to the rollout replicas",
+                lambda: servicer.last_publish_s,
+            )
+
+    topology = cfg.topology
+    serve(
+        _mark_name(),
         cfg.server,
         lambda s: learner_pb2_grpc.add_LearnerServiceServicer_to_server(servicer, s),
         [SERVICE_NAME],
+        port_file=port_file,
+        log=learner.log,
+        ready=lambda address: (
+            f"learner ready on {address} (world "
+            f"{learner.dist_info.world_size}, {topology.critic_nproc_per_node} of them critic "
+            f"ranks, {cfg.algorithm})"
+        ),
+        on_start=metrics,
+        on_stop=learner.relay.shutdown,
     )
-    if running.metrics is not None:
-        running.metrics.gauge(
-            "hybridflow_policy_version", "Policy version trained", lambda: worker.policy_version
-        )
-        running.metrics.gauge(
-            "hybridflow_weight_sync_last_seconds",
-            "Seconds of the last weight publish to the rollout replicas",
-            lambda: servicer.last_publish_s,
-        )
-    return running
 
 
 def _mark_name() -> str:

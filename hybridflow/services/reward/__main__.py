@@ -8,6 +8,7 @@ def main(argv: list[str] | None = None) -> int:
 
     mark_process_start("reward")
     from hybridflow.services.bootstrap import (
+        serve,
         service_arg_parser,
         set_torch_threads,
         setup_logging,
@@ -20,7 +21,6 @@ def main(argv: list[str] | None = None) -> int:
     log = setup_logging("reward")
 
     from hybridflow.job_config import load_job_config
-    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
     from hybridflow.services.reward.scorers import RewardScorer
     from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer
     from hybridflow.v1 import reward_pb2_grpc
@@ -32,21 +32,20 @@ def main(argv: list[str] | None = None) -> int:
         set_torch_threads(cfg.torch_threads)
     scorer = RewardScorer(cfg)
     servicer = RewardServicer(scorer, cfg)
-    running = start_server(
+    components = [f"{c.name} ({c.kind}, weight {c.weight})" for c in cfg.components]
+    serve(
+        "reward",
         cfg.server,
         lambda s: reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, s),
         [SERVICE_NAME],
+        port_file=args.port_file,
+        log=log,
+        ready=lambda address: (
+            f"reward service ready on {address} "
+            f"(scorers: {scorer.registry.names()}; components: {components or 'none'})"
+        ),
+        on_stop=scorer.close,
     )
-    if args.port_file:
-        write_port_file(args.port_file, running.address)
-    mark("reward", "serving")
-    log.info(
-        "reward service ready on %s (scorers: %s; components: %s)",
-        running.address,
-        scorer.registry.names(),
-        [f"{c.name} ({c.kind}, weight {c.weight})" for c in cfg.components] or "none",
-    )
-    serve_until_signal(running, cfg.server.grace_s, on_stop=scorer.close)
     return 0
 
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import grpc
 
+    from hybridflow.rpc.server import RunningServer
+
 EXIT_ENGINE_DEAD = 3
 """Exit code of a replica whose engine died: restartable, unlike bad configuration (2)."""
 
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: Any, engine_box: list[Any]) -> int:
     """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
     serves until a signal or the engine's death; returns the exit code."""
-    from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
+    from hybridflow.services.bootstrap import serve, set_torch_threads, setup_logging, watch_parent
     from hybridflow.utils.startup_gc import resume_collection
     from hybridflow.utils.startup_marks import mark
 
@@ -73,7 +75,6 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     set_torch_threads(cfg.num_threads)
 
     from hybridflow.models import resolve_model_path
-    from hybridflow.rpc.server import serve_until_signal, start_server, write_port_file
     from hybridflow.services.rollout.engines import build_engine
     from hybridflow.services.rollout.local import LocalRollout
     from hybridflow.services.rollout.requests import RequestLimits
@@ -118,31 +119,42 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)
         weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(weights, server)
 
-    running = start_server(cfg.server, register, [SERVICE_NAME, WEIGHT_SYNC_SERVICE])
-    if running.metrics is not None:
-        running.metrics.counter(
-            "hybridflow_rollout_generated_tokens",
-            "Completion tokens generated (rate: tokens/s)",
-            lambda: rollout.status().num_generated_tokens,
-        )
-        running.metrics.gauge(
-            "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
-        )
-    dead = threading.Event()
-    if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
+    dead = threading.Event()  # set by a signal too
 
-        def on_dead(reason: str) -> None:
-            running.set_serving(False)
-            dead.set()
+    def on_start(running: RunningServer) -> None:
+        """The replica's metrics; an engine that dies (a worker process gone) stops serving."""
+        if running.metrics is not None:
+            running.metrics.counter(
+                "hybridflow_rollout_generated_tokens",
+                "Completion tokens generated (rate: tokens/s)",
+                lambda: rollout.status().num_generated_tokens,
+            )
+            running.metrics.gauge(
+                "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
+            )
+        if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
 
-        engine.on_dead = on_dead
-        if getattr(engine, "dead_reason", None) is not None:  # died before the callback
-            on_dead("")
-    if args.port_file:
-        write_port_file(args.port_file, running.address)
-    mark(name, "serving")
-    log.info("rollout replica %d ready on %s (model %s)", args.replica_index, running.address, path)
-    serve_until_signal(running, cfg.server.grace_s, stop=dead)  # a signal sets it too
+            def on_dead(reason: str) -> None:
+                running.set_serving(False)
+                dead.set()
+
+            engine.on_dead = on_dead
+            if getattr(engine, "dead_reason", None) is not None:  # died before the callback
+                on_dead("")
+
+    serve(
+        name,
+        cfg.server,
+        register,
+        [SERVICE_NAME, WEIGHT_SYNC_SERVICE],
+        port_file=args.port_file,
+        log=log,
+        ready=lambda address: (
+            f"rollout replica {args.replica_index} ready on {address} (model {path})"
+        ),
+        on_start=on_start,
+        stop=dead,
+    )
     dead_reason = getattr(engine, "dead_reason", None)
     if dead_reason is not None:
         log.error(

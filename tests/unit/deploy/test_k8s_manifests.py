@@ -2,7 +2,8 @@
 Kubernetes JSON schemas (kubernetes-validate, strict: unknown fields are errors), and the
 objects say what the deployment needs: GPUs only in the GPU overlay, health probes on each
 service's own port, secrets referenced and never inlined, the coordinator pointed at the
-Services that exist."""
+Services that exist, and a multi-turn job's environment service present exactly where the job
+lists environment classes (the episodes never run inside the coordinator)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,16 @@ import yaml
 from hybridflow.job_config import JobConfig, load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
-OVERLAYS = ("cpu", "gpu")
+OVERLAYS = ("cpu", "gpu", "multi-turn")
 SCHEMA_VERSIONS = ("1.30.0", "1.37.0")
 """The oldest and newest Kubernetes the manifests are checked against (the pod-index label
 the learner reads its node rank from is there since 1.28)."""
-SERVICE_CONTAINERS = {"rollout": "rollout", "reward": "reward", "learner": "learner"}
+SERVICE_CONTAINERS = {
+    "rollout": "rollout",
+    "reward": "reward",
+    "learner": "learner",
+    "environment": "environment",
+}
 
 
 def kubectl() -> str:
@@ -63,6 +69,13 @@ def containers(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def roles(job: JobConfig) -> set[str]:
+    """The services a job runs: the environment service only when it lists classes."""
+    return {"rollout", "reward", "learner"} | (
+        {"environment"} if job.environment.enabled else set()
+    )
+
+
 def job_config(objects: list[dict[str, Any]], tmp_path: Path) -> JobConfig:
     (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
     path = tmp_path / "job.yaml"
@@ -93,6 +106,7 @@ def test_only_the_gpu_overlay_requests_gpus():
         assert gpus[name]["limits"]["nvidia.com/gpu"] == 1, name
     assert "nvidia.com/gpu" not in str(gpus["reward"])  # rule scorers run on CPU
     assert "nvidia.com/gpu" not in str(render("cpu"))
+    assert "nvidia.com/gpu" not in str(render("multi-turn"))
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -103,6 +117,7 @@ def test_probes_check_grpc_health_on_each_services_port(overlay, tmp_path):
         "rollout": job.rollout.server.port,
         "reward": job.reward.server.port,
         "learner": job.learner.server.port,
+        "environment": job.environment.server.port,
     }
     seen = set()
     for container in containers(objects):
@@ -117,14 +132,17 @@ def test_probes_check_grpc_health_on_each_services_port(overlay, tmp_path):
             assert "-m hybridflow.deploy.health_probe" in command
             assert f"--address=localhost:{grpc_port}" in command
             assert "--tls-ca=/etc/hybridflow/tls/ca.crt" in command  # the services serve TLS
-    assert seen == set(SERVICE_CONTAINERS)
+    assert seen == roles(job)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_services_bind_all_interfaces_with_tls_and_the_token(overlay, tmp_path):
     objects = render(overlay)
     job = job_config(objects, tmp_path)
-    for server in (job.rollout.server, job.reward.server, job.learner.server):
+    servers = [job.rollout.server, job.reward.server, job.learner.server]
+    if job.environment.enabled:
+        servers.append(job.environment.server)
+    for server in servers:
         assert server.host == "0.0.0.0"
         assert server.tls_cert.startswith("/etc/hybridflow/tls/") and server.tls_key
         assert not server.allow_unauthenticated
@@ -132,11 +150,11 @@ def test_services_bind_all_interfaces_with_tls_and_the_token(overlay, tmp_path):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_secrets_are_referenced_not_inlined(overlay):
+def test_secrets_are_referenced_not_inlined(overlay, tmp_path):
     objects = render(overlay)
     assert not [o for o in objects if o["kind"] == "Secret"]
     every = containers(objects)
-    assert len(every) == 4  # rollout, reward, learner, coordinator
+    assert len(every) == len(roles(job_config(objects, tmp_path))) + 1  # and the coordinator
     for container in every:
         (token,) = [e for e in container["env"] if e["name"] == "HYBRIDFLOW_TOKEN"]
         assert "value" not in token
@@ -152,7 +170,10 @@ def test_the_coordinator_reaches_services_that_exist(overlay, tmp_path):
     objects = render(overlay)
     job = job_config(objects, tmp_path)
     services = by_kind(objects, "Service")
-    for address in [*job.coordinator.rollout_addresses, job.coordinator.reward_address]:
+    addresses = [*job.coordinator.rollout_addresses, job.coordinator.reward_address]
+    if job.environment.enabled:
+        addresses.append(job.coordinator.environment_address)
+    for address in addresses:
         host, port = address.rsplit(":", 1)
         assert int(port) in [p["port"] for p in services[host]["spec"]["ports"]]
     pod, _, service = job.coordinator.learner_address.rsplit(":", 1)[0].partition(".")
@@ -163,8 +184,47 @@ def test_the_coordinator_reaches_services_that_exist(overlay, tmp_path):
     assert set(job.weight_sync.allowed_hosts) == set(rollout_hosts)
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_job_that_lists_environments_gets_the_environment_service(overlay, tmp_path):
+    """Where the job lists environment classes, the environment Deployment and Service exist
+    and the coordinator dials them; where it lists none, neither exists."""
+    objects = render(overlay)
+    job = job_config(objects, tmp_path)
+    deployments, services = by_kind(objects, "Deployment"), by_kind(objects, "Service")
+    if not job.environment.enabled:
+        assert (
+            "hybridflow-environment" not in deployments and not job.coordinator.environment_address
+        )
+        return
+    assert job.coordinator.multi_turn.env in job.environment.envs
+    (container,) = pod_spec(deployments["hybridflow-environment"])["containers"]
+    assert container["command"] == ["python", "-m", "hybridflow.services.environment"]
+    host, port = job.coordinator.environment_address.rsplit(":", 1)
+    assert host == "hybridflow-environment" and int(port) == job.environment.server.port
+    assert [p["port"] for p in services[host]["spec"]["ports"]] == [int(port)]
+
+
+def test_the_multi_turn_job_is_the_shipped_game_with_cluster_settings(tmp_path):
+    """overlays/multi-turn runs deploy/configs/guess-number.yaml: everything but the sockets,
+    the addresses and where files go is the shipped job's."""
+    cluster = job_config(render("multi-turn"), tmp_path)
+    shipped = load_job_config(REPO / "deploy/configs/guess-number.yaml")
+    for section in ("model", "rollout", "reward", "environment", "learner", "coordinator"):
+        ours, theirs = getattr(cluster, section), getattr(shipped, section)
+        if section == "model":
+            assert ours == theirs
+            continue
+        for name in ("server", "rollout_addresses", "reward_address", "learner_address"):
+            if hasattr(theirs, name):
+                setattr(ours, name, getattr(theirs, name))
+        for name in ("environment_address", "channel", "checkpoint_dir"):
+            if hasattr(theirs, name):
+                setattr(ours, name, getattr(theirs, name))
+        assert ours == theirs, section
+
+
 def test_learner_nodes_match_the_statefulset_and_rendezvous_at_pod_zero():
-    for overlay, num_nodes in (("cpu", 1), ("gpu", 2)):
+    for overlay, num_nodes in (("cpu", 1), ("gpu", 2), ("multi-turn", 1)):
         learner = by_kind(render(overlay), "StatefulSet")["hybridflow-learner"]
         assert learner["spec"]["replicas"] == num_nodes
         (container,) = pod_spec(learner)["containers"]
@@ -179,6 +239,11 @@ def test_learner_nodes_match_the_statefulset_and_rendezvous_at_pod_zero():
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_images_and_metrics_scraping(overlay):
     objects = render(overlay)
+    for obj in objects:  # `kubectl get pods -l app.kubernetes.io/part-of=hybridflow` finds all
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "hybridflow"
+        if "template" in obj.get("spec", {}):
+            pod_labels = obj["spec"]["template"]["metadata"]["labels"]
+            assert pod_labels["app.kubernetes.io/part-of"] == "hybridflow", obj["metadata"]["name"]
     assert {c["image"] for c in containers(objects)} == {"hybridflow:latest"}
     for obj in objects:
         if obj["kind"] in ("Deployment", "StatefulSet"):
