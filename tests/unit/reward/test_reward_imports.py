@@ -17,7 +17,7 @@ SCRIPT = """
 import sys
 import hybridflow.rpc.server as server
 
-def check_then_stop(running, grace_s, on_stop=None):
+def check_then_stop(running, grace_s, on_stop=None, stop=None):
     from hybridflow.services.reward.client import GrpcRewardClient
     from hybridflow.types import ScoreItem
 
