@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import grpc
 
+    from hybridflow.job_config import JobConfig
     from hybridflow.rpc.server import RunningServer
+    from hybridflow.services.rollout.local import LocalRollout
 
 EXIT_ENGINE_DEAD = 3
 """Exit code of a replica whose engine died: restartable, unlike bad configuration (2)."""
@@ -66,7 +68,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
 
     name = f"rollout{args.replica_index}"
     watch_parent()
-    log = setup_logging(f"rollout{args.replica_index}")
+    log = setup_logging(name)
 
     from hybridflow.job_config import load_job_config
 
@@ -77,11 +79,6 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
     from hybridflow.models import resolve_model_path
     from hybridflow.services.rollout.engines import build_engine
     from hybridflow.services.rollout.local import LocalRollout
-    from hybridflow.services.rollout.requests import RequestLimits
-    from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
-    from hybridflow.v1 import rollout_pb2_grpc, weight_sync_pb2_grpc
-    from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
-    from hybridflow.weights.servicer import WeightSyncServicer
 
     if cfg.engine == "hf":  # its module (transformers) imports with the collector paused too
         import hybridflow.services.rollout.engine  # noqa: F401
@@ -103,6 +100,44 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         log.error("cannot start the %s engine: %s", cfg.engine, exc)
         return 2
     rollout = LocalRollout(engine, job.model, cfg.engine, cfg.in_flight_weights)
+    register, names = _services(job, rollout)
+    dead = threading.Event()  # set by a signal too
+    serve(
+        name,
+        cfg.server,
+        register,
+        names,
+        port_file=args.port_file,
+        log=log,
+        ready=lambda address: (
+            f"rollout replica {args.replica_index} ready on {address} (model {path})"
+        ),
+        on_start=lambda running: _on_start(running, engine, rollout, dead),
+        stop=dead,
+    )
+    dead_reason = getattr(engine, "dead_reason", None)
+    if dead_reason is None:
+        return 0
+    log.error(
+        "rollout replica %d exits with code %d: %s",
+        args.replica_index,
+        EXIT_ENGINE_DEAD,
+        dead_reason,
+    )
+    return EXIT_ENGINE_DEAD
+
+
+def _services(job: JobConfig, rollout: LocalRollout) -> tuple[Any, list[str]]:
+    """What the replica serves, with the job's bounds: ``RolloutService`` (generation) and
+    ``WeightSyncService`` (updates from the learner); a ``register`` for the server and the
+    names health reports."""
+    from hybridflow.services.rollout.requests import RequestLimits
+    from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
+    from hybridflow.v1 import rollout_pb2_grpc, weight_sync_pb2_grpc
+    from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
+    from hybridflow.weights.servicer import WeightSyncServicer
+
+    cfg = job.rollout
     limits = RequestLimits(
         cfg.max_n, cfg.max_new_tokens_limit, cfg.max_prompts_per_request, cfg.max_tokens_per_request
     )
@@ -119,52 +154,33 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)
         weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(weights, server)
 
-    dead = threading.Event()  # set by a signal too
+    return register, [SERVICE_NAME, WEIGHT_SYNC_SERVICE]
 
-    def on_start(running: RunningServer) -> None:
-        """The replica's metrics; an engine that dies (a worker process gone) stops serving."""
-        if running.metrics is not None:
-            running.metrics.counter(
-                "hybridflow_rollout_generated_tokens",
-                "Completion tokens generated (rate: tokens/s)",
-                lambda: rollout.status().num_generated_tokens,
-            )
-            running.metrics.gauge(
-                "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
-            )
-        if hasattr(engine, "on_dead"):  # an engine with worker processes reports their death
 
-            def on_dead(reason: str) -> None:
-                running.set_serving(False)
-                dead.set()
-
-            engine.on_dead = on_dead
-            if getattr(engine, "dead_reason", None) is not None:  # died before the callback
-                on_dead("")
-
-    serve(
-        name,
-        cfg.server,
-        register,
-        [SERVICE_NAME, WEIGHT_SYNC_SERVICE],
-        port_file=args.port_file,
-        log=log,
-        ready=lambda address: (
-            f"rollout replica {args.replica_index} ready on {address} (model {path})"
-        ),
-        on_start=on_start,
-        stop=dead,
-    )
-    dead_reason = getattr(engine, "dead_reason", None)
-    if dead_reason is not None:
-        log.error(
-            "rollout replica %d exits with code %d: %s",
-            args.replica_index,
-            EXIT_ENGINE_DEAD,
-            dead_reason,
+def _on_start(
+    running: RunningServer, engine: Any, rollout: LocalRollout, dead: threading.Event
+) -> None:
+    """The replica's metrics; an engine that dies (a worker process gone) stops serving and
+    sets ``dead``, which ends the replica."""
+    if running.metrics is not None:
+        running.metrics.counter(
+            "hybridflow_rollout_generated_tokens",
+            "Completion tokens generated (rate: tokens/s)",
+            lambda: rollout.status().num_generated_tokens,
         )
-        return EXIT_ENGINE_DEAD
-    return 0
+        running.metrics.gauge(
+            "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
+        )
+    if not hasattr(engine, "on_dead"):  # only an engine with worker processes reports a death
+        return
+
+    def on_dead(reason: str) -> None:
+        running.set_serving(False)
+        dead.set()
+
+    engine.on_dead = on_dead
+    if getattr(engine, "dead_reason", None) is not None:  # died before the callback
+        on_dead("")
 
 
 if __name__ == "__main__":
