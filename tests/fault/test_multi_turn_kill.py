@@ -14,7 +14,7 @@ import pytest
 from tests.fault.harness import Trial, audit, run_trial
 
 ENV = "tests.fault.multi_turn_env:RetryArithEnv"
-NUM_STEPS = 12  # the kill comes after step 3; 9 steps after it are plenty to see it through
+NUM_STEPS = 8  # the kill comes after step 3; 5 steps after it see the restarted service through
 MULTI_TURN = (
     f"coordinator.num_steps={NUM_STEPS}",
     f"coordinator.multi_turn.env={ENV}",
