@@ -54,9 +54,6 @@ ALLOWED_FOLDER_EDGES: dict[tuple[str, str], str] = {
         "coordinator/run.py loads the job config; checkpoint_config types it "
         "(issue 39: hybridflow/job/, the job written down once)"
     ),
-    ("hybridflow.preference", "hybridflow.deploy"): (
-        "preference/launch.py starts its ranks with deploy.launcher (issue 39: the job plan)"
-    ),
     ("hybridflow.services.environment", "hybridflow.job_config"): _FRONT_DOOR,
     ("hybridflow.services.learner", "hybridflow.job_config"): _FRONT_DOOR,
     ("hybridflow.services.reward", "hybridflow.job_config"): _FRONT_DOOR,

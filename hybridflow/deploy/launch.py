@@ -185,6 +185,18 @@ def send_addresses(coordinator: subprocess.Popen[bytes], overrides: list[str]) -
         pass  # it already exited: the supervisor reports its exit code
 
 
+def coordinator_command(
+    job: JobConfig, config_path: str, overrides: list[str], run_dir: Path, resume: bool
+) -> list[str]:
+    """The plan's coordinator, reading the services' addresses from its stdin
+    (:func:`send_addresses`) once they all serve."""
+    from hybridflow.job.plan import config_args, plan, python_command
+
+    cmd = python_command(sys.executable, plan(job).main, job.learner)
+    cmd += ["--run-dir", str(run_dir), "--addresses-from-stdin"]
+    return [*cmd, *config_args(config_path, overrides), *(["--resume"] if resume else [])]
+
+
 def stop_unstarted(coordinator: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
     """Ends a coordinator that was still waiting for the services (nothing to save yet)."""
     if coordinator.poll() is None:
@@ -257,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         return done.code
     if launch.job.preference.data:  # learner-only offline job (hybridflow/preference)
-        from hybridflow.preference.launch import run_preference_job
+        from hybridflow.deploy.preference_job import run_preference_job
 
         return run_preference_job(
             launch.job, launch.config_path, launch.overrides, launch.run_dir, launch.env
@@ -387,12 +399,7 @@ def _start(launch: _Launch, run: _Run) -> subprocess.Popen[bytes]:
         "model %s -> %s", job.model, resolve_model_path(job.model)
     )  # copies a builtin into the cache once
     run.group.start()
-    cmd = [sys.executable, "-m", "hybridflow.coordinator", "run"]
-    cmd += ["--config", launch.config_path, "--run-dir", str(run_dir), "--addresses-from-stdin"]
-    for override in launch.overrides:
-        cmd += ["--set", override]
-    if launch.resume:
-        cmd.append("--resume")
+    cmd = coordinator_command(job, launch.config_path, launch.overrides, run_dir, launch.resume)
     # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
     run.coordinator = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, env={**os.environ, **launch.env}, start_new_session=True

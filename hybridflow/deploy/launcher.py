@@ -1,5 +1,6 @@
-"""Starts the reward, learner and rollout services (and the environment service when
-``environment.envs`` lists a class) as separate processes and stops them.
+"""Runs the services of a job's plan (``hybridflow.job.plan``: the reward, learner and
+rollout services, and the environment service when ``environment.envs`` lists a class) as
+separate processes on this machine, and stops them.
 
 Each service runs in its own session (process group), so stopping ends the service and the
 children it started (torchrun's ranks) and nothing else. Ports come from the OS: each service
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridflow.deploy.gpu_memory import GpuMemorySampler
+from hybridflow.job.plan import JobPlan, Process, config_args, plan, python_command
 from hybridflow.job_config import JobConfig
 from hybridflow.utils.startup_marks import mark
 
@@ -45,6 +47,8 @@ class ServiceProcess:
     devices: str = ""
     started_at: float = field(default_factory=time.monotonic)
     """When it was spawned (its health deadline counts from here)."""
+    spec: Process | None = None
+    """Its entry in the job's plan (how it restarts)."""
 
 
 @dataclass
@@ -69,14 +73,18 @@ class ServiceGroup:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _base_args(self) -> list[str]:
-        args = ["--config", self.config_path] if self.config_path else []
-        for override in self.overrides:
-            args += ["--set", override]
-        return args
+    @property
+    def plan(self) -> JobPlan:
+        """The job's processes (the services this group runs are its ``services``)."""
+        return plan(self.job)
 
     def _spawn(
-        self, name: str, cmd: list[str], devices: str = "", extra: Sequence[str] = ()
+        self,
+        name: str,
+        cmd: list[str],
+        devices: str = "",
+        extra: Sequence[str] = (),
+        spec: Process | None = None,
     ) -> ServiceProcess:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -87,7 +95,7 @@ class ServiceGroup:
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = devices
         env.setdefault("OMP_NUM_THREADS", "1")
-        full = [*cmd, *self._base_args()]
+        full = [*cmd, *config_args(self.config_path, self.overrides)]
         for override in extra:
             full += ["--set", override]
         full += ["--port-file", str(port_file)]
@@ -95,7 +103,7 @@ class ServiceGroup:
             popen = subprocess.Popen(
                 full, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        proc = ServiceProcess(name, popen, port_file, log_path, cmd=cmd, devices=devices)
+        proc = ServiceProcess(name, popen, port_file, log_path, cmd=cmd, devices=devices, spec=spec)
         log.info("started %s (pid %d): %s", name, popen.pid, " ".join(full))
         return proc
 
@@ -105,20 +113,11 @@ class ServiceGroup:
 
     def restart(self, proc: ServiceProcess) -> ServiceProcess:
         """Starts ``proc``'s service again on the address it had; returns the new process
-        (which replaces ``proc``). Only rollout, reward and environment services can be
-        restarted."""
-        host, _, port_text = proc.address.rpartition(":")
-        if not port_text.isdigit():
-            raise ValueError(f"{proc.name} has no address to restart on ({proc.address!r})")
-        port = int(port_text)
-        if proc.name in ("reward", "environment"):
-            pin = f"{proc.name}.server.port={port}"
-        elif proc.name.startswith("rollout"):
-            # A replica adds its index to a fixed base port (see the rollout __main__).
-            pin = f"rollout.server.port={port - int(proc.name.removeprefix('rollout'))}"
-        else:
-            raise ValueError(f"{proc.name} cannot be restarted")
-        new = self._spawn(proc.name, proc.cmd, proc.devices, [pin])
+        (which replaces ``proc``). Only the plan's restartable services (rollout, reward,
+        environment) can be restarted."""
+        spec = proc.spec or self.plan.by_name(proc.name)
+        pin = spec.restart_pin(proc.address)  # a replica adds its index to the base itself
+        new = self._spawn(proc.name, proc.cmd, proc.devices, [pin], spec)
         new.address = proc.address
         self.processes[self.processes.index(proc)] = new
         return new
@@ -141,25 +140,9 @@ class ServiceGroup:
 
     def start(self) -> None:
         self.gpu_memory.start()  # samples peak GPU memory per process where nvidia-smi exists
-        py = self.python
-        self.processes.append(self._spawn("reward", [py, "-m", "hybridflow.services.reward"]))
-        if self.job.environment.enabled:
-            self.processes.append(
-                self._spawn("environment", [py, "-m", "hybridflow.services.environment"])
-            )
-        learner_cmd = ranks_command(py, "hybridflow.services.learner", self.job.learner)
-        self.processes.append(
-            self._spawn("learner", learner_cmd, self.job.learner.topology.visible_devices)
-        )
-        devices = self.job.rollout.devices
-        for i in range(self.job.rollout.replicas):
-            self.processes.append(
-                self._spawn(
-                    f"rollout{i}",
-                    [py, "-m", "hybridflow.services.rollout", "--replica-index", str(i)],
-                    devices[i] if devices else "",
-                )
-            )
+        for spec in self.plan.services:
+            command = python_command(self.python, spec, self.job.learner)
+            self.processes.append(self._spawn(spec.name, command, spec.devices, spec=spec))
 
     def wait_ready(
         self, timeout_s: float, watch: Sequence[tuple[str, subprocess.Popen[Any]]] = ()
@@ -215,19 +198,7 @@ class ServiceGroup:
 
     def address_overrides(self) -> list[str]:
         """--set overrides that point the coordinator at the running services."""
-        by_name = {p.name: p.address for p in self.processes}
-        rollouts = [by_name[f"rollout{i}"] for i in range(self.job.rollout.replicas)]
-        environment = (
-            [f"coordinator.environment_address={by_name['environment']}"]
-            if "environment" in by_name
-            else []
-        )
-        return [
-            f"coordinator.rollout_addresses=[{','.join(rollouts)}]",
-            f"coordinator.reward_address={by_name['reward']}",
-            f"coordinator.learner_address={by_name['learner']}",
-            *environment,
-        ]
+        return self.plan.address_overrides({p.name: p.address for p in self.processes})
 
     def resource_usage(self) -> dict[str, dict[str, float]]:
         """Per live service, summed over its processes (torchrun ranks): peak RSS (VmHWM,
@@ -274,43 +245,6 @@ def _signal_group(popen: subprocess.Popen[Any], sig: int) -> None:
         os.killpg(popen.pid, sig)  # the service's own session: only what it started
     except ProcessLookupError:
         pass
-
-
-def ranks_command(py: str, module: str, learner: Any) -> list[str]:
-    """``python -m module``, under torchrun when the learner has more than one rank:
-    ``learner.topology.nproc_per_node`` actor ranks plus ``learner.topology.critic_nproc_per_node`` critic ranks
-    (the learner service and the offline preference job run their ranks the same way)."""
-    per_node = learner.topology.nproc_per_node + learner.topology.critic_nproc_per_node
-    nnodes = learner.topology.nnodes
-    if per_node <= 1 and nnodes <= 1:
-        return [py, "-m", module]
-    if nnodes > 1:  # every host runs this with its own node_rank; node 0 serves
-        placement = [
-            f"--nnodes={nnodes}",
-            f"--node-rank={learner.topology.node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={learner.topology.rdzv_endpoint}",
-            *(
-                [f"--local-addr={learner.topology.local_addr}"]
-                if learner.topology.local_addr
-                else []
-            ),
-            # Node 0 serves the rendezvous store: torchrun's own guess (the endpoint names
-            # this machine) misses when the host name resolves to another interface.
-            *(["--rdzv-conf=is_host=1"] if learner.topology.node_rank == 0 else []),
-        ]
-    else:
-        placement = ["--standalone"]
-    return [
-        py,
-        "-m",
-        "hybridflow.deploy.lifeline",  # torchrun itself has no parent-death hook
-        "torch.distributed.run",
-        *placement,
-        f"--nproc-per-node={per_node}",
-        "-m",
-        module,
-    ]
 
 
 def process_tree(pid: int) -> list[int]:

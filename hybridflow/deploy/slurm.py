@@ -1,18 +1,20 @@
-"""Places a job's services on a Slurm allocation and runs it (behind deploy/slurm/hybridflow.sbatch).
+"""Places a job's plan (``hybridflow.job.plan``) on a Slurm allocation and runs it (behind
+deploy/slurm/hybridflow.sbatch).
 
-The plan: the learner's nodes on the allocation's first ``--learner-nodes`` nodes (one
+The placement: the learner's nodes on the allocation's first ``--learner-nodes`` nodes (one
 ``srun`` step per node; more than one rank or node runs torchrun, rendezvous at the first
 node), the rollout replicas round-robin on the next nodes, the reward service (and the
-environment service, when ``environment.envs`` lists a class) on the last node, the coordinator in the batch step (the first node) pointed at them all with ``--set``
-overrides. Services bind 0.0.0.0 on fixed ports (a port the config leaves at 0 gets a default
-below) and are dialled at their node's ``NodeAddr`` (``slurm_allocation``); TLS comes from the
-config, the token from ``HYBRIDFLOW_TOKEN`` or the run dir's token file (srun passes the
-environment on). Each service step runs under ``slurm_step``, which holds Slurm's SIGTERM
-until the coordinator has saved; ``slurm_job`` runs the plan and routes the signals.
+environment service, when the plan has one) on the last node, the coordinator in the batch
+step (the first node) pointed at them all with ``--set`` overrides. Services bind 0.0.0.0 on
+fixed ports (a port the config leaves at 0 gets the plan's ``CLUSTER_PORTS``) and are
+dialled at their node's ``NodeAddr`` (``slurm_allocation``); TLS comes from the config, the
+token from ``HYBRIDFLOW_TOKEN`` or the run dir's token file (srun passes the environment
+on). Each service step runs under ``slurm_step``, which holds Slurm's SIGTERM until the
+coordinator has saved; ``slurm_job`` runs the plan and routes the signals.
 
-``--dry-run`` prints the plan and runs nothing; a real run prints the same plan and writes it
-to ``<run dir>/slurm/plan.txt``. Knows the job config's ports and counts, not the services'
-internals; the coordinator waits for the services' health itself.
+``--dry-run`` prints the steps and runs nothing; a real run prints the same steps and writes
+them to ``<run dir>/slurm/plan.txt``. Knows the plan and the job config's ports, not the
+services' internals; the coordinator waits for the services' health itself.
 """
 
 from __future__ import annotations
@@ -21,20 +23,17 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from hybridflow.deploy.launcher import ranks_command
 from hybridflow.deploy.slurm_plan import Step, format_plan
+from hybridflow.job.plan import Process, plan, python_command
 from hybridflow.job_config import JobConfig, load_job_config
 
-DEFAULT_LEARNER_PORT = 50051
-DEFAULT_REWARD_PORT = 50052
-DEFAULT_ENVIRONMENT_PORT = 50053
-DEFAULT_ROLLOUT_BASE_PORT = 50100
-"""Replica i listens on base + i (the rollout ``__main__`` adds its index)."""
 RENDEZVOUS_PORT = 29500
+SLURM_ORDER = ("learner", "rollout", "reward", "environment")
+"""The order of the services' steps: the learner first, on the allocation's first nodes."""
 
 _BRACKET = re.compile(r"\[([^\]]*)\]")
 
@@ -107,29 +106,28 @@ def plan_job(
     run_dir: Path = Path("runs/slurm"),
     resume: bool = False,
 ) -> list[Step]:
-    """The services' srun steps, then the coordinator (run on the batch host, ``nodes[0]``).
-    ``config_args``: ``--config``/``--set`` arguments every process gets; ``addresses``:
-    NodeName -> the address the others dial (default: the names); ``run_dir``: the run's
-    directory, on a filesystem every node sees (each step logs to ``logs/<step>.log``
-    there); ``resume``: the coordinator continues from the run's newest checkpoint."""
+    """The job's plan (``hybridflow.job.plan``) placed on ``nodes`` as srun steps, then the
+    coordinator (run on the batch host, ``nodes[0]``). ``config_args``: ``--config``/``--set``
+    arguments every process gets; ``addresses``: NodeName -> the address the others dial
+    (default: the names); ``run_dir``: the run's directory, on a filesystem every node sees
+    (each step logs to ``logs/<step>.log`` there); ``resume``: the coordinator continues
+    from the run's newest checkpoint."""
     if not nodes:
         raise ValueError("the allocation has no nodes")
     if not 1 <= learner_nodes <= len(nodes):
         raise ValueError(f"--learner-nodes must be in [1, {len(nodes)}], got {learner_nodes}")
+    job_plan = plan(job)
+    if job_plan.main.role != "coordinator":
+        raise ValueError(
+            f"a {job_plan.main.role} job (preference.data is set) runs with deploy/launch.sh; "
+            "the Slurm launcher runs RL jobs only"
+        )
     addr = {node: node for node in nodes} if addresses is None else dict(addresses)
-    service_nodes = list(nodes[learner_nodes:]) or [nodes[-1]]
-    rollout_nodes = service_nodes[:-1] if len(service_nodes) > 1 else service_nodes
-    reward_node = service_nodes[-1]
-    learner_port = job.learner.server.port or DEFAULT_LEARNER_PORT
-    reward_port = job.reward.server.port or DEFAULT_REWARD_PORT
-    rollout_base = job.rollout.server.port or DEFAULT_ROLLOUT_BASE_PORT
-    rollouts = [
-        (rollout_nodes[i % len(rollout_nodes)], rollout_base + i)
-        for i in range(job.rollout.replicas)
-    ]
+    placed = _place(list(nodes), learner_nodes, job_plan.services)
     # The learner sends weights only to the replicas' hosts; a replica joins only the
     # torch.distributed store on node 0 (weight_sync.transport=dist, e.g. NCCL on GPUs).
-    allowed = sorted({addr[node] for node, _ in rollouts} | {addr[nodes[0]]})
+    replica_hosts = {addr[node] for spec, node in placed if spec.role == "rollout"}
+    allowed = sorted(replica_hosts | {addr[nodes[0]]})
     shared = [
         *config_args,
         "--set",
@@ -152,95 +150,87 @@ def plan_job(
             f"--exit-file={exit_file}", f"--stop-file={stop_file}", f"--stop={stop}", "--",
         ]  # fmt: skip
 
-    def visible(devices: str) -> list[str]:
-        """The devices a step's service sees (``rollout.devices``, ``learner.topology.devices``),
-        as deploy/launch.sh gives them; nothing when the config names none."""
-        return ["env", f"CUDA_VISIBLE_DEVICES={devices}"] if devices else []
-
-    def serve(role: str, port: int) -> list[str]:
-        return [
-            *shared,
-            "--set",
-            f"{role}.server.host=0.0.0.0",
-            "--set",
-            f"{role}.server.port={port}",
-        ]
-
-    steps = []
-    for rank, node in enumerate(nodes[:learner_nodes]):
-        placed = replace(
-            job.learner.topology,
-            nnodes=learner_nodes,
-            node_rank=rank,
-            rdzv_endpoint=f"{addr[nodes[0]]}:{RENDEZVOUS_PORT}",
-            local_addr=addr[node],
-        )
-        topology = [
-            f"learner.topology.{key}={getattr(placed, key)}"
-            for key in ("nnodes", "node_rank", "rdzv_endpoint", "local_addr")
-        ]
-        learner = replace(job.learner, topology=placed)
-        ranks = ranks_command(python, "hybridflow.services.learner", learner)
-        # Under torchrun: rank 0 (first node) gets the stop and relays it to the others.
-        single = ranks == [python, "-m", "hybridflow.services.learner"]
-        stop = "process" if single else "children"
-        stop = stop if rank == 0 else "wait"
-        command = [*srun(node, f"learner{rank}", stop), *visible(learner.topology.visible_devices)]
-        command += [*ranks, *serve("learner", learner_port)]
-        for override in topology if learner_nodes > 1 else []:
-            command += ["--set", override]
-        address = f"{addr[node]}:{learner_port}" if rank == 0 else ""  # rank 0 serves gRPC
-        steps.append(Step(f"learner{rank}", node, command, address))
-    for i, (node, port) in enumerate(rollouts):
-        command = [
-            *srun(node, f"rollout{i}"),
-            *visible(job.rollout.devices[i] if job.rollout.devices else ""),
-            python,
-            "-m",
-            "hybridflow.services.rollout",
-            "--replica-index",
-            str(i),
-        ]
-        # The replica adds its index to the base port itself.
-        steps.append(
-            Step(
-                f"rollout{i}",
-                node,
-                [*command, *serve("rollout", rollout_base)],
-                f"{addr[node]}:{port}",
+    steps, served = [], {}
+    for spec, node in sorted(placed, key=lambda placed: SLURM_ORDER.index(placed[0].role)):
+        # A service binds every interface on its fixed port (a replica adds its index).
+        serve = [*shared, "--set", f"{spec.role}.server.host=0.0.0.0"]
+        serve += ["--set", f"{spec.port_key}={spec.cluster_port() - spec.port_offset}"]
+        if spec.role != "learner":
+            command = [*srun(node, spec.name), *_visible(spec.devices)]
+            command += [*python_command(python, spec, job.learner), *serve]
+            served[spec.name] = f"{addr[node]}:{spec.cluster_port()}"
+            steps.append(Step(spec.name, node, command, served[spec.name]))
+            continue
+        for rank in range(learner_nodes):
+            steps.append(
+                _learner_step(spec, rank, nodes, learner_nodes, addr, job, python, srun, serve)
             )
-        )
-    reward = [*srun(reward_node, "reward"), python, "-m", "hybridflow.services.reward"]
-    steps.append(
-        Step(
-            "reward",
-            reward_node,
-            [*reward, *serve("reward", reward_port)],
-            f"{addr[reward_node]}:{reward_port}",
-        )
-    )
-    overrides = [
-        f"coordinator.rollout_addresses=[{','.join(f'{addr[n]}:{p}' for n, p in rollouts)}]",
-        f"coordinator.reward_address={addr[reward_node]}:{reward_port}",
-        f"coordinator.learner_address={addr[nodes[0]]}:{learner_port}",
-    ]
-    if job.environment.enabled:
-        # Multi-turn episodes step in their own supervised service, as deploy/launch.sh runs
-        # them, never inside the coordinator.
-        port = job.environment.server.port or DEFAULT_ENVIRONMENT_PORT
-        environment = [*srun(reward_node, "environment")]
-        environment += [python, "-m", "hybridflow.services.environment"]
-        address = f"{addr[reward_node]}:{port}"
-        steps.append(
-            Step("environment", reward_node, [*environment, *serve("environment", port)], address)
-        )
-        overrides.append(f"coordinator.environment_address={address}")
-    coordinator = [python, "-m", "hybridflow.coordinator", "run", "--run-dir", str(run_dir)]
-    coordinator += [*(["--resume"] if resume else []), *shared]
-    for override in overrides:
+        served[spec.name] = steps[-learner_nodes].address
+    coordinator = [python, "-m", job_plan.main.module, *job_plan.main.args]
+    coordinator += ["--run-dir", str(run_dir), *(["--resume"] if resume else []), *shared]
+    for override in job_plan.address_overrides(served):
         coordinator += ["--set", override]
-    steps.append(Step("coordinator", nodes[0], coordinator))
+    steps.append(Step(job_plan.main.name, nodes[0], coordinator))
     return steps
+
+
+def _place(
+    nodes: list[str], learner_nodes: int, services: Sequence[Process]
+) -> list[tuple[Process, str]]:
+    """Each service with its node: the learner on the first ``learner_nodes`` (listed with
+    the first), the rollout replicas round-robin on the next nodes, the reward and the
+    environment service on the last node (with the replicas when no other is left)."""
+    service_nodes = nodes[learner_nodes:] or [nodes[-1]]
+    rollout_nodes = service_nodes[:-1] if len(service_nodes) > 1 else service_nodes
+    placed = []
+    for spec in services:
+        if spec.role == "learner":
+            placed.append((spec, nodes[0]))
+        elif spec.role == "rollout":
+            placed.append((spec, rollout_nodes[spec.port_offset % len(rollout_nodes)]))
+        else:
+            placed.append((spec, service_nodes[-1]))
+    return placed
+
+
+def _learner_step(
+    spec: Process,
+    rank: int,
+    nodes: Sequence[str],
+    learner_nodes: int,
+    addr: Mapping[str, str],
+    job: JobConfig,
+    python: str,
+    srun: Callable[[str, str, str], list[str]],
+    serve: Sequence[str],
+) -> Step:
+    """The learner's step on its ``rank``-th node (torchrun across ``learner_nodes`` nodes,
+    rendezvous at the first; rank 0 serves gRPC and gets the stop, relaying it to the
+    others). ``srun``: a step's prefix on a node; ``serve``: the service's overrides."""
+    node = nodes[rank]
+    topology = replace(
+        job.learner.topology,
+        nnodes=learner_nodes,
+        node_rank=rank,
+        rdzv_endpoint=f"{addr[nodes[0]]}:{RENDEZVOUS_PORT}",
+        local_addr=addr[node],
+    )
+    learner = replace(job.learner, topology=topology)
+    spec = replace(spec, num_nodes=learner_nodes)
+    single = spec.num_ranks <= 1 and learner_nodes <= 1
+    stop = ("process" if single else "children") if rank == 0 else "wait"
+    command = [*srun(node, f"learner{rank}", stop), *_visible(spec.devices)]
+    command += [*python_command(python, spec, learner), *serve]
+    for key in ("nnodes", "node_rank", "rdzv_endpoint", "local_addr") if learner_nodes > 1 else ():
+        command += ["--set", f"learner.topology.{key}={getattr(topology, key)}"]
+    address = f"{addr[node]}:{spec.cluster_port()}" if rank == 0 else ""
+    return Step(f"learner{rank}", node, command, address)
+
+
+def _visible(devices: str) -> list[str]:
+    """The devices a step's service sees (``rollout.devices``, ``learner.topology.devices``),
+    as deploy/launch.sh gives them; nothing when the config names none."""
+    return ["env", f"CUDA_VISIBLE_DEVICES={devices}"] if devices else []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,7 +107,7 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
     reason = _can_make_namespaces()
     if reason:
         pytest.skip(reason)
-    from hybridflow.deploy.launcher import ranks_command
+    from hybridflow.job.plan import ranks_command
     from hybridflow.job_config import load_job_config
 
     cert, key = _certificate(tmp_path)

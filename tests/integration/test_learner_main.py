@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.deploy.launcher import ranks_command
+from hybridflow.job.plan import ranks_command
 from hybridflow.job_config import load_job_config
 from hybridflow.services.learner.client import GrpcLearnerClient
 

@@ -50,7 +50,10 @@ def test_a_job_with_envs_starts_the_environment_service(tmp_path: Path) -> None:
 
 
 def _group_with(tmp_path: Path, names: list[str]) -> ServiceGroup:
-    group = ServiceGroup(JobConfig(), None, [], tmp_path)
+    job = JobConfig()
+    if "environment" in names:
+        job.environment.envs = [ENV_CLASS]
+    group = ServiceGroup(job, None, [], tmp_path)
     for i, name in enumerate(names):
         proc = ServiceProcess(name, None, tmp_path / "a", tmp_path / "l", f"127.0.0.1:{4000 + i}")  # type: ignore[arg-type]
         group.processes.append(proc)

@@ -22,6 +22,8 @@ from hybridflow.job_config import JobConfig, load_job_config
 
 REPO = Path(__file__).resolve().parents[3]
 OVERLAYS = ("cpu", "gpu", "multi-turn")
+LEARNER_NODES = {"cpu": 1, "gpu": 2, "multi-turn": 1}
+"""The learner pods (torchrun nodes) each overlay runs."""
 SCHEMA_VERSIONS = ("1.30.0", "1.37.0")
 """The oldest and newest Kubernetes the manifests are checked against (the pod-index label
 the learner reads its node rank from is there since 1.28)."""
@@ -224,7 +226,7 @@ def test_the_multi_turn_job_is_the_shipped_game_with_cluster_settings(tmp_path):
 
 
 def test_learner_nodes_match_the_statefulset_and_rendezvous_at_pod_zero():
-    for overlay, num_nodes in (("cpu", 1), ("gpu", 2), ("multi-turn", 1)):
+    for overlay, num_nodes in LEARNER_NODES.items():
         learner = by_kind(render(overlay), "StatefulSet")["hybridflow-learner"]
         assert learner["spec"]["replicas"] == num_nodes
         (container,) = pod_spec(learner)["containers"]

@@ -122,9 +122,9 @@ ECHO = "import json, sys; print(json.dumps(sys.argv[1:]))"
     ],
 )
 def test_restart_pins_the_old_port_and_passes_the_env(tmp_path, name, address, pin):
-    group = ServiceGroup(
-        JobConfig(), CONFIG, ["coordinator.num_steps=3"], tmp_path, env={"HF_TEST_X": "1"}
-    )
+    job = JobConfig()  # a plan with an environment service and three replicas
+    job.environment.envs, job.rollout.replicas = ["tests.unit.envs:Any"], 3
+    group = ServiceGroup(job, CONFIG, ["coordinator.num_steps=3"], tmp_path, env={"HF_TEST_X": "1"})
     cmd = [sys.executable, "-c", ECHO + "; import os; print(os.environ['HF_TEST_X'])"]
     old = ServiceProcess(name, None, tmp_path / "x.addr", tmp_path / "x.log", address, cmd)  # type: ignore[arg-type]
     group.processes.append(old)
@@ -154,7 +154,7 @@ def test_learner_cannot_be_restarted(tmp_path):
 
 
 def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monkeypatch):
-    from hybridflow.deploy.launcher import ranks_command
+    from hybridflow.job.plan import ranks_command
     from hybridflow.services.learner.config import LearnerConfig
 
     learner = learner_config(
@@ -177,7 +177,9 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
     spawned: dict[str, tuple[list[str], str]] = {}
     monkeypatch.setattr(group.gpu_memory, "start", lambda: None)
     monkeypatch.setattr(
-        group, "_spawn", lambda name, cmd, devices="": spawned.setdefault(name, (cmd, devices))
+        group,
+        "_spawn",
+        lambda name, cmd, devices="", spec=None: spawned.setdefault(name, (cmd, devices)),
     )
     group.start()
     # One torchrun for both groups: local ranks 0-1 (actor) see devices 0,1, local rank 2
@@ -187,7 +189,7 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
 
 
 def test_learner_spans_hosts_through_torchrun_rendezvous():
-    from hybridflow.deploy.launcher import ranks_command
+    from hybridflow.job.plan import ranks_command
 
     node1 = learner_config(
         topology={"nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400"}

@@ -22,14 +22,12 @@ log = logging.getLogger("launch")
 def preference_command(
     job: Any, config_path: str, overrides: list[str], run_dir: Path
 ) -> list[str]:
-    """The job's command line (torchrun for several learner ranks, as for the learner service)."""
-    from hybridflow.deploy.launcher import ranks_command
+    """The job's command line: its plan's only process (torchrun for several learner ranks,
+    as for the learner service)."""
+    from hybridflow.job.plan import config_args, plan, python_command
 
-    cmd = ranks_command(sys.executable, "hybridflow.preference", job.learner)
-    cmd += ["--config", config_path, "--run-dir", str(run_dir)]
-    for override in overrides:
-        cmd += ["--set", override]
-    return cmd
+    cmd = python_command(sys.executable, plan(job).main, job.learner)
+    return [*cmd, "--run-dir", str(run_dir), *config_args(config_path, overrides)]
 
 
 def run_preference_job(
@@ -39,8 +37,11 @@ def run_preference_job(
     from hybridflow.deploy.lifeline import launcher_env
 
     child_env = {**os.environ, **env, **launcher_env()}
-    if job.learner.topology.devices:
-        child_env["CUDA_VISIBLE_DEVICES"] = job.learner.topology.visible_devices
+    from hybridflow.job.plan import plan
+
+    devices = plan(job).main.devices
+    if devices:
+        child_env["CUDA_VISIBLE_DEVICES"] = devices
     cmd = preference_command(job, config_path, overrides, run_dir)
     log.info(
         "learner-only %s job (no rollout or reward service); run dir %s",

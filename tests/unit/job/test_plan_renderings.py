@@ -1,0 +1,216 @@
+"""A job is written down once: every shipped config's plan (``hybridflow.job.plan``) is what
+the local launcher starts and what the Slurm planner places, process for process and
+setting for setting (module, own arguments, ranks, nodes, devices, ports); each Kubernetes
+overlay runs the plan of the job it ships.
+
+Each rendering is read back from what it would run: the launcher's command lines (started
+with a python that only prints its arguments), the Slurm steps' command lines, and the
+containers of the rendered manifests."""
+
+from __future__ import annotations
+
+import shlex
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hybridflow.deploy.launch import coordinator_command
+from hybridflow.deploy.launcher import ServiceGroup
+from hybridflow.deploy.slurm import plan_job
+from hybridflow.job.plan import JobPlan, plan
+from hybridflow.job_config import JobConfig, load_job_config
+from tests.unit.deploy.test_k8s_manifests import (
+    LEARNER_NODES,
+    OVERLAYS,
+    containers,
+    job_config,
+    render,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+SHIPPED = sorted((REPO / "deploy" / "configs").glob("*.yaml"))
+RL_CONFIGS = [path for path in SHIPPED if not load_job_config(path).preference.data]
+NODES = ["n0", "n1", "n2"]
+JOB_FLAGS = ("--resume", "--addresses-from-stdin")
+JOB_ARGS = ("--config", "--set", "--port-file", "--run-dir", *JOB_FLAGS)
+"""Arguments every process of a job gets (or the launcher adds), not its own."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a rendering starts for one process, as read back from its command line."""
+
+    name: str
+    module: str
+    args: tuple[str, ...]
+    num_ranks: int
+    num_nodes: int
+    devices: str = ""
+    port: int | None = None
+    """The port it is told to serve on (Slurm, Kubernetes); None where the OS picks."""
+
+
+def read_command(name: str, tokens: list[str], devices: str = "") -> Started:
+    """The process a command line starts: the module after the last ``-m`` (torchrun's ranks
+    and nodes read from its flags), its own arguments up to the job's, and the port a
+    ``--set <role>.server.port=`` gives it."""
+    flags = dict(t.removeprefix("--").split("=", 1) for t in tokens if t.startswith("--n"))
+    torchrun = "torch.distributed.run" in tokens
+    start = len(tokens) - 1 - tokens[::-1].index("-m")
+    module, rest = tokens[start + 1], tokens[start + 2 :]
+    own: list[str] = []
+    tokens_left = iter(rest)
+    for token in tokens_left:
+        key = token.split("=", 1)[0]
+        if key not in JOB_ARGS:
+            own.extend(token.split("=", 1) if token.startswith("--") else [token])
+        elif "=" not in token and key not in JOB_FLAGS:
+            next(tokens_left)  # the job argument's value
+    port = None
+    for token in rest:
+        if token.removeprefix("--set=").startswith(f"{role_of(name)}.server.port="):
+            port = int(token.rpartition("=")[2])
+    return Started(
+        name,
+        module,
+        tuple(own),
+        int(flags.get("nproc-per-node", 1)) if torchrun else 1,
+        int(flags.get("nnodes", 1)) if torchrun else 1,
+        devices,
+        port,
+    )
+
+
+def role_of(name: str) -> str:
+    return name.rstrip("0123456789")
+
+
+def expected(job_plan: JobPlan, cluster: bool) -> set[Started]:
+    """What the plan says each process is; ``cluster``: with the ports a cluster gives."""
+    return {
+        Started(
+            p.name,
+            p.module,
+            p.args,
+            p.num_ranks,
+            p.num_nodes,
+            p.devices,
+            p.cluster_port() - p.port_offset if cluster and p.serves else None,
+        )
+        for p in job_plan.processes
+    }
+
+
+def launcher_started(config: Path, job: JobConfig, tmp_path: Path) -> set[Started]:
+    """The services ``deploy/launch.sh`` starts (with a python that prints its arguments)
+    and the coordinator command it runs beside them."""
+    fake = tmp_path / "fake-python"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    group = ServiceGroup(job, str(config), [], tmp_path / "run", python=str(fake))
+    try:
+        group.start()
+        for proc in group.processes:
+            proc.popen.wait(timeout=60)
+        started = {
+            read_command(p.name, ["py", *shlex.split(p.log_path.read_text())], p.devices)
+            for p in group.processes
+        }
+    finally:
+        group.stop(grace_s=5)
+    coordinator = coordinator_command(job, str(config), [], tmp_path / "run", resume=False)
+    return started | {read_command("coordinator", coordinator)}
+
+
+def slurm_started(config: Path, job: JobConfig, learner_nodes: int) -> set[Started]:
+    """The processes of the Slurm steps (a learner spanning nodes is one process), each
+    read from the command after its ``slurm_step`` shim."""
+    started = set()
+    for step in plan_job(NODES, job, ["--config", str(config)], learner_nodes=learner_nodes):
+        command = step.command
+        if "--" in command:  # a service step: srun ... slurm_step ... -- [env VAR=..] python ..
+            command = command[command.index("--") + 1 :]
+        devices = ""
+        if command[0] == "env":
+            devices = command[1].removeprefix("CUDA_VISIBLE_DEVICES=")
+            command = command[2:]
+        name = "learner" if step.name.startswith("learner") else step.name
+        started.add(read_command(name, command, devices))
+    return started
+
+
+@pytest.mark.parametrize("config", RL_CONFIGS, ids=lambda p: p.stem)
+def test_the_launcher_and_slurm_start_the_plan_of_every_shipped_config(config, tmp_path):
+    job = load_job_config(config)
+    job_plan = plan(job)
+    assert launcher_started(config, job, tmp_path) == expected(job_plan, cluster=False)
+    assert slurm_started(config, job, learner_nodes=1) == expected(job_plan, cluster=True)
+
+
+@pytest.mark.parametrize("config", RL_CONFIGS, ids=lambda p: p.stem)
+def test_a_learner_across_two_slurm_nodes_is_the_plans_learner_on_two_nodes(config):
+    job = load_job_config(config)
+    (learner,) = {s for s in slurm_started(config, job, learner_nodes=2) if s.name == "learner"}
+    (planned,) = {s for s in expected(plan(job), cluster=True) if s.name == "learner"}
+    assert learner == Started(**{**planned.__dict__, "num_nodes": 2})
+
+
+def test_every_shipped_multi_turn_config_plans_its_environment_service():
+    multi_turn = [c for c in RL_CONFIGS if load_job_config(c).environment.enabled]
+    assert multi_turn, "no shipped config runs an environment service"
+    for config in multi_turn:
+        assert "environment" in plan(load_job_config(config)).names()
+
+
+def test_a_preference_job_is_its_one_process_and_slurm_refuses_it():
+    (config,) = [c for c in SHIPPED if c not in RL_CONFIGS]
+    job = load_job_config(config)
+    job_plan = plan(job)
+    assert job_plan.services == () and job_plan.main.module == "hybridflow.preference"
+    with pytest.raises(ValueError, match="deploy/launch.sh"):
+        plan_job(NODES, job, [])
+
+
+def k8s_started(objects: list[dict[str, Any]]) -> set[Started]:
+    """The processes of the rendered manifests: a container's command and args (the
+    learner's shell line with the pod's variables put in; one StatefulSet pod per node)."""
+    started = set()
+    for obj in objects:
+        if "template" not in obj.get("spec", {}):
+            continue
+        (container,) = containers([obj])
+        env = {e["name"]: e.get("value", "") for e in container["env"]}
+        tokens = [*container["command"], *container.get("args", [])]
+        if tokens[:2] == ["sh", "-c"]:
+            line = tokens[2].removeprefix("exec ")
+            for key, value in env.items():
+                line = line.replace(f'"${key}"', value)
+            tokens = shlex.split(line)
+        name = obj["metadata"]["name"].removeprefix("hybridflow-").replace("-", "")
+        ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+        read = read_command(name, tokens)
+        started.add(Started(**{**read.__dict__, "port": ports.get("grpc")}))
+    return started
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_kubernetes_overlay_runs_the_plan_of_its_job(overlay, tmp_path):
+    """Kustomize stays the source of the manifests (patches, probes and volumes are
+    Kubernetes' own); what they start is checked against the plan of the job they ship.
+    Devices are Kubernetes' to give (``nvidia.com/gpu`` limits), not CUDA_VISIBLE_DEVICES;
+    the nodes the learner spans are the overlay's choice (its StatefulSet's replicas), as
+    they are Slurm's (``--learner-nodes``)."""
+    objects = render(overlay)
+    job_plan = plan(job_config(objects, tmp_path))
+    planned = set()
+    for started in expected(job_plan, cluster=True):
+        process = job_plan.by_name(started.name)
+        port = started.port and started.port + process.port_offset  # a pod's own port
+        nodes = LEARNER_NODES[overlay] if process.role == "learner" else started.num_nodes
+        planned.add(
+            Started(**{**started.__dict__, "devices": "", "port": port, "num_nodes": nodes})
+        )
+    assert k8s_started(objects) == planned
