@@ -178,7 +178,7 @@ def _on_start(
         running.set_serving(False)
         dead.set()
 
-    engine.on_dead = on_dead
+    engine.on_dead(on_dead)
     if getattr(engine, "dead_reason", None) is not None:  # died before the callback
         on_dead("")
 
