@@ -121,7 +121,7 @@ class VLLMEngine:
             raise ValueError(f"rollout.engine=vllm cannot take {path}: {exc}") from exc
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
         lora_layers = self._lora if self._lora_mode == "adapter" else None
-        self._runtime = VLLMRuntime(
+        self._runtime = VLLMRuntime.start(
             engine_args(
                 path,
                 self.device.type,

@@ -132,11 +132,10 @@ def engine_args(
 class VLLMRuntime:
     """One started vLLM: its engine core in this process and its watched worker processes."""
 
-    def __init__(self, args: Any) -> None:
-        """``args``: vLLM's ``EngineArgs`` (``engine_args``), built under ``engine_env``."""
-        from vllm.v1.engine.llm_engine import LLMEngine
-
-        self.core = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
+    def __init__(self, core: Any) -> None:
+        """``core``: a built vLLM ``LLMEngine`` (``start``; a test gives a fake one), whose
+        worker processes are watched from now on."""
+        self.core = core
         """vLLM's engine core, stepped by its caller; calls into the workers go by ``rpc``."""
         self.dead_reason: str | None = None
         """Why vLLM cannot serve any more (a worker process died), else None."""
@@ -145,6 +144,14 @@ class VLLMRuntime:
         self._death_lock = threading.Lock()
         """Orders a death against ``on_dead``: the callback is called once whichever is first."""
         self._watch_workers()
+
+    @classmethod
+    def start(cls, args: Any) -> VLLMRuntime:
+        """vLLM started from its ``EngineArgs`` (``engine_args``; call under ``engine_env``):
+        the engine core in this process, its workers spawned."""
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        return cls(LLMEngine.from_engine_args(args, enable_multiprocessing=False))
 
     def on_dead(self, callback: Callable[[str], None]) -> None:
         """``callback(reason)`` is called once when a worker dies (from the watcher thread),
