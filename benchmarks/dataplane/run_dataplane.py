@@ -90,6 +90,14 @@ class CannedEngine:
     def load_weights(self, named_tensors: Any, policy_version: int) -> None:
         raise NotImplementedError
 
+    dead_reason = None
+
+    def on_dead(self, callback: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
 
 def _bytes_handler(max_bytes: int, chunk: int, payloads: dict[str, bytes]) -> Any:
     import grpc

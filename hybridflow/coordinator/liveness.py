@@ -26,7 +26,7 @@ The probe, not the Generate call, is the signal: a Generate stream says nothing 
 whole request is generated (its groups come at the end), so its silence grows with
 max_new_tokens and the machine's speed, while a live replica answers the probe in
 milliseconds whatever it is generating. A replica whose engine process died is failed at
-once by its own watcher (``vllm_engine``: probes answer UNAVAILABLE, the service exits for
+once by its own watcher (``vllm_runtime``: probes answer UNAVAILABLE, the service exits for
 the supervisor to restart it).
 """
 

@@ -20,6 +20,8 @@ def _engine(dead_reason: str | None) -> SimpleNamespace:
         vocab_size=16,
         tensor_parallel_size=1,
         between_steps=None,
+        on_dead=lambda _callback: None,
+        close=lambda: None,
     )
 
 

@@ -2,8 +2,9 @@
 every engine in the registry on the built-in tiny model: well-formed completions, log-probs
 equal to a full forward, weight loads that take effect with their version, weights arriving
 mid-request with per-token versions, first tokens drawn from the model's distribution
-(a chi-square goodness-of-fit test) with EOS ending a completion and kept in it, and
-cancellation.
+(a chi-square goodness-of-fit test) with EOS ending a completion and kept in it,
+cancellation, and every member of the contract present (a live engine is not dead, its death
+callback waits; ``close`` ends it after the module).
 
 An engine is built once per module through ``build_engine`` (the vllm engine starts its
 worker process once). The order of events is fixed by the engine's ``between_steps`` and
@@ -24,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hybridflow.services.rollout.config import RolloutConfig
+from hybridflow.services.rollout.engine_contract import Engine
 from hybridflow.services.rollout.engines import ENGINES, build_engine
 from hybridflow.services.rollout.local import LocalRollout
 from hybridflow.services.rollout.requests import Cancelled
@@ -49,8 +51,7 @@ def engine(request: pytest.FixtureRequest, tiny_model_path: Path) -> Iterator[An
     # service spawned afterwards with TP 2 would inherit a one-core binding).
     assert {k: os.environ.get(k) for k in LEAKY} == before
     yield eng
-    if hasattr(eng, "close"):
-        eng.close()
+    eng.close()
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,18 @@ def check_well_formed(c: Completion, max_new_tokens: int, stops: set[int], vocab
     else:
         assert c.finish_reason == "length"
         assert len(ids) == max_new_tokens and ids[-1] not in stops
+
+
+def test_every_member_of_the_contract_is_there_and_a_live_engine_is_not_dead(engine) -> None:
+    """Callers never test for a member (``hasattr``): each engine has them all, ``close``
+    and ``on_dead`` included. A live engine reports no death and keeps its death callback
+    uncalled while it serves."""
+    assert isinstance(engine, Engine)
+    deaths: list[str] = []
+    engine.on_dead(deaths.append)
+    assert engine.dead_reason is None
+    assert len(engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=2))[0]) == 1
+    assert engine.dead_reason is None and deaths == []
 
 
 def test_completions_are_well_formed_and_carry_the_version(engine, prompts) -> None:

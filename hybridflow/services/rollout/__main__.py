@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)  # the cleanup is not interrupted half-way
         try:
             for engine in engines:
-                if hasattr(engine, "close"):
-                    engine.close()
+                engine.close()
         finally:
             ledger.release()
 
@@ -115,7 +114,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
         on_start=lambda running: _on_start(running, engine, rollout, dead),
         stop=dead,
     )
-    dead_reason = getattr(engine, "dead_reason", None)
+    dead_reason = engine.dead_reason
     if dead_reason is None:
         return 0
     log.error(
@@ -171,16 +170,12 @@ def _on_start(
         running.metrics.gauge(
             "hybridflow_policy_version", "Policy version served", lambda: rollout.policy_version
         )
-    if not hasattr(engine, "on_dead"):  # only an engine with worker processes reports a death
-        return
 
     def on_dead(reason: str) -> None:
         running.set_serving(False)
         dead.set()
 
-    engine.on_dead = on_dead
-    if getattr(engine, "dead_reason", None) is not None:  # died before the callback
-        on_dead("")
+    engine.on_dead(on_dead)  # called at once if it died before
 
 
 if __name__ == "__main__":

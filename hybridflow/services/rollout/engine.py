@@ -132,6 +132,19 @@ class HFEngine:
         self._lock = threading.Lock()
         self._adapters = None
 
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def dead_reason(self) -> None:
+        """Always None: the model runs in this process, with no worker process to lose."""
+        return None
+
+    def on_dead(self, callback: Callable[[str], None]) -> None:
+        """A no-op: with no worker process, this engine never dies on its own."""
+
+    def close(self) -> None:
+        """A no-op: the engine holds nothing beyond this process's memory."""
+
     # ------------------------------------------------------------------ generation
 
     def generate(

@@ -17,7 +17,10 @@ whichever engine it is, is checked by one conformance suite,
 - with ``between_steps`` set (``in_flight_weights: continue_new``), weights arriving
   mid-request apply at the next decode step and completions carry per-token versions;
 - ``should_stop`` returning True ends generation with ``Cancelled`` (its steps counted) and
-  leaves the engine serving the next request.
+  leaves the engine serving the next request;
+- every member below is there on every engine (callers never test for one): an engine whose
+  worker processes can die reports it (``dead_reason``, ``on_dead``), one that cannot is
+  never dead; ``close`` ends any engine when its replica ends.
 
 Knows nothing of sockets, protos or any one engine.
 """
@@ -25,7 +28,7 @@ Knows nothing of sockets, protos or any one engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hybridflow.arrays import FloatArray, TokenArray
 from hybridflow.services.rollout.requests import ShouldStop
@@ -42,8 +45,10 @@ StagedWeights = Sequence[tuple[str, "torch.Tensor"]] | None
 """Named tensors to load, or None: the engine's weight-sync receiver staged them itself."""
 
 
+@runtime_checkable
 class Engine(Protocol):
-    """What a generation engine offers (HFEngine, VLLMEngine)."""
+    """What a generation engine offers (HFEngine, VLLMEngine). ``isinstance`` checks that
+    every member is there (the conformance suite does), not their signatures."""
 
     policy_version: int
     eos_token_id: int
@@ -79,3 +84,24 @@ class Engine(Protocol):
         ...
 
     between_steps: Callable[[], tuple[StagedWeights, int] | None] | None
+
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the engine can serve no more (one of its worker processes died), else None;
+        once set it stays, and calls that need the workers raise ``Unavailable`` naming it.
+        An engine without worker processes (hf: the model runs in this process) is never
+        dead: always None."""
+        ...
+
+    def on_dead(self, callback: Callable[[str], None]) -> None:
+        """Have ``callback(dead_reason)`` called once when the engine dies (from a watcher
+        thread), or at once if it already has; replaces an earlier callback. An engine
+        without worker processes never dies that way: a no-op."""
+        ...
+
+    def close(self) -> None:
+        """End the engine when its replica ends: its worker processes stopped (their exits
+        are no death: ``on_dead`` is not called) and the files it made removed; nothing is
+        called on it afterwards. An engine that holds nothing beyond this process's memory
+        (hf): a no-op."""
+        ...

@@ -218,7 +218,7 @@ class LocalRollout:
     def status(self, timeout_s: float | None = None) -> RolloutStatus:
         """``timeout_s`` is for the RolloutClient protocol: nothing here waits. An engine
         that died (``dead_reason``) is Unavailable: a liveness probe must not find it alive."""
-        dead_reason = getattr(self.engine, "dead_reason", None)
+        dead_reason = self.engine.dead_reason
         if dead_reason is not None:
             raise Unavailable(dead_reason)
         with self._progress_lock:

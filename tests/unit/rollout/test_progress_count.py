@@ -45,6 +45,14 @@ class SteppedEngine:
     def check_weights(self, named_tensors: Any) -> None:
         return None
 
+    dead_reason = None
+
+    def on_dead(self, callback: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
 
 def _steps(rollout: LocalRollout) -> tuple[int, int]:
     status = rollout.status()
