@@ -14,8 +14,8 @@ at an exact step.
 
 The build is seeded, but its float results differ from one CPU to another, so users never run
 it: the weights it made are shipped (``builtin.py``) and ``make builtins`` rebuilds them
-deliberately, behind the quality gates of ``builtin_quality.py``. This module knows nothing
-about services, RL or rewards.
+deliberately, behind the quality gates of ``hybridflow/builtins_build/quality.py``. This module
+knows nothing about services, RL or rewards.
 """
 
 from __future__ import annotations
