@@ -33,7 +33,7 @@ from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 from hybridflow.weights.client import check_targets, probe_replica
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.grpc_stream import iter_weight_chunks
+from hybridflow.weights.convert import iter_weight_chunks
 
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
 
