@@ -73,6 +73,11 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
         self._max_bytes = max_bytes
         self._config = config or WeightSyncConfig()
 
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(self, server)
+
     @handle_errors
     def UpdateWeights(
         self, request_iterator: Iterator[common_pb2.WeightChunk], context: grpc.ServicerContext

@@ -76,6 +76,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self.last_publish_s = 0.0
         """Seconds of the last PublishWeights (the Prometheus weight-sync gauge)."""
 
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        learner_pb2_grpc.add_LearnerServiceServicer_to_server(self, server)
+
     def _run(self, command: str, *args: Any) -> Any:
         with self._lock:
             return self._dispatch(command, args)
