@@ -21,7 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hybridflow.builtins_build.policy import build_checkpoint
 from hybridflow.builtins_build.quality import measure, shortfalls
+from hybridflow.builtins_build.reward_model import build_reward_checkpoint
 from hybridflow.models.builtin import (
     SHIPPED_DIR,
     AnySpec,
@@ -33,8 +35,7 @@ from hybridflow.models.builtin import (
     spec_hash,
     write_manifest,
 )
-from hybridflow.models.builtin_policy import build_checkpoint
-from hybridflow.models.builtin_rm import RewardModelSpec, build_reward_checkpoint
+from hybridflow.models.builtin_rm import RewardModelSpec
 
 
 def build_one(name: str, spec: AnySpec, out_dir: Path) -> dict[str, float]:

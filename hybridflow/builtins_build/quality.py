@@ -105,7 +105,7 @@ def _policy_numbers(path: Path) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hybridflow.models.builtin_policy import render_prompt
+    from hybridflow.builtins_build.policy import render_prompt
 
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)
@@ -151,7 +151,7 @@ def _reward_model_numbers(path: Path) -> dict[str, float]:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from hybridflow.models.builtin_rm import wrong_response
+    from hybridflow.builtins_build.reward_model import wrong_response
 
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)
