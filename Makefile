@@ -91,7 +91,7 @@ proto: setup
 # Rebuild the shipped built-in models (all, or NAMES="tiny-rm") behind their quality gates, then
 # commit hybridflow/models/shipped/. `make builtins CHECK=1` verifies and measures them instead.
 builtins: setup
-	$(VPY) -m hybridflow.models.build_builtins $(if $(CHECK),--check) $(NAMES)
+	$(VPY) -m hybridflow.builtins_build.build $(if $(CHECK),--check) $(NAMES)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -257,6 +257,24 @@ class RolloutStatus:
     """Requests the replica holds now (waiting for its engine or generating)."""
 
 
+@dataclass(frozen=True)
+class LearnerInfo:
+    """What the learner serves and needs from the coordinator (its ``GetInfo``)."""
+
+    model: str
+    """Model checkpoint path or builtin spec."""
+    algorithm: str
+    policy_version: int
+    world_size: int
+    """Ranks of the SPMD group."""
+    needs_greedy_baseline: bool
+    """The coordinator sends each prompt's greedy baseline score (ReMax)."""
+    needs_routed_experts: bool
+    """The coordinator sends each completion's routed experts (learner.moe_router_replay)."""
+    versions_per_step: int
+    """Policy versions one TrainStep adds (its optimizer steps)."""
+
+
 @dataclass
 class WeightUpdateReport:
     """Result of sending or applying one set of weights."""

@@ -35,13 +35,6 @@ ALLOWED_FOLDER_EDGES: dict[tuple[str, str], str] = {
     ("hybridflow.utils", "hybridflow.testing"): (
         "utils/mock.py: the seed document's public MockActor names over hybridflow.testing"
     ),
-    ("hybridflow.models", "hybridflow.coordinator"): (
-        "models/tools_quality.py: a shipped checkpoint's quality gate runs episodes "
-        "(issue 39: the builtin build and quality gates leave the runtime models/ package)"
-    ),
-    ("hybridflow.models", "hybridflow.services.rollout"): (
-        "models/tools_quality.py: the quality gate samples on the hf engine (as above)"
-    ),
     ("hybridflow.services.bootstrap", "hybridflow.deploy"): (
         "bootstrap hands the services' mains deploy.lifeline.watch_parent "
         "(issue 39: one shared serve for every process)"

@@ -141,7 +141,7 @@ def _servicer_class() -> Any:
     import grpc
 
     from hybridflow.v1 import weight_sync_pb2, weight_sync_pb2_grpc
-    from hybridflow.weights.grpc_stream import receive_weights
+    from hybridflow.weights.convert import receive_weights
 
     class WeightReceiver(weight_sync_pb2_grpc.WeightSyncServiceServicer):
         """UpdateWeights only: the real ``receive_weights``; keeps the last tensors."""

@@ -155,27 +155,15 @@ def control_command(args: argparse.Namespace) -> int:
 
     import grpc
 
-    from hybridflow.coordinator.servicer import status_from_proto
-    from hybridflow.rpc.channel import make_channel
-    from hybridflow.v1 import common_pb2, coordinator_pb2_grpc
+    from hybridflow.coordinator.client import control_call
 
-    channel = make_channel(address)
-    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-    method = {
-        "status": stub.GetStatus,
-        "pause": stub.Pause,
-        "resume": stub.Resume,
-        "stop": stub.Stop,
-    }
     try:
-        status = status_from_proto(method[args.command](common_pb2.Empty(), timeout=10))
+        status = control_call(address, args.command, timeout_s=10)
     except grpc.RpcError as exc:
         print(
             f"error: coordinator at {address}: {exc.code().name}: {exc.details()}", file=sys.stderr
         )  # type: ignore[attr-defined]
         return 1
-    finally:
-        channel.close()
     if args.json:
         print(json.dumps(status.__dict__, indent=2))
     else:

@@ -257,14 +257,13 @@ def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:
     from hybridflow.coordinator.control import JobControl
     from hybridflow.coordinator.servicer import SERVICE_NAME, CoordinatorServicer
     from hybridflow.rpc.server import start_server, write_port_file
-    from hybridflow.v1 import coordinator_pb2_grpc
 
     cfg, run_dir = prepared.job.coordinator, prepared.run_dir
     control = JobControl(cfg.num_steps, str(run_dir.resolve()))
     servicer = CoordinatorServicer(control)
     server = start_server(
         cfg.server,
-        lambda s: coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, s),
+        servicer.add_to_server,
         [SERVICE_NAME],
     )
     if server.metrics is not None:

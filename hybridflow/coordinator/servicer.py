@@ -44,6 +44,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def __init__(self, control: JobControl) -> None:
         self._control = control
 
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(self, server)
+
     @handle_errors
     def GetStatus(
         self, request: common_pb2.Empty, context: grpc.ServicerContext

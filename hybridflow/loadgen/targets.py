@@ -1,6 +1,7 @@
 """The gRPC side of the load generator: one asyncio channel and a target per service kind.
 
-The only loadgen module that imports grpc or protos. Calls carry a deadline and are never
+The only loadgen module that imports grpc or handles protos: the services' clients give it
+their raw asyncio stubs and their convert modules build its requests. Calls carry a deadline and are never
 retried (an UNAVAILABLE service must show up as UNAVAILABLE errors, not as slow requests).
 Request bodies are built once (``workload``) and converted to protos before the run.
 """
@@ -19,9 +20,10 @@ from hybridflow.loadgen.runner import AsyncTarget, Outcome
 from hybridflow.loadgen.stats import BAD_RESPONSE
 from hybridflow.loadgen.workload import reward_item_pool, rollout_prompt_pool, sampling_params
 from hybridflow.rpc.auth import TOKEN_HEADER
+from hybridflow.services.reward import client as reward_client
 from hybridflow.services.reward import convert as reward_convert
+from hybridflow.services.rollout import client as rollout_client
 from hybridflow.services.rollout import convert as rollout_convert
-from hybridflow.v1 import common_pb2, reward_pb2_grpc, rollout_pb2_grpc
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 TOKEN_ENV = "HYBRIDFLOW_TOKEN"
@@ -51,7 +53,7 @@ class RolloutTarget:
     """Generate calls; the first streamed response marks the time to first result."""
 
     def __init__(self, channel: grpc.aio.Channel, requests: list[Any], num_completions: int):
-        self._stub = rollout_pb2_grpc.RolloutServiceStub(channel)
+        self._stub = rollout_client.async_stub(channel)
         self._requests = requests
         self._num_completions = num_completions
         self._metadata = _metadata()
@@ -80,7 +82,7 @@ class RewardTarget:
     """Score calls (unary: no separate time to first result)."""
 
     def __init__(self, channel: grpc.aio.Channel, requests: list[Any], num_items: int):
-        self._stub = reward_pb2_grpc.RewardServiceStub(channel)
+        self._stub = reward_client.async_stub(channel)
         self._requests = requests
         self._num_items = num_items
         self._metadata = _metadata()
@@ -103,9 +105,9 @@ async def make_target(cfg: LoadgenConfig, channel: grpc.aio.Channel) -> AsyncTar
         return RewardTarget(
             channel, [reward_convert.items_to_proto(b) for b in items], cfg.reward.items_per_request
         )
-    stub = rollout_pb2_grpc.RolloutServiceStub(channel)
+    stub = rollout_client.async_stub(channel)
     try:
-        info = await stub.GetInfo(common_pb2.Empty(), timeout=cfg.timeout_s, metadata=_metadata())
+        info = await rollout_client.async_status(stub, cfg.timeout_s, _metadata())
     except grpc.aio.AioRpcError as exc:
         raise TargetUnavailable(
             f"rollout GetInfo at {cfg.address} failed: {exc.code().name}: {exc.details()}"

@@ -4,8 +4,8 @@
 Training a model gives different floats on different CPUs (vector widths, oneDNN and MKL code
 paths), and a few hundred steps amplify the difference: a reward model built on one machine
 ranked right sums above wrong ones, built on another it did the opposite. So nothing is built
-on a user's machine. The weights were built once (``make builtins``: ``build_builtins.py``,
-behind the quality gates of ``builtin_quality.py``) and ship with the package under
+on a user's machine. The weights were built once (``make builtins``:
+``hybridflow/builtins_build/``, behind its quality gates) and ship with the package under
 ``shipped/<name>/``, each file's sha256 in ``shipped/manifest.json`` with the spec hash the
 build came from and the quality it measured.
 
@@ -61,7 +61,7 @@ class ShippedModel:
     files: dict[str, str]
     """File name -> sha256 hex digest: exactly the checkpoint's files."""
     quality: dict[str, float]
-    """What ``builtin_quality.measure`` found when the weights were built."""
+    """What ``builtins_build.quality.measure`` found when the weights were built."""
     built_on: str = ""
     """The machine that built them (informational)."""
 

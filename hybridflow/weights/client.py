@@ -15,8 +15,11 @@ from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
-from hybridflow.weights.convert import group_spec_to_proto, replica_description_from_proto
-from hybridflow.weights.grpc_stream import iter_weight_chunks
+from hybridflow.weights.convert import (
+    group_spec_to_proto,
+    iter_weight_chunks,
+    replica_description_from_proto,
+)
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 if TYPE_CHECKING:

@@ -20,8 +20,11 @@ from hybridflow.rpc.errors import handle_errors
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.convert import group_spec_from_proto, replica_description_to_proto
-from hybridflow.weights.grpc_stream import receive_weights
+from hybridflow.weights.convert import (
+    group_spec_from_proto,
+    receive_weights,
+    replica_description_to_proto,
+)
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
 if TYPE_CHECKING:
@@ -69,6 +72,11 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
         self._receiver = receiver
         self._max_bytes = max_bytes
         self._config = config or WeightSyncConfig()
+
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(self, server)
 
     @handle_errors
     def UpdateWeights(

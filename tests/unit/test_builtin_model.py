@@ -7,9 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from hybridflow.builtins_build.policy import warmup_example
 from hybridflow.models import resolve_model_path
 from hybridflow.models.builtin import ensure_builtin_model, read_manifest, spec_hash
-from hybridflow.models.builtin_policy import BuiltinSpec, warmup_example
+from hybridflow.models.builtin_policy import BuiltinSpec
 from hybridflow.models.tokenizer import CHARACTERS, build_char_tokenizer
 
 

@@ -12,15 +12,15 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig
 
-from hybridflow.data.arith import heldout_problems
-from hybridflow.models import resolve_model_path
-from hybridflow.models.builtin import builtin_names, read_manifest
-from hybridflow.models.builtin_rm import (
-    RewardModelSpec,
+from hybridflow.builtins_build.reward_model import (
     build_reward_checkpoint,
     train_problems,
     wrong_response,
 )
+from hybridflow.data.arith import heldout_problems
+from hybridflow.models import resolve_model_path
+from hybridflow.models.builtin import builtin_names, read_manifest
+from hybridflow.models.builtin_rm import RewardModelSpec
 
 
 def test_tiny_rm_resolves_to_a_one_logit_classifier(

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.models.build_builtins import build_one, check
+from hybridflow.builtins_build.build import build_one, check
+from hybridflow.builtins_build.quality import (
+    DEFAULT_TOLERANCE,
+    GATES,
+    TOLERANCE,
+    measure,
+    shortfalls,
+)
 from hybridflow.models.builtin import (
     SHIPPED_DIR,
     builtin_names,
@@ -19,13 +26,6 @@ from hybridflow.models.builtin import (
     mismatches,
     read_manifest,
     spec_hash,
-)
-from hybridflow.models.builtin_quality import (
-    DEFAULT_TOLERANCE,
-    GATES,
-    TOLERANCE,
-    measure,
-    shortfalls,
 )
 from hybridflow.models.builtin_rm import RewardModelSpec
 

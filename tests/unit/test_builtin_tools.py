@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
+from hybridflow.builtins_build.tools import episode_tokens, warm_start_conversation
 from hybridflow.coordinator.config import MultiTurnConfig
 from hybridflow.coordinator.episodes import EpisodeRunner
 from hybridflow.data.datasets import load_prompt_dataset
@@ -25,11 +26,7 @@ from hybridflow.envs.tasks import task_from_row
 from hybridflow.envs.tool_calls import format_tool_call, tool_message
 from hybridflow.models.bpe_tokenizer import IM_END, chatml_text
 from hybridflow.models.builtin import ensure_builtin_model
-from hybridflow.models.builtin_tools import (
-    ToolsBuiltinSpec,
-    episode_tokens,
-    warm_start_conversation,
-)
+from hybridflow.models.builtin_tools import ToolsBuiltinSpec
 from hybridflow.types import SamplingParams
 from tests.unit.envs.test_episodes import ScriptedEngine
 

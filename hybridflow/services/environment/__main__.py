@@ -24,7 +24,6 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.job_config import load_job_config
     from hybridflow.services.environment.episodes import EpisodeHost
     from hybridflow.services.environment.servicer import SERVICE_NAME, EnvironmentServicer
-    from hybridflow.v1 import environment_pb2_grpc
 
     job = load_job_config(args.config, args.set)
     mark("environment", "imported")  # and the config loaded
@@ -34,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     serve(
         "environment",
         cfg.server,
-        lambda s: environment_pb2_grpc.add_EnvironmentServiceServicer_to_server(servicer, s),
+        servicer.add_to_server,
         [SERVICE_NAME],
         port_file=args.port_file,
         log=log,

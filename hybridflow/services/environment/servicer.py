@@ -47,6 +47,11 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
         self._host = host
         self.instance = secrets.token_hex(8)
 
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        environment_pb2_grpc.add_EnvironmentServiceServicer_to_server(self, server)
+
     @handle_errors
     def Reset(
         self, request: environment_pb2.ResetRequest, context: grpc.ServicerContext

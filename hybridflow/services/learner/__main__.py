@@ -148,14 +148,15 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
     coordinator asks for, checkpoints under ``checkpoint_dir``; its address to ``port_file``)
     until SIGTERM / SIGINT, then drains, stops and relays "shutdown" to the other ranks."""
     from hybridflow.services.bootstrap import serve
+    from hybridflow.services.learner.convert import learner_info_to_proto
     from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
-    from hybridflow.v1 import learner_pb2, learner_pb2_grpc
+    from hybridflow.types import LearnerInfo
 
     job, worker, core, channel = learner.job, learner.worker, learner.core, learner.channel
     cfg = job.learner
 
-    def info() -> learner_pb2.LearnerInfo:
-        return learner_pb2.LearnerInfo(
+    def info() -> LearnerInfo:
+        return LearnerInfo(
             model=job.model,
             algorithm=cfg.algorithm,
             policy_version=worker.policy_version,
@@ -169,7 +170,7 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
 
     servicer = LearnerServicer(
         dispatch=learner.relay.call,
-        info=info,
+        info=lambda: learner_info_to_proto(info()),
         vocab_size=worker.vocab_size,
         max_bytes=cfg.server.max_message_bytes,
         chunk_bytes=channel.chunk_bytes,
@@ -195,7 +196,7 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
     serve(
         _mark_name(),
         cfg.server,
-        lambda s: learner_pb2_grpc.add_LearnerServiceServicer_to_server(servicer, s),
+        servicer.add_to_server,
         [SERVICE_NAME],
         port_file=port_file,
         log=learner.log,

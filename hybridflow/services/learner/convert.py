@@ -16,7 +16,7 @@ from hybridflow.rpc.codec import (
     unpack_floats,
 )
 from hybridflow.rpc.routing import pack_routed, unpack_routed
-from hybridflow.types import TrainSample, TrainStepResult
+from hybridflow.types import LearnerInfo, TrainSample, TrainStepResult
 from hybridflow.v1 import learner_pb2
 
 
@@ -197,3 +197,27 @@ def result_to_proto(result: TrainStepResult) -> learner_pb2.TrainStepResponse:
 
 def result_from_proto(msg: learner_pb2.TrainStepResponse) -> TrainStepResult:
     return TrainStepResult(policy_version=msg.policy_version, metrics=dict(msg.metrics))
+
+
+def learner_info_to_proto(info: LearnerInfo) -> learner_pb2.LearnerInfo:
+    return learner_pb2.LearnerInfo(
+        model=info.model,
+        algorithm=info.algorithm,
+        policy_version=info.policy_version,
+        world_size=info.world_size,
+        needs_greedy_baseline=info.needs_greedy_baseline,
+        needs_routed_experts=info.needs_routed_experts,
+        versions_per_step=info.versions_per_step,
+    )
+
+
+def learner_info_from_proto(msg: learner_pb2.LearnerInfo) -> LearnerInfo:
+    return LearnerInfo(
+        model=msg.model,
+        algorithm=msg.algorithm,
+        policy_version=msg.policy_version,
+        world_size=msg.world_size,
+        needs_greedy_baseline=msg.needs_greedy_baseline,
+        needs_routed_experts=msg.needs_routed_experts,
+        versions_per_step=msg.versions_per_step,
+    )

@@ -33,7 +33,7 @@ from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, learner_pb2, learner_pb2_grpc
 from hybridflow.weights.client import check_targets, probe_replica
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.grpc_stream import iter_weight_chunks
+from hybridflow.weights.convert import iter_weight_chunks
 
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
 
@@ -75,6 +75,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self._lock = threading.Lock()
         self.last_publish_s = 0.0
         """Seconds of the last PublishWeights (the Prometheus weight-sync gauge)."""
+
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        learner_pb2_grpc.add_LearnerServiceServicer_to_server(self, server)
 
     def _run(self, command: str, *args: Any) -> Any:
         with self._lock:

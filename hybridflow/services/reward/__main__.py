@@ -23,7 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.job_config import load_job_config
     from hybridflow.services.reward.scorers import RewardScorer
     from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer
-    from hybridflow.v1 import reward_pb2_grpc
 
     job = load_job_config(args.config, args.set)
     mark("reward", "imported")  # and the config loaded
@@ -36,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     serve(
         "reward",
         cfg.server,
-        lambda s: reward_pb2_grpc.add_RewardServiceServicer_to_server(servicer, s),
+        servicer.add_to_server,
         [SERVICE_NAME],
         port_file=args.port_file,
         log=log,

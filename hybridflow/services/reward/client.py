@@ -4,6 +4,7 @@ the in-process twin). Failed calls raise ``hybridflow.errors`` classes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from hybridflow.clients import RewardClient
 from hybridflow.rpc.channel import make_channel
@@ -13,7 +14,10 @@ from hybridflow.services.reward import convert
 from hybridflow.types import ScoreItem, ScoreResult
 from hybridflow.v1 import reward_pb2_grpc
 
-__all__ = ["GrpcRewardClient", "RewardClient"]
+if TYPE_CHECKING:
+    import grpc.aio
+
+__all__ = ["GrpcRewardClient", "RewardClient", "async_stub"]
 
 
 class GrpcRewardClient:
@@ -39,3 +43,9 @@ class GrpcRewardClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def async_stub(channel: grpc.aio.Channel) -> Any:
+    """The service's raw stub over an asyncio channel, for a caller that times the calls
+    itself (the load generator); the schedule uses ``GrpcRewardClient``."""
+    return reward_pb2_grpc.RewardServiceStub(channel)

@@ -45,6 +45,11 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
         self._scorer = scorer
         self._config = config or RewardConfig()
 
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        reward_pb2_grpc.add_RewardServiceServicer_to_server(self, server)
+
     @handle_errors
     def Score(
         self, request: reward_pb2.ScoreRequest, context: grpc.ServicerContext

@@ -132,7 +132,6 @@ def _services(job: JobConfig, rollout: LocalRollout) -> tuple[Any, list[str]]:
     names health reports."""
     from hybridflow.services.rollout.requests import RequestLimits
     from hybridflow.services.rollout.servicer import SERVICE_NAME, RolloutServicer
-    from hybridflow.v1 import rollout_pb2_grpc, weight_sync_pb2_grpc
     from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
     from hybridflow.weights.servicer import WeightSyncServicer
 
@@ -150,8 +149,8 @@ def _services(job: JobConfig, rollout: LocalRollout) -> tuple[Any, list[str]]:
     weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes, job.weight_sync)
 
     def register(server: grpc.Server) -> None:
-        rollout_pb2_grpc.add_RolloutServiceServicer_to_server(servicer, server)
-        weight_sync_pb2_grpc.add_WeightSyncServiceServicer_to_server(weights, server)
+        servicer.add_to_server(server)
+        weights.add_to_server(server)
 
     return register, [SERVICE_NAME, WEIGHT_SYNC_SERVICE]
 

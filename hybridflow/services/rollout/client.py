@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from hybridflow.arrays import TokenLike
 from hybridflow.clients import RolloutClient
@@ -15,7 +16,10 @@ from hybridflow.services.rollout import convert
 from hybridflow.types import Completion, RolloutStatus, SamplingParams
 from hybridflow.v1 import common_pb2, rollout_pb2_grpc
 
-__all__ = ["GrpcRolloutClient", "RolloutClient"]
+if TYPE_CHECKING:
+    import grpc.aio
+
+__all__ = ["GrpcRolloutClient", "RolloutClient", "async_status", "async_stub"]
 
 
 class GrpcRolloutClient:
@@ -55,3 +59,17 @@ class GrpcRolloutClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def async_stub(channel: grpc.aio.Channel) -> Any:
+    """The service's raw stub over an asyncio channel, for a caller that times the calls
+    itself (the load generator); the schedule uses ``GrpcRolloutClient``."""
+    return rollout_pb2_grpc.RolloutServiceStub(channel)
+
+
+async def async_status(
+    stub: Any, timeout_s: float, metadata: Sequence[tuple[str, str]]
+) -> RolloutStatus:
+    """``GetInfo`` over ``async_stub``'s stub; raises ``grpc.aio.AioRpcError`` as it comes."""
+    reply = await stub.GetInfo(common_pb2.Empty(), timeout=timeout_s, metadata=metadata)
+    return convert.status_from_proto(reply)

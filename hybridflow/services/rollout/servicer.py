@@ -70,6 +70,11 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServiceServicer):
         self._max_bytes = max_bytes
         self._limits = limits or RequestLimits()
 
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Registers this servicer on ``server`` (the process's main, without the
+        generated code)."""
+        rollout_pb2_grpc.add_RolloutServiceServicer_to_server(self, server)
+
     @handle_errors
     def Generate(
         self, request: rollout_pb2.GenerateRequest, context: grpc.ServicerContext

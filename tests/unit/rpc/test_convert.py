@@ -11,6 +11,7 @@ from hybridflow.services.reward import convert as reward_convert
 from hybridflow.services.rollout import convert as rollout_convert
 from hybridflow.types import (
     Completion,
+    LearnerInfo,
     RolloutStatus,
     SamplingParams,
     ScoreItem,
@@ -77,6 +78,13 @@ def test_generate_request_round_trip_and_validation():
 def test_status_round_trip():
     status = RolloutStatus("m", "hf", 3, 2, 101, 7, 70, engine_steps=12, num_active_requests=1)
     assert rollout_convert.status_from_proto(rollout_convert.status_to_proto(status)) == status
+
+
+def test_learner_info_round_trip():
+    info = LearnerInfo("builtin:tiny", "ppo", 7, 2, True, False, 4)
+    assert (
+        learner_convert.learner_info_from_proto(learner_convert.learner_info_to_proto(info)) == info
+    )
 
 
 def test_score_items_and_results_round_trip():

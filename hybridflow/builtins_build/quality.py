@@ -15,7 +15,7 @@
 - ``tiny-random`` is a seeded random initialisation; it promises nothing but its bytes.
 
 ``measure(name, path)`` returns the numbers; ``shortfalls(name, numbers)`` names every gate
-they miss. The shipped weights carry their numbers in the manifest (``builtin.py``).
+they miss. The shipped weights carry their numbers in the manifest (``models/builtin.py``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hybridflow.builtins_build.tools_quality import TOLERANCE as SAMPLED_TOLERANCE
 from hybridflow.data.arith import (
     DEFAULT_MAX_OPERAND,
     arith_ground_truth,
     arith_prompt,
     heldout_problems,
 )
-from hybridflow.models.tools_quality import TOLERANCE as SAMPLED_TOLERANCE
 
 if TYPE_CHECKING:
     import torch
@@ -81,7 +81,7 @@ def measure(name: str, path: Path) -> dict[str, float]:
     if name == "tiny-rm":
         return _reward_model_numbers(path)
     if name == "tiny-tools":
-        from hybridflow.models.tools_quality import tools_numbers
+        from hybridflow.builtins_build.tools_quality import tools_numbers
 
         return tools_numbers(path)
     if not GATES[name]:
@@ -105,7 +105,7 @@ def _policy_numbers(path: Path) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hybridflow.models.builtin_policy import render_prompt
+    from hybridflow.builtins_build.policy import render_prompt
 
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)
@@ -151,7 +151,7 @@ def _reward_model_numbers(path: Path) -> dict[str, float]:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from hybridflow.models.builtin_rm import wrong_response
+    from hybridflow.builtins_build.reward_model import wrong_response
 
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)

@@ -1,8 +1,8 @@
 """Rebuild the shipped built-in models, deliberately: ``make builtins`` (or ``python -m
-hybridflow.models.build_builtins [NAME ...]``).
+hybridflow.builtins_build.build [NAME ...]``).
 
 Each named built-in (default: all) is built from its spec into a temporary directory and
-measured (``builtin_quality``); one that misses a gate is not saved, and the command says
+measured (``quality.py``); one that misses a gate is not saved, and the command says
 which gate with one line per miss and exits 1. A built-in that passes replaces its files
 under ``hybridflow/models/shipped/<name>/`` and its manifest entry (hashes, spec hash, the
 numbers, the machine). Commit the result: that is what every user then loads.
@@ -21,6 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hybridflow.builtins_build.policy import build_checkpoint
+from hybridflow.builtins_build.quality import measure, shortfalls
+from hybridflow.builtins_build.reward_model import build_reward_checkpoint
 from hybridflow.models.builtin import (
     SHIPPED_DIR,
     AnySpec,
@@ -32,9 +35,7 @@ from hybridflow.models.builtin import (
     spec_hash,
     write_manifest,
 )
-from hybridflow.models.builtin_policy import build_checkpoint
-from hybridflow.models.builtin_quality import measure, shortfalls
-from hybridflow.models.builtin_rm import RewardModelSpec, build_reward_checkpoint
+from hybridflow.models.builtin_rm import RewardModelSpec
 
 
 def build_one(name: str, spec: AnySpec, out_dir: Path) -> dict[str, float]:
@@ -123,7 +124,7 @@ def _numbers_line(numbers: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybridflow.models.build_builtins")
+    parser = argparse.ArgumentParser(prog="python -m hybridflow.builtins_build.build")
     parser.add_argument("names", nargs="*", help="built-ins to rebuild (default: all)")
     parser.add_argument("--check", action="store_true", help="verify and measure, build nothing")
     args = parser.parse_args(argv)
