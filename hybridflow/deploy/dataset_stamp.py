@@ -117,4 +117,7 @@ def checked_by_launcher(job: JobConfig, environ: Mapping[str, str] | None = None
             "preflight: validating it again"
         )
         return False
+    log.info(
+        "dataset %s: validated by the launcher's preflight, unchanged since", job.coordinator.data
+    )
     return True
