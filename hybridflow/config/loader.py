@@ -6,11 +6,11 @@ so ``--set coordinator.num_steps=5`` gives an int). A key a section has renamed 
 ``RENAMED_KEYS``: old name -> new dotted name, relative to the section) still loads, moved to
 its new place, with one notice line naming the new key. A field declared ``derived`` (from
 ``config.fields``) is filled in from its source key; an old file that still sets it loads when
-the two are equal (one notice) and is refused when they differ. ``with_overrides`` applies
-further overrides to a config already loaded, without reading its file again. A section's ``upgrade_raw``
+the two are equal (one notice) and is refused when they differ. A section's ``upgrade_raw``
 classmethod, when it has one, rewrites an old form of a value (a comma-separated string
-where a list is now expected) and names the keys it rewrote, one notice each. This module
-imports neither torch nor grpc, and knows nothing of which service it configures.
+where a list is now expected) and names the keys it rewrote, one notice each.
+``with_overrides`` applies further overrides to a config already loaded, without reading its
+file again. This module imports neither torch nor grpc, and knows nothing of which service it configures.
 """
 
 from __future__ import annotations

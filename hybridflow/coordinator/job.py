@@ -18,14 +18,14 @@ Invariants (tested in tests/unit/coordinator/):
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
   state and the schedule's state are saved together (``job_checkpoints.py``, over
-  ``checkpoint.py`` and ``schedule_state.py``); ``resume=True`` continues from the newest one that verifies and fits (a refused one is
-  logged, set aside, and the next older tried: docs/checkpoints.md) with every prompt of an epoch
-  trained exactly once across the crash (what was pending is regenerated). Each checkpoint
-  holds the resolved config it was taken with; a resume that changes a key it cannot honour
-  is refused naming the key, before the learner loads anything (``resume_policy.py``,
-  docs/resume.md), and a new ``prompts_per_step`` rebases the admission count. ``trained.jsonl``
-  is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
-  version).
+  ``checkpoint.py`` and ``schedule_state.py``); ``resume=True`` continues from the newest one
+  that verifies and fits (a refused one is logged, set aside, and the next older tried:
+  docs/checkpoints.md) with every prompt of an epoch trained exactly once across the crash
+  (what was pending is regenerated). Each checkpoint holds the resolved config it was taken
+  with; a resume that changes a key it cannot honour is refused naming the key, before the
+  learner loads anything (``resume_policy.py``, docs/resume.md), and a new
+  ``prompts_per_step`` rebases the admission count. ``trained.jsonl`` is the audit: one line
+  per trained group (step, epoch, prompt index, hand-out seq, policy version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
   when it is back (``publish.WeightPublisher``, which also owns the learner's lock and the
   background publish); with no replica serving, the job waits ``replica_rejoin_timeout_s``

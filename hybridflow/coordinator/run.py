@@ -4,8 +4,9 @@ Under deploy/launch.sh the coordinator starts alongside the services
 (``addresses_from_stdin``): it loads its tokenizer and dataset while they start, then reads
 their addresses from the launcher. Its config file is parsed once (the addresses are
 overrides on it); its dataset is read once to load it, and to validate it too only when the
-launcher's preflight did not validate that very file (``deploy/dataset_stamp.py``). Time to the first trained step counts from the launcher's
-start (``HYBRIDFLOW_LAUNCH_TIME``), else from this process's.
+launcher's preflight did not validate that very file (``deploy/dataset_stamp.py``). Time to
+the first trained step counts from the launcher's start (``HYBRIDFLOW_LAUNCH_TIME``), else
+from this process's.
 """
 
 from __future__ import annotations
