@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridflow.config.fields import field_problems, knob
-from hybridflow.config.loader import load_config
+from hybridflow.config.loader import config_source, load_config, with_overrides
 from hybridflow.config.ranges import raise_problems
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.services.environment.config import EnvironmentConfig
@@ -124,3 +124,11 @@ class JobConfig:
 
 def load_job_config(path: str | Path | None, overrides: Sequence[str] = ()) -> JobConfig:
     return load_config(JobConfig, path, overrides)
+
+
+def override_job_config(
+    job: JobConfig, path: str | Path | None, overrides: Sequence[str]
+) -> JobConfig:
+    """``job`` (loaded from ``path``) with further ``overrides``: what ``load_job_config``
+    gives with them appended, the same checks and messages, without reading ``path`` again."""
+    return with_overrides(job, overrides, config_source(path))

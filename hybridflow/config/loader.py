@@ -8,8 +8,9 @@ its new place, with one notice line naming the new key. A field declared ``deriv
 ``config.fields``) is filled in from its source key; an old file that still sets it loads when
 the two are equal (one notice) and is refused when they differ. A section's ``upgrade_raw``
 classmethod, when it has one, rewrites an old form of a value (a comma-separated string
-where a list is now expected) and names the keys it rewrote, one notice each. This module
-imports neither torch nor grpc, and knows nothing of which service it configures.
+where a list is now expected) and names the keys it rewrote, one notice each.
+``with_overrides`` applies further overrides to a config already loaded, without reading its
+file again. This module imports neither torch nor grpc, and knows nothing of which service it configures.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def load_config(
     section: str | None = None,
 ) -> T:
     """Builds ``cls`` from a YAML file (optionally one top-level section) plus overrides."""
-    source = str(path) if path is not None else "<defaults>"
+    source = config_source(path)
     raw: dict[str, Any] = {}
     if path is not None:
         file_path = Path(path)
@@ -61,6 +62,43 @@ def load_config(
     for override in overrides:
         apply_override(raw, override, cls)
     return from_dict(cls, raw, source=source)
+
+
+def config_source(path: str | Path | None) -> str:
+    """How errors name a config's origin: its file, or ``<defaults>`` when it has none."""
+    return str(path) if path is not None else "<defaults>"
+
+
+def with_overrides(obj: T, overrides: Sequence[str], source: str = "<code>") -> T:
+    """The loaded config dataclass ``obj`` with ``--set`` style ``overrides`` applied by
+    ``apply_override`` and checked again as ``from_dict`` checks, errors naming ``source``
+    (``config_source`` of the file ``obj`` came from): the config, validation and messages of
+    loading that file with the overrides appended, without reading it again. Derived fields
+    are left out before the overrides, so each is derived again from its (maybe overridden)
+    source with no notice."""
+    cls = type(obj)
+    raw = _without_derived(cls, to_dict(obj))
+    for override in overrides:
+        apply_override(raw, override, cls)
+    return from_dict(cls, raw, source)
+
+
+def _without_derived(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (``to_dict`` of a ``cls``) less every derived field that ``derive_keys`` sets
+    again from its source, at every level; changed in place and returned."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        sub, section = hints.get(f.name), raw.get(f.name)
+        if not (isinstance(sub, type) and dataclasses.is_dataclass(sub)):
+            continue
+        if not isinstance(section, dict):
+            continue
+        for g in dataclasses.fields(sub):
+            origin = derived_from(g)
+            if origin and _source_value(cls, raw, origin, "<dict>") is not _MISSING:
+                section.pop(g.name, None)
+        _without_derived(sub, section)
+    return raw
 
 
 def apply_override(raw: dict[str, Any], override: str, cls: type | None = None) -> None:

@@ -17,15 +17,15 @@ Invariants (tested in tests/unit/coordinator/):
 - ``max_staleness = 0`` with ``sync_every = 1`` is synchronous on-policy PPO on this path.
 - Pause and stop take effect between steps (``JobControl``); a step is never half-done.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
-  state and the schedule's state are saved together (``checkpoint.py``, ``schedule_state.py``);
-  ``resume=True`` continues from the newest one that verifies and fits (a refused one is
-  logged, set aside, and the next older tried: docs/checkpoints.md) with every prompt of an epoch
-  trained exactly once across the crash (what was pending is regenerated). Each checkpoint
-  holds the resolved config it was taken with; a resume that changes a key it cannot honour
-  is refused naming the key, before the learner loads anything (``resume_policy.py``,
-  docs/resume.md), and a new ``prompts_per_step`` rebases the admission count. ``trained.jsonl``
-  is the audit: one line per trained group (step, epoch, prompt index, hand-out seq, policy
-  version).
+  state and the schedule's state are saved together (``job_checkpoints.py``, over
+  ``checkpoint.py`` and ``schedule_state.py``); ``resume=True`` continues from the newest one
+  that verifies and fits (a refused one is logged, set aside, and the next older tried:
+  docs/checkpoints.md) with every prompt of an epoch trained exactly once across the crash
+  (what was pending is regenerated). Each checkpoint holds the resolved config it was taken
+  with; a resume that changes a key it cannot honour is refused naming the key, before the
+  learner loads anything (``resume_policy.py``, docs/resume.md), and a new
+  ``prompts_per_step`` rebases the admission count. ``trained.jsonl`` is the audit: one line
+  per trained group (step, epoch, prompt index, hand-out seq, policy version).
 - A failed replica leaves the weight-sync set at once and rejoins (current weights first)
   when it is back (``publish.WeightPublisher``, which also owns the learner's lock and the
   background publish); with no replica serving, the job waits ``replica_rejoin_timeout_s``
@@ -34,10 +34,10 @@ Invariants (tested in tests/unit/coordinator/):
   ``replica_stall_timeout_s`` (``liveness.py``), so a hung one holds neither a batch nor a
   publish. Liveness probes never run inside the learner's critical section.
 
-The file is long on purpose: the step loop, the restore and the checkpoints share one
-buffer, one cursor, one set of dispatchers and the schedule's state, so they stay one class.
-What needs none of that state lives beside it (``buffer``, ``dispatch``, ``publish``,
-``staleness``, ``schedule_state``, ``run_records``).
+This module is the step loop (build, open, step, close, summarize); saving and restoring
+checkpoints is ``job_checkpoints.JobCheckpoints``, handed the buffer, cursor and publisher the
+loop shares. What needs none of the loop's state lives beside it (``buffer``, ``dispatch``,
+``publish``, ``staleness``, ``schedule_state``, ``run_records``).
 """
 
 from __future__ import annotations
@@ -52,12 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
-from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState, rewind_jsonl
-from hybridflow.coordinator.checkpoint_config import (
-    CONFIG_FILE,
-    decide,
-    write_checkpoint_config,
-)
+from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.cursor import PromptCursor
@@ -66,10 +61,10 @@ from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
 from hybridflow.coordinator.episodes import episode_runner
 from hybridflow.coordinator.events import EventLog
+from hybridflow.coordinator.job_checkpoints import JobCheckpoints
 from hybridflow.coordinator.metrics import MetricsLog, Progress
 from hybridflow.coordinator.pacing import Pacer
 from hybridflow.coordinator.publish import WeightPublisher
-from hybridflow.coordinator.resume_policy import rebased_num_started
 from hybridflow.coordinator.run_records import (
     MFU_UNKNOWN,
     RunState,
@@ -79,14 +74,9 @@ from hybridflow.coordinator.run_records import (
     step_timings,
     write_audit,
 )
-from hybridflow.coordinator.schedule_state import capture_schedule, restore_schedule
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.coordinator.staleness import StalenessBound
-from hybridflow.errors import (
-    CheckpointRejected,
-    FailedPrecondition,
-)
 from hybridflow.types import LearnerNeeds, SamplingParams
 from hybridflow.utils.startup_marks import mark
 
@@ -140,11 +130,6 @@ class TrainingJob:
         self.cursor = PromptCursor(records, config.seed)
         self.run_dir = run_dir
         self.resume = resume
-        self.checkpoints = (
-            CheckpointStore(checkpoint_root, config.keep_checkpoints)
-            if checkpoint_root is not None
-            else None
-        )
         self.control = control or JobControl(config.num_steps, str(run_dir))
         self.params = _sampling_params(config, needs.routed_experts)
         # Admission lead (coordinator.admission: pace | greedy), fed after each step: pacing.py
@@ -163,6 +148,22 @@ class TrainingJob:
         )
         self.dispatchers = self._make_dispatchers(needs.greedy_baseline)
         self.publisher.dispatchers = self.dispatchers
+        self.checkpoints = (
+            JobCheckpoints(
+                CheckpointStore(checkpoint_root, config.keep_checkpoints),
+                services,
+                self.publisher,
+                self.buffer,
+                self.cursor,
+                self.events,
+                run_dir,
+                self.resolved_config,
+                self.num_rows,
+            )
+            if checkpoint_root is not None
+            else None
+        )
+        """Saves and restores this job's checkpoints; None: no checkpoints at all."""
         self.state = self._initial_state(continue_from)
         self.last_metrics: dict[str, float] = {}
         """The metrics of the last trained step."""
@@ -281,99 +282,19 @@ class TrainingJob:
 
     # ------------------------------------------------------------------ checkpoints
     def _restore(self) -> None:
-        """Continues from the newest checkpoint that verifies and fits (if any): learner
-        state, cursor, pending prompts first in line, counters; logs rewound to its step.
-        A refused checkpoint (damaged, or not fitting this learner) is logged with its reason
-        and set aside, and the next older one is tried; if every one is refused, nothing is
-        loaded and the resume fails naming each."""
+        """Continues from the newest checkpoint that verifies and fits, if any
+        (``JobCheckpoints.restore``); its re-queue count carries on."""
         assert self.checkpoints is not None
-        self.checkpoints.discard_partial()
-        refused: list[str] = []
-        for step in self.checkpoints.candidates():  # newest first
-            try:
-                state, version = self._load_checkpoint(step)
-            except FailedPrecondition as exc:  # CheckpointRejected / Corrupt, ours or the learner's
-                log.warning("resume: refusing checkpoint step %d: %s", step, exc)
-                refused.append(f"step {step}: {exc}")
-                continue
-            break
-        else:
-            if refused:
-                raise CheckpointRejected(
-                    f"resume: no checkpoint under {self.checkpoints.root} verifies and fits "
-                    f"this job ({'; '.join(refused)})"
-                )
-            log.info(
-                "resume: no complete checkpoint under %s; starting at step 1", self.checkpoints.root
-            )
-            rewind_jsonl(self.run_dir / "metrics.jsonl", 0)
-            rewind_jsonl(self.run_dir / "trained.jsonl", 0)
-            return
-        if refused:
-            for newer in self.checkpoints.candidates():
-                if newer > state.step:
-                    self.checkpoints.set_aside(newer)
-            log.warning(
-                "resume: fell back to checkpoint step %d, the newest that verifies and fits "
-                "(%d newer refused, set aside as step_*.refused)",
-                state.step,
-                len(refused),
-            )
-        num_pending = restore_schedule(state, self.buffer, self.cursor)
-        state.versions_per_step = self.buffer.bound.versions_per_step  # this learner's
-        self._requeued_before = state.num_requeued
-        rewind_jsonl(self.run_dir / "metrics.jsonl", state.step)
-        rewind_jsonl(self.run_dir / "trained.jsonl", state.step)
-        self.state = state
-        log.info(
-            "resumed from step %d (policy v%d, %d prompts to regenerate)",
-            state.step,
-            version,
-            num_pending,
-        )
-
-    def _load_checkpoint(self, step: int) -> tuple[CoordinatorState, int]:
-        """Verifies checkpoint ``step``, then has the learner load its half (which checks its
-        shards and its fit first); returns the state and the restored policy version."""
-        assert self.checkpoints is not None
-        self.checkpoints.verify(step)
-        state = self.checkpoints.read_state(step)
-        # The config check: a refusal (ValueError) ends the resume, it is no fallback case.
-        decision = decide(self.checkpoints.directory(step), self.resolved_config)
-        batch = decision.changed("coordinator.prompts_per_step") if decision else None
-        if batch is not None:
-            state.num_started = rebased_num_started(
-                state.num_started, state.step, int(batch.old), int(batch.new)
-            )
-        if state.num_rows != self.num_rows:
-            raise ValueError(
-                f"resume: the checkpoint was taken with {state.num_rows} prompts, the dataset "
-                f"now has {self.num_rows}"
-            )
-        with self.publisher.learner_lock:
-            version = self.services.learner.load_train_state(self.checkpoints.learner_name(step))
-        if version != state.policy_version:
-            raise RuntimeError(
-                f"resume: learner restored version {version}, checkpoint says "
-                f"{state.policy_version}"
-            )
-        return state, version
+        state = self.checkpoints.restore()
+        if state is not None:
+            self._requeued_before = state.num_requeued
+            self.state = state
 
     def _checkpoint(self, step: int) -> str:
-        """Learner train state, then the schedule's state (which completes the checkpoint)."""
+        """Saves step ``step`` (``JobCheckpoints.save``); "" when the job has none."""
         if self.checkpoints is None:
             return ""
-        self.publisher.join()  # the schedule state saved says which step is out
-        if self.checkpoints.is_complete(step):
-            return str(self.checkpoints.root / self.checkpoints.step_name(step))
-        self.checkpoints.begin(step)
-        with self.publisher.learner_lock:
-            self.services.learner.save_train_state(self.checkpoints.learner_name(step))
-        write_checkpoint_config(self.checkpoints.directory(step), self.resolved_config)
-        capture_schedule(self.state, self.buffer, self.cursor, self._num_requeued())
-        path = self.checkpoints.commit(self.state, also=[CONFIG_FILE])
-        self.events.record("checkpoint", time.time(), time.time(), step=step)
-        return str(path)
+        return self.checkpoints.save(step, self.state, self._num_requeued())
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
@@ -532,10 +453,7 @@ class TrainingJob:
         if st.step > 0:
             run.last_checkpoint = self._checkpoint(st.step)
         if self.config.save_checkpoint and st.step >= run.first_step and self.checkpoints:
-            with self.publisher.learner_lock:
-                run.checkpoint = self.services.learner.save_checkpoint(
-                    f"hf/{self.checkpoints.step_name(st.step)}"
-                )
+            run.checkpoint = self.checkpoints.export_hf(st.step)
 
     def close(self, run: RunState) -> None:
         """Stops the dispatchers, waits for the publish in flight (a failed one is not

@@ -2,8 +2,11 @@
 
 Under deploy/launch.sh the coordinator starts alongside the services
 (``addresses_from_stdin``): it loads its tokenizer and dataset while they start, then reads
-their addresses from the launcher. Time to the first trained step counts from the launcher's
-start (``HYBRIDFLOW_LAUNCH_TIME``), else from this process's.
+their addresses from the launcher. Its config file is parsed once (the addresses are
+overrides on it); its dataset is read once to load it, and to validate it too only when the
+launcher's preflight did not validate that very file (``deploy/dataset_stamp.py``). Time to
+the first trained step counts from the launcher's start (``HYBRIDFLOW_LAUNCH_TIME``), else
+from this process's.
 """
 
 from __future__ import annotations
@@ -136,13 +139,15 @@ def _prepare(
     addresses_from_stdin: bool,
 ) -> _Prepared:
     """The config (checked by preflight), the run dir (made private, locked), the tokenizer
-    and the dataset; under the launcher, then the services' addresses from stdin. The
-    resolved config is written to the run dir. ``_Exit`` for anything refused."""
+    and the dataset; under the launcher, then the services' addresses from stdin, applied as
+    overrides to the config loaded first (its file is parsed once; the checks and messages
+    are those of loading it with the addresses appended). The resolved config is written to
+    the run dir. ``_Exit`` for anything refused."""
     from hybridflow.config.loader import ConfigError, dump_yaml
-    from hybridflow.deploy.preflight import check_job, report
+    from hybridflow.deploy.preflight import coordinator_problems, report
     from hybridflow.deploy.run_dir_mode import prepare_run_dir
     from hybridflow.deploy.run_lock import RunDirBusy, acquire_unless_parent_holds
-    from hybridflow.job_config import load_job_config
+    from hybridflow.job_config import load_job_config, override_job_config
     from hybridflow.models import resolve_model_path
     from hybridflow.models.text_only import load_tokenizer
     from hybridflow.utils.startup_gc import resume_collection
@@ -153,7 +158,9 @@ def _prepare(
         job = load_job_config(config_path, overrides)
     except ConfigError as exc:
         raise _Exit(2, f"config error: {exc}") from exc
-    if report(check_job(job, ports=["coordinator.server"])):  # services already hold theirs
+    # Its port (the services hold theirs), model, TLS files; the dataset unless the
+    # launcher's preflight checked this very file (preflight.coordinator_problems).
+    if report(coordinator_problems(job)):
         raise _Exit(2)
     if not addresses_from_stdin and _report_missing_addresses(job.coordinator):
         raise _Exit(2)
@@ -180,8 +187,8 @@ def _prepare(
         raise _Exit(2, f"data error: {exc}") from exc
     mark("coordinator", "dataset")
     if addresses_from_stdin:
-        try:
-            job = load_job_config(config_path, [*overrides, *read_address_overrides(sys.stdin)])
+        try:  # the file is read once: the addresses go onto the job loaded above
+            job = override_job_config(job, config_path, read_address_overrides(sys.stdin))
         except ConfigError as exc:
             raise _Exit(2, f"config error: {exc}") from exc
         except ValueError as exc:

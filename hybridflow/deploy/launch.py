@@ -400,10 +400,12 @@ def _start(launch: _Launch, run: _Run) -> subprocess.Popen[bytes]:
     )  # copies a builtin into the cache once
     run.group.start()
     cmd = coordinator_command(job, launch.config_path, launch.overrides, run_dir, launch.resume)
+    from hybridflow.deploy.dataset_stamp import checked_env
+
+    # checked_env: the dataset this preflight validated, so the coordinator need not again.
+    env = {**os.environ, **launch.env, **checked_env(launch.job)}
     # Own session: Ctrl-C reaches only this process, which forwards exactly one SIGTERM.
-    run.coordinator = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, env={**os.environ, **launch.env}, start_new_session=True
-    )
+    run.coordinator = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env, start_new_session=True)
     from hybridflow.utils.startup_marks import mark
 
     mark("launcher", "spawned")

@@ -9,6 +9,12 @@ present, ground truths where the row's scorer needs one, prompts within
 call it right after loading the config; ``python -m hybridflow.deploy.preflight --config X``
 prints the problems and exits 2, or prints "ok".
 
+The dataset is read to check it once per launch: a clean check records what it read
+(``dataset_stamp``), the launcher hands that to its coordinator, and the coordinator's own
+preflight (``coordinator_problems``) checks the dataset again only when it is not the very
+file the launcher checked, unchanged (always, then, when no launcher ran: Slurm, Kubernetes,
+by hand).
+
 It does not tokenise, load models or import torch/transformers/grpc (it must stay fast), and
 it does not know how services use what it checks.
 """
@@ -21,13 +27,14 @@ import os
 import socket
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from hybridflow.config.loader import ConfigError, apply_override, derive_keys, from_dict
+from hybridflow.deploy.dataset_stamp import checked_by_launcher, record_validated, stamp
 from hybridflow.job_config import JobConfig, load_job_config
 
 EXIT_PROBLEMS = 2
@@ -43,11 +50,14 @@ def problems(config_path: str | Path | None, overrides: Sequence[str] = ()) -> l
     return check_job(job)
 
 
-def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
+def check_job(
+    job: JobConfig, ports: Sequence[str] | None = None, dataset: bool = True
+) -> list[str]:
     """Problems of a loaded (valid) job config: ports, model, TLS files, dataset.
 
     ports: the server keys whose fixed port must be free (None: every service's; the
     coordinator, started after the services, checks only its own).
+    dataset: False leaves the dataset out (``coordinator_problems``: the launcher checked it).
     """
     return [
         *_port_problems(job, ports),
@@ -56,8 +66,16 @@ def check_job(job: JobConfig, ports: Sequence[str] | None = None) -> list[str]:
         *_environment_problems(job),
         *_tls_problems(job),
         *_exposure_problems(job),
-        *dataset_problems(job),
+        *(dataset_problems(job) if dataset else []),
     ]
+
+
+def coordinator_problems(job: JobConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The coordinator's own preflight (the services already hold their ports): its port,
+    the model, TLS files, and the dataset unless ``environ`` (default this process's) carries
+    the launcher's stamp of this very file, unchanged (``dataset_stamp``)."""
+    launcher_checked = checked_by_launcher(job, environ)
+    return check_job(job, ports=["coordinator.server"], dataset=not launcher_checked)
 
 
 def config_problems(config_path: str | Path | None, overrides: Sequence[str] = ()) -> list[str]:
@@ -284,7 +302,15 @@ def _exposure_problems(job: JobConfig) -> list[str]:
 
 def dataset_problems(job: JobConfig) -> list[str]:
     """Problems of the job's dataset (coordinator.data): unknown builtin, unreadable file, bad
-    rows; empty when it is fine."""
+    rows; empty when it is fine, and then its stamp (taken before the read) is recorded."""
+    before = stamp(job)  # before reading: a change while it is read shows in the next stamp
+    found = _dataset_problems(job)
+    if not found and before is not None:
+        record_validated(before)
+    return found
+
+
+def _dataset_problems(job: JobConfig) -> list[str]:
     from hybridflow.data.datasets import BUILTIN_DATASETS, check_prompt_rows
     from hybridflow.services.reward.registry import ScorerRegistry
 

@@ -78,7 +78,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint(tmp_path, caplog, kind):
     assert CheckpointStore(root).complete_steps() == [4, 6]
     DAMAGE[kind](root / STEP6)
 
-    with caplog.at_level(logging.WARNING, logger="hybridflow.coordinator.job"):
+    with caplog.at_level(logging.WARNING, logger="hybridflow.coordinator.job_checkpoints"):
         summary = _run(tmp_path, 8, resume=True)
 
     assert summary.resumed_from_step == 4
@@ -107,7 +107,7 @@ class MisfitLearner(FakeLearner):
 
 def test_resume_falls_back_past_a_checkpoint_the_learner_refuses(tmp_path, caplog):
     _run(tmp_path, 6, resume=False)
-    with caplog.at_level(logging.WARNING, logger="hybridflow.coordinator.job"):
+    with caplog.at_level(logging.WARNING, logger="hybridflow.coordinator.job_checkpoints"):
         summary = _run(tmp_path, 6, resume=True, learner_cls=MisfitLearner)
     assert summary.resumed_from_step == 4
     assert any("(96, 32) in this model" in r.getMessage() for r in caplog.records)

@@ -7,6 +7,7 @@ SCHEDULE_MODULES = [
     "hybridflow.clients",
     "hybridflow.coordinator.services",
     "hybridflow.coordinator.job",
+    "hybridflow.coordinator.job_checkpoints",
     "hybridflow.coordinator.dispatch",
     "hybridflow.coordinator.buffer",
     "hybridflow.coordinator.dynamic_sampling",
