@@ -30,28 +30,7 @@ ROOT = Path(__file__).resolve().parents[1] / "hybridflow"
 
 KINDS = ("module", "function", "type_checking")
 
-_FRONT_DOOR = "its process's main loads the job config (issue 39: one front door per process)"
-ALLOWED_FOLDER_EDGES: dict[tuple[str, str], str] = {
-    ("hybridflow.utils", "hybridflow.testing"): (
-        "utils/mock.py: the seed document's public MockActor names over hybridflow.testing"
-    ),
-    ("hybridflow.services.bootstrap", "hybridflow.deploy"): (
-        "bootstrap hands the services' mains deploy.lifeline.watch_parent "
-        "(issue 39: one shared serve for every process)"
-    ),
-    ("hybridflow.coordinator", "hybridflow.deploy"): (
-        "coordinator/run.py, its process's main: preflight, run dir, lock, lifeline "
-        "(issue 39: one front door per process)"
-    ),
-    ("hybridflow.coordinator", "hybridflow.job_config"): (
-        "coordinator/run.py loads the job config; checkpoint_config types it "
-        "(issue 39: hybridflow/job/, the job written down once)"
-    ),
-    ("hybridflow.services.environment", "hybridflow.job_config"): _FRONT_DOOR,
-    ("hybridflow.services.learner", "hybridflow.job_config"): _FRONT_DOOR,
-    ("hybridflow.services.reward", "hybridflow.job_config"): _FRONT_DOOR,
-    ("hybridflow.services.rollout", "hybridflow.job_config"): _FRONT_DOOR,
-}
+ALLOWED_FOLDER_EDGES: dict[tuple[str, str], str] = {}
 """Folder edges set aside when the gate looks for folder cycles, each with why it is still
 there and what removes it. Module cycles have no allow-list."""
 

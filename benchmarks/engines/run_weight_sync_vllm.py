@@ -51,7 +51,7 @@ def start_service(
     (its process, its address, its log)."""
     port_file, log_path = tmp / "rollout.port", tmp / "rollout.log"
     cmd = [
-        sys.executable, "-m", "hybridflow.services.rollout", "--port-file", str(port_file),
+        sys.executable, "-m", "hybridflow.main.rollout", "--port-file", str(port_file),
         "--set", f"model={model_path}", "--set", "rollout.engine=vllm",
         "--set", f"rollout.tensor_parallel_size={tp}", "--set", "rollout.max_model_len=64",
         "--set", "rollout.server.max_message_bytes=1073741824",

@@ -1,6 +1,6 @@
 """Reward service samples/s: arithmetic items through a real reward service process.
 
-The service runs as deployed (``python -m hybridflow.services.reward``, its own process, port
+The service runs as deployed (``python -m hybridflow.main.reward``, its own process, port
 file, health check); items are scored in ``batch_size`` batches over gRPC. The same items
 through the in-process ``RewardScorer`` give the scoring cost without the service around it.
 Knows the reward client and scorer; nothing of training.
@@ -46,7 +46,7 @@ def start_reward_service(
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     with (work_dir / "reward_service.log").open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hybridflow.services.reward", "--port-file", str(port_file)],
+            [sys.executable, "-m", "hybridflow.main.reward", "--port-file", str(port_file)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + timeout_s

@@ -80,7 +80,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "hybridflow.services.rollout",
+                "hybridflow.main.rollout",
                 "--config",
                 "deploy/configs/quickstart.yaml",
                 "--port-file",

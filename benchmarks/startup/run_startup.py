@@ -74,7 +74,7 @@ def is_coordinator(pid: int) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"hybridflow.coordinator" in argv and b"run" in argv
+    return b"hybridflow.main.coordinator" in argv and b"run" in argv
 
 
 def python_for(tree: Path) -> str:

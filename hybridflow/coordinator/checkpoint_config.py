@@ -17,16 +17,12 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hybridflow.coordinator.checkpoint import CheckpointStore
 from hybridflow.coordinator.resume_policy import ResumeDecision, compare
 from hybridflow.errors import CheckpointCorrupt
-
-if TYPE_CHECKING:
-    from hybridflow.job_config import JobConfig
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +72,16 @@ def decide(step_dir: Path, new_config: Mapping[str, Any]) -> ResumeDecision | No
     return decision
 
 
-def check_resume_config(run_dir: Path, job: JobConfig) -> ResumeDecision | None:
-    """The launcher's check, before any service starts: ``job`` against the newest
-    checkpoint of the run whose small files verify (under ``learner.checkpoint_dir``, else
-    ``run_dir/checkpoints``; the shards are the learner's to check when it loads them).
-    None when there is none or it saved no config."""
-    root = (
-        Path(job.learner.checkpoint_dir) if job.learner.checkpoint_dir else run_dir / "checkpoints"
-    )
-    store = CheckpointStore(root)
+def check_resume_config(checkpoint_dir: Path, config: Mapping[str, Any]) -> ResumeDecision | None:
+    """The launcher's check, before any service starts: the resuming job's resolved
+    ``config`` (``dataclasses.asdict`` of its ``JobConfig``) against the newest checkpoint
+    under ``checkpoint_dir`` whose small files verify (the shards are the learner's to check
+    when it loads them). None when there is none or it saved no config."""
+    store = CheckpointStore(checkpoint_dir)
     for step in store.candidates():  # newest first, as the coordinator's resume
         try:
             store.verify(step)
         except CheckpointCorrupt:
             continue  # the coordinator says so and falls back; the next one's config counts
-        return decide(store.directory(step), asdict(job))
+        return decide(store.directory(step), config)
     return None

@@ -38,7 +38,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -170,7 +170,8 @@ def claim_run_dir(run_dir: Path, job: JobConfig, resume: bool) -> RunLock:
     prepare_run_dir(run_dir, job.deploy.group_readable)
     lock = lock_run_dir(run_dir)
     if resume:
-        check_resume_config(run_dir, job)
+        checkpoints = job.learner.checkpoint_dir or run_dir / "checkpoints"
+        check_resume_config(Path(checkpoints), asdict(job))
     return lock
 
 

@@ -160,16 +160,16 @@ def plan(job: JobConfig) -> JobPlan:
             num_nodes=topology.nnodes,
         )
         return JobPlan((), preference)
-    services = [_service("reward", "hybridflow.services.reward", job.reward.server.port)]
+    services = [_service("reward", "hybridflow.main.reward", job.reward.server.port)]
     if job.environment.enabled:
         services.append(
-            _service("environment", "hybridflow.services.environment", job.environment.server.port)
+            _service("environment", "hybridflow.main.environment", job.environment.server.port)
         )
     services.append(
         Process(
             "learner",
             "learner",
-            "hybridflow.services.learner",
+            "hybridflow.main.learner",
             devices=topology.visible_devices,
             num_ranks=ranks,
             num_nodes=topology.nnodes,
@@ -182,7 +182,7 @@ def plan(job: JobConfig) -> JobPlan:
             Process(
                 f"rollout{i}",
                 "rollout",
-                "hybridflow.services.rollout",
+                "hybridflow.main.rollout",
                 args=("--replica-index", str(i)),
                 devices=devices[i] if devices else "",
                 port=job.rollout.server.port,
@@ -193,7 +193,7 @@ def plan(job: JobConfig) -> JobPlan:
     coordinator = Process(
         "coordinator",
         "coordinator",
-        "hybridflow.coordinator",
+        "hybridflow.main.coordinator",
         args=("run",),
         waits_for=tuple(p.name for p in services),
     )

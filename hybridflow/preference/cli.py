@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from hybridflow.services.bootstrap import set_torch_threads, setup_logging, watch_parent
+    from hybridflow.main.bootstrap import set_torch_threads, setup_logging, watch_parent
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
     from hybridflow.config.loader import ConfigError

@@ -53,7 +53,7 @@ def metric_lines(run_dir: Path) -> list[dict]:
 
 def cli(*args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "hybridflow.coordinator", *args],
+        [sys.executable, "-m", "hybridflow.main.coordinator", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -155,8 +155,8 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
             )  # fmt: skip
 
         try:
-            start("roll", [py, "-m", "hybridflow.services.rollout", *base])
-            start("rew", [py, "-m", "hybridflow.services.reward", *base])
+            start("roll", [py, "-m", "hybridflow.main.rollout", *base])
+            start("rew", [py, "-m", "hybridflow.main.reward", *base])
             for node, role in enumerate(("l0", "l1")):
                 learner = load_job_config(
                     REPO / "deploy/configs/quickstart.yaml",
@@ -166,11 +166,11 @@ def test_quickstart_learns_across_namespaces(tmp_path: Path) -> None:
                         f"learner.topology.local_addr={a[role]}",
                     ],
                 ).learner
-                cmd = ranks_command(py, "hybridflow.services.learner", learner)
+                cmd = ranks_command(py, "hybridflow.main.learner", learner)
                 start(role, [*cmd, *base, "--set", f"learner.topology.node_rank={node}"])
             run_dir = tmp_path / "run"
             coordinator = subprocess.run(
-                net.command("coord", [py, "-m", "hybridflow.coordinator", "run", *base,
+                net.command("coord", [py, "-m", "hybridflow.main.coordinator", "run", *base,
                                       "--run-dir", str(run_dir)]),
                 env=env, cwd=REPO, capture_output=True, text=True, timeout=900,
             )  # fmt: skip

@@ -41,13 +41,13 @@ OVERRIDES = (
 )
 # What each victim's command line contains (the launcher is launch.sh's python child).
 VICTIMS = {
-    "rollout": "hybridflow.services.rollout",
-    "reward": "hybridflow.services.reward",
-    "learner": "hybridflow.services.learner",
-    "coordinator": "hybridflow.coordinator",
+    "rollout": "hybridflow.main.rollout",
+    "reward": "hybridflow.main.reward",
+    "learner": "hybridflow.main.learner",
+    "coordinator": "hybridflow.main.coordinator",
     "launcher": "hybridflow.deploy.launch",
 }
-PROCESS_OF = {**VICTIMS, "environment": "hybridflow.services.environment"}
+PROCESS_OF = {**VICTIMS, "environment": "hybridflow.main.environment"}
 """Every service a trial may kill (the environment service runs in multi-turn jobs only)."""
 RESUMED = ("learner", "coordinator", "launcher")
 """Victims after whose death the job stops and is continued with --resume."""

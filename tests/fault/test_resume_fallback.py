@@ -126,7 +126,7 @@ def test_resume_with_every_checkpoint_refused_fails_naming_each(tmp_path):
 
 
 def test_verify_command_prints_a_line_per_checkpoint_and_fails_on_a_bad_newest(tmp_path, capsys):
-    from hybridflow.coordinator.cli import main
+    from hybridflow.main.coordinator import main
 
     _run(tmp_path, 6, resume=False)
     root = tmp_path / "checkpoints"

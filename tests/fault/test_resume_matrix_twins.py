@@ -353,7 +353,7 @@ def _config(base: str, run_dir: Path, overrides: tuple[str, ...] = ()) -> Any:
 def _run(model: Path, job: Any, run_dir: Path, resume: bool, twins: Any) -> None:
     """The coordinator's job of ``job`` over ``twins``, as run.py builds it."""
     from hybridflow.coordinator.job import TrainingJob
-    from hybridflow.coordinator.run import load_dataset
+    from hybridflow.main.coordinator_run import load_dataset
 
     services = twins.services
     training = TrainingJob(

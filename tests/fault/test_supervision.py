@@ -56,7 +56,7 @@ def test_sigterm_ends_everything_while_the_coordinator_is_blocked(tmp_path):
     proc, run_dir, output, procs = start_and_wait_for_training(
         tmp_path, *LONG_RUN, "deploy.stop_timeout_s=2"
     )
-    rollout = find(procs, "hybridflow.services.rollout")
+    rollout = find(procs, "hybridflow.main.rollout")
     try:
         os.kill(rollout, signal.SIGSTOP)  # the coordinator now blocks in an RPC to it
         os.kill(proc.pid, signal.SIGTERM)
@@ -80,7 +80,7 @@ def test_sigterm_ends_everything_while_the_coordinator_is_blocked(tmp_path):
 def test_sigkill_learner_stops_the_job_with_one_line_and_the_resume_command(tmp_path):
     proc, run_dir, output, procs = start_and_wait_for_training(tmp_path, *LONG_RUN)
     try:
-        os.kill(find(procs, "hybridflow.services.learner"), signal.SIGKILL)
+        os.kill(find(procs, "hybridflow.main.learner"), signal.SIGKILL)
         proc.wait(timeout=120)
         assert not wait_all_gone(procs, timeout_s=30)
     finally:
@@ -107,7 +107,7 @@ def test_sigkill_reward_restarts_it_on_its_port_and_the_run_completes(tmp_path):
     )
     address = (run_dir / "reward.addr").read_text().strip()
     try:
-        os.kill(find(procs, "hybridflow.services.reward"), signal.SIGKILL)
+        os.kill(find(procs, "hybridflow.main.reward"), signal.SIGKILL)
         wait_until(
             lambda: any(e["event"] == "restarted" for e in events(run_dir)), 120, proc, output
         )

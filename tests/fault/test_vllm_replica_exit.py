@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import vllm  # noqa: F401  (locked: a broken install fails here, never skips)
 
-from hybridflow.services.rollout.__main__ import EXIT_ENGINE_DEAD
+from hybridflow.main.rollout import EXIT_ENGINE_DEAD
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def _new_leaks(before: set[str]) -> set[str]:
 def _start(model: Path, tmp: Path, tag: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
     log, port_file = tmp / f"rollout-{tag}.log", tmp / f"rollout-{tag}.port"
     cmd = [
-        sys.executable, "-m", "hybridflow.services.rollout", "--port-file", str(port_file),
+        sys.executable, "-m", "hybridflow.main.rollout", "--port-file", str(port_file),
         "--set", f"model={model}", "--set", "rollout.engine=vllm",
     ]  # fmt: skip
     with open(log, "wb") as out:

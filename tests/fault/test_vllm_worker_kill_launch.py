@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import vllm  # noqa: F401  (locked: a broken install fails here, never skips)
 
-from hybridflow.services.rollout.__main__ import EXIT_ENGINE_DEAD
+from hybridflow.main.rollout import EXIT_ENGINE_DEAD
 from tests.fault.harness import audit
 from tests.fault.procs import (
     events,
@@ -70,7 +70,7 @@ def test_killed_vllm_worker_is_restarted_and_the_job_completes(tmp_path: Path) -
             if p.name().startswith("VLLM::Worker")
         ]
         assert workers, "no vLLM worker processes under replica 1"
-        coordinator = find(procs, "hybridflow.coordinator")
+        coordinator = find(procs, "hybridflow.main.coordinator")
         os.kill(coordinator, signal.SIGSTOP)  # the run waits for the restart (docstring)
         workers[0].kill()
         wait_until(

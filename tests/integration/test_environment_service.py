@@ -39,7 +39,7 @@ def test_killed_service_restarts_on_its_address_and_episodes_are_counted_lost(
     )
     path = [str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))  # the test env class
-    cmd = [sys.executable, "-m", "hybridflow.services.environment"]
+    cmd = [sys.executable, "-m", "hybridflow.main.environment"]
     port_file, log = tmp_path / "environment.addr", tmp_path / "environment.log"
     with log.open("wb") as out:
         first = subprocess.Popen(
@@ -100,7 +100,7 @@ def test_a_hung_environment_does_not_keep_the_process_from_stopping(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
     port_file = tmp_path / "environment.addr"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hybridflow.services.environment", "--config", str(config)]
+        [sys.executable, "-m", "hybridflow.main.environment", "--config", str(config)]
         + ["--port-file", str(port_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -37,7 +37,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float) -> str:
 def test_the_learner_serves_until_sigterm_then_drains_and_stops(tmp_path, overrides):
     job = load_job_config(CONFIG, list(overrides))
     port_file = tmp_path / "learner.addr"
-    cmd = ranks_command(sys.executable, "hybridflow.services.learner", job.learner)
+    cmd = ranks_command(sys.executable, "hybridflow.main.learner", job.learner)
     cmd += ["--config", CONFIG, "--port-file", str(port_file)]
     for override in overrides:
         cmd += ["--set", override]

@@ -135,7 +135,7 @@ def test_shared_token_auth(monkeypatch):
 def test_service_process_lifecycle(tmp_path):
     port_file = tmp_path / "reward.addr"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hybridflow.services.reward", "--port-file", str(port_file)],
+        [sys.executable, "-m", "hybridflow.main.reward", "--port-file", str(port_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -169,7 +169,7 @@ def test_service_process_with_a_reward_model_component(tmp_path, tiny_rm_path):
     port_file = tmp_path / "reward.addr"
     env = dict(os.environ, HYBRIDFLOW_HOME=str(tiny_rm_path.parent.parent))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hybridflow.services.reward", "--config", str(config)]
+        [sys.executable, "-m", "hybridflow.main.reward", "--config", str(config)]
         + ["--port-file", str(port_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

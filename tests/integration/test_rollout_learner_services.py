@@ -194,7 +194,7 @@ def test_oversize_train_batch_is_rejected(services):
     assert big_client.compute_logprobs([[5]], [[6]], 1.0)
 
 
-@pytest.mark.parametrize("module", ["hybridflow.services.rollout", "hybridflow.services.learner"])
+@pytest.mark.parametrize("module", ["hybridflow.main.rollout", "hybridflow.main.learner"])
 def test_unknown_model_path_fails_clearly(module, tmp_path):
     proc = subprocess.run(
         [

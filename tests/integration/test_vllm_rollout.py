@@ -42,7 +42,7 @@ class VLLMService:
         self.log = tmp / f"rollout-vllm-tp{tp}.log"
         port_file = tmp / f"rollout-vllm-tp{tp}.port"
         cmd = [
-            sys.executable, "-m", "hybridflow.services.rollout", "--port-file", str(port_file),
+            sys.executable, "-m", "hybridflow.main.rollout", "--port-file", str(port_file),
             "--set", f"model={model_path}", "--set", "rollout.engine=vllm",
             "--set", f"rollout.tensor_parallel_size={tp}",
             *[a for o in overrides for a in ("--set", o)],
@@ -235,7 +235,7 @@ def test_a_dead_engine_worker_ends_the_replica_for_a_restart(
     answering as a replica that cannot generate."""
     import psutil
 
-    from hybridflow.services.rollout.__main__ import EXIT_ENGINE_DEAD
+    from hybridflow.main.rollout import EXIT_ENGINE_DEAD
 
     service = vllm_services[2]
     workers = [

@@ -4,7 +4,7 @@ how to continue it."""
 
 from __future__ import annotations
 
-from hybridflow.coordinator.cli import stop_hint
+from hybridflow.main.coordinator import stop_hint
 
 
 def test_stop_says_the_run_is_unfinished_and_how_to_continue() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.coordinator import run
 from hybridflow.job_config import load_job_config
+from hybridflow.main import coordinator_run as run
 
 REPO = Path(__file__).resolve().parents[3]
 GUESS = REPO / "deploy/configs/guess-number.yaml"

@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 
-from hybridflow.coordinator.cli import main
 from hybridflow.coordinator.report import (
     FAMILIES,
     family_series,
@@ -17,6 +16,7 @@ from hybridflow.coordinator.report import (
     write_report,
     write_report_logged,
 )
+from hybridflow.main.coordinator import main
 
 LINE_BLUE = np.array([0x1F, 0x77, 0xB4]) / 255  # matplotlib's first line colour (C0)
 
@@ -129,8 +129,8 @@ def test_a_failed_drawing_is_one_logged_line(tmp_path, caplog):
 
 def test_the_coordinator_cli_does_not_import_matplotlib():
     code = (
-        "import sys; import hybridflow.coordinator.cli, hybridflow.coordinator.report, "
-        "hybridflow.coordinator.run; print('matplotlib' in sys.modules)"
+        "import sys; import hybridflow.main.coordinator, hybridflow.coordinator.report, "
+        "hybridflow.main.coordinator_run; print('matplotlib' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

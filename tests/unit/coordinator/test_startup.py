@@ -9,8 +9,8 @@ import pytest
 
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.job import TrainingJob
-from hybridflow.coordinator.run import LAUNCH_TIME_ENV, launch_time, read_address_overrides
 from hybridflow.coordinator.services import Services
+from hybridflow.main.coordinator_run import LAUNCH_TIME_ENV, launch_time, read_address_overrides
 
 from .fakes import FakeLearner, FakeReward, FakeRollout, records
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from hybridflow.coordinator import run
 from hybridflow.deploy import dataset_stamp
 from hybridflow.deploy.launch import main
 from hybridflow.deploy.preflight import coordinator_problems, dataset_problems
 from hybridflow.job_config import load_job_config
+from hybridflow.main import coordinator_run as run
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = str(REPO / "deploy" / "configs" / "quickstart.yaml")

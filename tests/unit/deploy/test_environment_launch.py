@@ -45,7 +45,7 @@ def test_a_job_with_envs_starts_the_environment_service(tmp_path: Path) -> None:
         tmp_path, [f"environment.envs=[{ENV_CLASS}]", f"coordinator.multi_turn.env={ENV_CLASS}"]
     )
     assert list(commands) == ["reward", "environment", "learner", "rollout0"]
-    assert commands["environment"].startswith("-m hybridflow.services.environment --config")
+    assert commands["environment"].startswith("-m hybridflow.main.environment --config")
     assert commands["environment"].endswith(f"--port-file {tmp_path / 'environment.addr'}")
 
 

@@ -200,7 +200,7 @@ def test_a_job_that_lists_environments_gets_the_environment_service(overlay, tmp
         return
     assert job.coordinator.multi_turn.env in job.environment.envs
     (container,) = pod_spec(deployments["hybridflow-environment"])["containers"]
-    assert container["command"] == ["python", "-m", "hybridflow.services.environment"]
+    assert container["command"] == ["python", "-m", "hybridflow.main.environment"]
     host, port = job.coordinator.environment_address.rsplit(":", 1)
     assert host == "hybridflow-environment" and int(port) == job.environment.server.port
     assert [p["port"] for p in services[host]["spec"]["ports"]] == [int(port)]

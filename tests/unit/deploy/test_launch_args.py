@@ -167,8 +167,8 @@ def test_learner_ranks_include_the_critic_ranks_and_their_devices(tmp_path, monk
             "critic_devices": ["5"],
         },
     )
-    cmd = ranks_command("py", "hybridflow.services.learner", learner)
-    assert "--nproc-per-node=3" in cmd and cmd[-2:] == ["-m", "hybridflow.services.learner"]
+    cmd = ranks_command("py", "hybridflow.main.learner", learner)
+    assert "--nproc-per-node=3" in cmd and cmd[-2:] == ["-m", "hybridflow.main.learner"]
     one_plus_one = learner_config(algorithm="ppo", topology={"critic_nproc_per_node": 1})
     assert "--nproc-per-node=2" in ranks_command("py", "m", one_plus_one)
     assert ranks_command("py", "m", LearnerConfig()) == ["py", "-m", "m"]

@@ -67,7 +67,7 @@ def test_three_nodes_learner_rollout_reward_one_each():
     learner = steps["learner0"].command
     assert learner[:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=gpu01", "--overlap"]
     # one rank on one node: no torchrun
-    assert "hybridflow.services.learner" in learner and "torch.distributed.run" not in learner
+    assert "hybridflow.main.learner" in learner and "torch.distributed.run" not in learner
     for name in ("learner0", "rollout0", "reward"):
         command = steps[name].command
         role = name.rstrip("0")
@@ -83,7 +83,7 @@ def test_three_nodes_learner_rollout_reward_one_each():
     assert coordinator[:6] == [
         "python",
         "-m",
-        "hybridflow.coordinator",
+        "hybridflow.main.coordinator",
         "run",
         "--run-dir",
         str(RUN),
@@ -245,7 +245,7 @@ def test_a_multi_turn_job_runs_its_environment_service_as_its_own_step():
     command = environment.command
     assert command[command.index("--", command.index("hybridflow.deploy.slurm_step")) + 1 :][
         :3
-    ] == ["python", "-m", "hybridflow.services.environment"]
+    ] == ["python", "-m", "hybridflow.main.environment"]
     assert "environment.server.host=0.0.0.0" in command
     assert "environment.server.port=50053" in command
     assert f"--output={RUN}/logs/environment.log" in command

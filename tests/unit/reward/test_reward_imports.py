@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# Runs the service's main() as `python -m hybridflow.services.reward` would, but replaces the
+# Runs the service's main() as `python -m hybridflow.main.reward` would, but replaces the
 # serve-forever loop: one Score call, a check of what was loaded, then stop.
 SCRIPT = """
 import sys
@@ -32,7 +32,7 @@ def check_then_stop(running, grace_s, on_stop=None, stop=None):
         on_stop()
 
 server.serve_until_signal = check_then_stop
-from hybridflow.services.reward.__main__ import main
+from hybridflow.main.reward import main
 sys.exit(main(["--config", "deploy/configs/quickstart.yaml"]))
 """
 

@@ -1,4 +1,4 @@
-"""Reward service process: ``python -m hybridflow.services.reward --config job.yaml``."""
+"""Reward service process: ``python -m hybridflow.main.reward --config job.yaml``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.utils.startup_marks import mark, mark_process_start
 
     mark_process_start("reward")
-    from hybridflow.services.bootstrap import (
+    from hybridflow.main.bootstrap import (
         serve,
         service_arg_parser,
         set_torch_threads,

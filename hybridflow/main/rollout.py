@@ -1,4 +1,4 @@
-"""Rollout replica process: ``python -m hybridflow.services.rollout --config job.yaml``.
+"""Rollout replica process: ``python -m hybridflow.main.rollout --config job.yaml``.
 
 Exits non-zero (``EXIT_ENGINE_DEAD``) when its engine dies (a vLLM worker process gone), so
 the launcher's supervisor restarts it like a dead service instead of keeping a replica that
@@ -30,7 +30,7 @@ def _stop_starting(signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridflow.services.bootstrap import service_arg_parser
+    from hybridflow.main.bootstrap import service_arg_parser
     from hybridflow.utils.startup_gc import pause_collection
     from hybridflow.utils.startup_marks import mark_process_start
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: Any, engine_box: list[Any]) -> int:
     """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
     serves until a signal or the engine's death; returns the exit code."""
-    from hybridflow.services.bootstrap import serve, set_torch_threads, setup_logging, watch_parent
+    from hybridflow.main.bootstrap import serve, set_torch_threads, setup_logging, watch_parent
     from hybridflow.utils.startup_gc import resume_collection
     from hybridflow.utils.startup_marks import mark
 

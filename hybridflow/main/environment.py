@@ -1,4 +1,4 @@
-"""Environment service process: ``python -m hybridflow.services.environment --config job.yaml``."""
+"""Environment service process: ``python -m hybridflow.main.environment --config job.yaml``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.utils.startup_marks import mark, mark_process_start
 
     mark_process_start("environment")
-    from hybridflow.services.bootstrap import (
+    from hybridflow.main.bootstrap import (
         serve,
         service_arg_parser,
         setup_logging,

@@ -1,5 +1,5 @@
-"""Learner process: ``python -m hybridflow.services.learner --config job.yaml``, or under
-``torchrun --nproc-per-node N -m hybridflow.services.learner`` for FSDP2 over N ranks (with
+"""Learner process: ``python -m hybridflow.main.learner --config job.yaml``, or under
+``torchrun --nproc-per-node N -m hybridflow.main.learner`` for FSDP2 over N ranks (with
 ``learner.topology.critic_nproc_per_node`` C > 0, N = nproc_per_node + C and the last C ranks hold only
 the critic). Rank 0 (an actor rank) serves gRPC and relays every command to the other ranks.
 """
@@ -63,7 +63,7 @@ def _setup(
     """The command line (ends with the parent: ``watch_parent``), the job config, torch's
     threads, this process's place in the torchrun group (none for a plain start) and its
     log, named by rank."""
-    from hybridflow.services.bootstrap import (
+    from hybridflow.main.bootstrap import (
         service_arg_parser,
         set_torch_threads,
         setup_logging,
@@ -147,7 +147,7 @@ def _serve(learner: _Learner, port_file: str | None) -> None:
     """Rank 0: serves gRPC (``LearnerService``: each command through the relay, the info the
     coordinator asks for, checkpoints under ``checkpoint_dir``; its address to ``port_file``)
     until SIGTERM / SIGINT, then drains, stops and relays "shutdown" to the other ranks."""
-    from hybridflow.services.bootstrap import serve
+    from hybridflow.main.bootstrap import serve
     from hybridflow.services.learner.convert import learner_info_to_proto
     from hybridflow.services.learner.servicer import SERVICE_NAME, LearnerServicer
     from hybridflow.types import LearnerInfo

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "run":
-        from hybridflow.coordinator.run import run_job
+        from hybridflow.main.coordinator_run import run_job
 
         if args.resume and not args.run_dir:
             parser.error("--resume needs --run-dir")
