@@ -1,67 +1,51 @@
 """Weight sync over a torch.distributed group between learner ranks and rollout replicas.
 
 The group is separate from the learner's FSDP group: learner rank 0 serves a TCPStore, every
-learner rank and every replica's TP ranks join it (gloo on CPU, NCCL on GPU, same code). The
-resharding planner computes one transfer plan per replica set; every party checks its hash
-before the first sync, and each sync replays it: learner ranks send only their FSDP dim-0
-shards, each destination receives only its own slices (``executor: planner``), or the naive
-gather-and-broadcast oracle runs instead (``executor: naive``).
+learner rank and every replica's TP ranks join it (gloo on CPU, NCCL on GPU, same code); its
+forming, both ends, is ``dist_formation``'s. Each sync replays the plan: learner ranks send
+only their FSDP dim-0 shards, each destination receives only its own slices (``executor:
+planner``), or the naive gather-and-broadcast oracle runs instead (``executor: naive``).
 
 A sync that fails or times out aborts the group on every learner rank (they agree through an
 all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
 This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
 (``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
-``join`` / ``receive`` / ``describe`` callables. Before a group forms, every replica's
-reported layout is compared with the one the learner's family registry entry gives
-(``resharding.layout``): a replica that places a parameter otherwise is refused, named.
+``join`` / ``receive`` / ``describe`` callables.
 
-The file is long because the learner side (``DistPublisher``: build, publish, the background
-send of ``start``/``finish``, abort) and the replica side share the group's life cycle and
-its failure agreement; splitting them would split one protocol across files. Known
-near-copy: ``_publish_once`` and ``start_with`` + ``_send`` build, copy and send alike; they
-differ in when the ranks agree on a failed send (at once, or at the next publish), which is
-why they are not yet one path.
+Known near-copy: ``_publish_once`` and ``start_with`` + ``_send`` build, copy and send alike;
+they differ in when the ranks agree on a failed send (at once, or at the next publish).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from hybridflow.resharding.coverage import check_learner_covered, check_same_params
-from hybridflow.resharding.layout import ReplicaLayout, check_same_layout, layout_of
-from hybridflow.resharding.plan import TransferPlan, make_plan
-from hybridflow.resharding.topology import (
-    DestParam,
-    DestPart,
-    ParamSpec,
-    Placement,
-    Topology,
-    part_slices,
-)
+from hybridflow.resharding.plan import TransferPlan
+from hybridflow.resharding.topology import Placement, Topology, part_slices
 from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.spec import GroupSpec, ReplicaDescription
-from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
-from hybridflow.weights.transport.group import (
-    WeightSyncGroup,
-    check_plan_hash,
-    init_weight_sync_group,
+from hybridflow.weights.dist_formation import (
+    DescribeFn,
+    JoinFn,
+    ParamTable,
+    form_group,
+    group_backend,
+    join_group,
 )
-from hybridflow.weights.transport.reference import torch_dtype
+from hybridflow.weights.spec import GroupSpec
+from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
+from hybridflow.weights.transport.group import WeightSyncGroup
 
 log = logging.getLogger(__name__)
 
@@ -69,84 +53,8 @@ VLLM_CUTS_ITSELF = (Placement.VOCAB, Placement.EXPERT_COLUMN, Placement.EXPERT_R
 """Placements whose vLLM loaders take the whole tensor and cut each rank's part themselves
 (vocabulary-parallel tables, FusedMoE's experts): a rank's slice goes in at full size."""
 
-
-DescribeFn = Callable[[str], ReplicaDescription]
-"""describe(target) -> that replica's TP size (each TP rank joins as a destination) and its
-weight layout (family and placements, computed from the model it loaded)."""
-JoinFn = Callable[[str, GroupSpec, int], str]
-"""join(target, spec, replica_index) -> the replica's plan hash (blocks until formed)."""
 ReceiveFn = Callable[[str, int], int]
 """receive(target, policy_version) -> bytes the replica received (blocks until done)."""
-
-
-def param_table(module: nn.Module) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, global shape, dtype) of every parameter, tied ones once, sorted by name."""
-    return sorted(
-        (name, tuple(p.shape), str(p.dtype).removeprefix("torch."))
-        for name, p in module.named_parameters()
-    )
-
-
-def replicated_topology(table: Sequence[tuple[str, tuple[int, ...], str]]) -> Topology:
-    """Destinations that hold whole tensors (TP 1: the HF engine)."""
-    return Topology(
-        params=tuple(ParamSpec(n, shape, dtype) for n, shape, dtype in table),
-        dests=tuple(DestParam(n, (DestPart(n, Placement.REPLICATED),)) for n, _, _ in table),
-    )
-
-
-def weight_sync_topology(
-    table: Sequence[tuple[str, tuple[int, ...], str]],
-    replica_tp_sizes: Sequence[int],
-    sliced: Topology | None,
-    whole: bool = False,
-) -> Topology:
-    """The topology both sides plan with: whole tensors when every replica is TP 1 (any
-    model) or ``whole`` (LoRA adapters: every TP rank takes each whole, as vLLM's LoRA
-    layers cut their part themselves), else each TP rank's slices as the model's family
-    places them (``sliced``: the family's ``sliced_topology``; None when the model has no
-    family in the registry)."""
-    if whole or all(int(t) == 1 for t in replica_tp_sizes):
-        return replicated_topology(table)
-    if sliced is None:
-        raise ValueError(
-            "tensor-parallel rollout replicas need a model family from the registry "
-            "(hybridflow/models/families/) for the resharding plan"
-        )
-    return sliced
-
-
-def make_executor(
-    kind: str,
-    plan: TransferPlan,
-    group: WeightSyncGroup,
-    group_name: str,
-    shared_memory: bool = True,
-) -> DistExecutor | NaiveExecutor:
-    """The executor every rank of the group builds (the planner's setup is collective).
-    ``shared_memory``: this rank offers shared memory to its same-host peers; a pair uses it
-    only when both offer (a learner with ``weight_sync.shared_memory: off`` offers nothing)."""
-    if kind == "planner":
-        return DistExecutor(plan, group, shared_memory=shared_memory, group_name=group_name)
-    if kind == "naive":
-        return NaiveExecutor(plan, group)
-    raise ValueError(f"weight_sync.executor must be planner or naive, got {kind!r}")
-
-
-def listen_socket(host: str) -> socket.socket:
-    """A TCP socket listening on ``host`` only (OS-chosen port), for the group's TCPStore:
-    torch's own store server would listen on every interface."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.bind(address)
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 class DistReceiver:
@@ -157,7 +65,7 @@ class DistReceiver:
 
     def __init__(
         self,
-        table: Sequence[tuple[str, tuple[int, ...], str]],
+        table: ParamTable,
         device: torch.device,
         tp_rank: int = 0,
         sliced: Topology | None = None,
@@ -176,45 +84,11 @@ class DistReceiver:
 
     def join(self, spec: GroupSpec, replica_index: int) -> str:
         self.close()
-        topology = weight_sync_topology(
-            self._table, spec.replica_tp_sizes, self._sliced, self._whole
+        joined = join_group(
+            spec, replica_index, self._table, self._device, self._tp_rank, self._sliced, self._whole
         )
-        check_same_params(
-            {p.name: p.shape for p in topology.params},
-            {name: tuple(shape) for name, shape, _ in self._table},
-            "this replica",
-            "never be received",
-        )
-        plan = make_plan(
-            topology, spec.num_src_ranks, list(spec.replica_tp_sizes), spec.bucket_bytes
-        )
-        self.tp_size = int(spec.replica_tp_sizes[replica_index])
-        if not 0 <= self._tp_rank < self.tp_size:
-            raise ValueError(f"tp rank {self._tp_rank} outside replica TP size {self.tp_size}")
-        group = init_weight_sync_group(
-            spec.store_host,
-            spec.store_port,
-            plan.world_size,
-            plan.group_rank(replica_index, self._tp_rank),
-            spec.backend,
-            spec.timeout_s,
-            group_name=spec.group_name,
-            is_store_host=False,
-            device=self._device if spec.backend == "nccl" else None,
-            local_addr=route_address(spec.store_host, spec.store_port),
-        )
-        try:
-            check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
-        except Exception:
-            group.abort()
-            raise
-        self._group, self.plan = group, plan
-        try:
-            self._executor = make_executor(spec.executor, plan, group, spec.group_name)
-        except Exception:
-            self.close(abort=True)
-            raise
-        return plan.content_hash()
+        self._group, self._executor, self.plan, self.tp_size = joined
+        return joined.plan.content_hash()
 
     def in_full_size(self, name: str, local: torch.Tensor) -> torch.Tensor | None:
         """This rank's slice of a tensor whose vLLM loader cuts the rank's part out of the
@@ -287,9 +161,7 @@ class DistPublisher:
 
     @property
     def backend(self) -> str:
-        if self.config.backend != "auto":
-            return self.config.backend
-        return "nccl" if self.device.type == "cuda" else "gloo"
+        return group_backend(self.config, self.device)
 
     def publish(self, targets: Sequence[str], version: int) -> WeightUpdateReport:
         """Sends the current weights to every target (the WeightPublisher interface)."""
@@ -478,149 +350,21 @@ class DistPublisher:
     ) -> None:
         self._abort()
         self._generation += 1
-        tp_sizes_0, dtype_0, refusal = (
-            self._describe(targets, describe) if self.rank == 0 else ([], "", "")
+        self._group, self._executor, self._wire_dtype = form_group(
+            targets,
+            join,
+            describe,
+            config=self.config,
+            rank=self.rank,
+            world_size=self.world_size,
+            module=self.module,
+            device=self.device,
+            learner_group=self.group,
+            whole=self.whole,
+            generation=self._generation,
+            pool=self._pool,
         )
-        store_socket = None
-        if self.rank == 0 and not refusal:
-            store_socket = listen_socket(self.config.store_host)
-        meeting: list[Any] = [
-            store_socket.getsockname()[1] if store_socket is not None else 0,
-            f"ws{self._generation}-{uuid.uuid4().hex[:8]}",
-            tp_sizes_0,
-            refusal,
-            dtype_0,
-        ]
-        if dist.is_initialized() and self.world_size > 1:
-            # Learner ranks agree on rank 0's meeting point and replicas over their own group.
-            dist.broadcast_object_list(meeting, src=0, group=self.group)
-        if meeting[3]:  # every learner rank refuses, before any replica is asked to join
-            raise ValueError(str(meeting[3]))
-        port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
-        # Sent in the replicas' dtype: a bf16 replica of an fp32 learner gets bf16 (half the
-        # bytes), cast from the learner's shards just before each sync.
-        own = param_table(self.module)
-        wire = str(meeting[4]) or own[0][2]
-        table = [(n, shape, wire) for n, shape, _ in own]
-        self._wire_dtype = None if wire == own[0][2] else torch_dtype(wire)
-        sliced = None if self.whole else self._sliced_topology(tp_sizes, wire)
-        topology = weight_sync_topology(table, tp_sizes, sliced, self.whole)
-        check_learner_covered(topology, table)
-        plan = make_plan(topology, self.world_size, list(tp_sizes), self.config.bucket_bytes)
-        spec = GroupSpec(
-            self.config.store_host,
-            port,
-            name,
-            self.backend,
-            self.world_size,
-            tp_sizes,
-            self.config.bucket_bytes,
-            self.config.executor,
-            self.config.timeout_s,
-        )
-        joins: list[Future[str]] = []
-        if self.rank == 0:
-            assert join is not None
-            joins = [self._pool.submit(join, t, spec, i) for i, t in enumerate(targets)]
-        group = init_weight_sync_group(
-            spec.store_host,
-            port,
-            plan.world_size,
-            self.rank,
-            spec.backend,
-            spec.timeout_s,
-            group_name=name,
-            is_store_host=self.rank == 0,
-            device=self.device if spec.backend == "nccl" else None,
-            local_addr=route_address(spec.store_host, port),
-            # The store takes ownership of the listening socket (and closes it with the group).
-            listen_fd=store_socket.detach() if store_socket is not None else None,
-            abandon=lambda: _refused(targets, joins),
-            # The other replicas' joins end on reading why (bounded like any join).
-            linger=lambda: futures_wait(joins, timeout=spec.timeout_s),
-        )
-        self._group = group
-        check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
-        # Before waiting for the joins: a replica's join returns once its executor is built,
-        # and the planner's setup is collective (shared-memory pairs meet in the store).
-        self._executor = make_executor(
-            spec.executor, plan, group, name, self.config.shared_memory == "auto"
-        )
-        for f in joins:
-            replica_hash = f.result(timeout=spec.timeout_s)
-            if replica_hash != plan.content_hash():
-                raise RuntimeError("a replica computed a different transfer plan")
         self._targets = targets
-        log.info(
-            "weight-sync group %s: %d learner ranks -> %d replicas, plan %s",
-            name,
-            self.world_size,
-            len(targets),
-            plan.content_hash()[:12],
-        )
-
-    def _describe(
-        self, targets: Sequence[str], describe: DescribeFn | None
-    ) -> tuple[list[int], str, str]:
-        """(every target's TP size, the dtype they hold weights in ("" unknown), why a target
-        is refused or ""): each replica's reported layout must be the one this learner's model
-        gives for the family it names, and all must hold one dtype (one plan sends one)."""
-        if describe is None:
-            return [1] * len(targets), "", ""
-        tp_sizes, dtypes = [], {}
-        for target in targets:
-            try:
-                reported = describe(target)
-                check_same_layout(self._expected_layout(reported.layout.family), reported.layout,
-                                  target)  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 — every rank raises it after the broadcast
-                return [], "", str(exc) if isinstance(exc, ValueError) else _one_line(exc)
-            tp_sizes.append(int(reported.tp_size))
-            if reported.layout.dtype:
-                dtypes[target] = reported.layout.dtype
-        if len(set(dtypes.values())) > 1:
-            return (
-                [],
-                "",
-                (
-                    f"replicas hold their weights in different dtypes ({dtypes}); one weight-sync "
-                    "group sends one dtype: give every replica the same rollout.dtype"
-                ),
-            )
-        return tp_sizes, next(iter(dtypes.values()), ""), ""
-
-    def _expected_layout(self, family_name: str) -> ReplicaLayout:
-        """The layout this learner's model has in ``family_name`` ("" whole tensors): the
-        registry entry of the learner's own config, which must be that family."""
-        if not family_name:
-            return layout_of("", replicated_topology(param_table(self.module)))
-        if self.whole:
-            raise ValueError(
-                f"a replica takes the whole {family_name!r} model, but this learner publishes "
-                "LoRA adapters (learner.lora): start the rollout from the same job config"
-            )
-        from hybridflow.models.families import family_of_config
-
-        config = getattr(self.module, "config", None)
-        try:
-            family = family_of_config(config)
-        except ValueError as exc:
-            raise ValueError(
-                f"a replica holds family {family_name!r}; the learner's {exc}"
-            ) from exc
-        dtype = str(next(self.module.parameters()).dtype).removeprefix("torch.")
-        return layout_of(family.model_type, family.sliced_topology(family.dims(config, dtype)))
-
-    def _sliced_topology(self, tp_sizes: Sequence[int], dtype: str) -> Topology | None:
-        """The model family's sliced topology for tensor-parallel replicas (the registry
-        refuses a family it does not know); None when every replica is TP 1."""
-        if all(int(t) == 1 for t in tp_sizes):
-            return None
-        from hybridflow.models.families import family_of_config
-
-        config = getattr(self.module, "config", None)
-        family = family_of_config(config)
-        return family.sliced_topology(family.dims(config, dtype))
 
     def _abort(self) -> None:
         if self._executor is not None:
@@ -645,29 +389,6 @@ class DistPublisher:
         self._clients.clear()
 
 
-def _refused(targets: Sequence[str], joins: Sequence[Future[str]]) -> str | None:
-    """Why the group cannot form: the first replica whose join call failed, else None."""
-    for target, join in zip(targets, joins):
-        exc = join.exception() if join.done() else None
-        if exc is not None:
-            return f"replica {target} refused to join: {_one_line(exc)}"
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    """An RPC error as its status and details (duck-typed: no gRPC import here), else the
-    class and the first line of the message."""
-    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
-    if callable(code) and callable(details):
-        return f"{getattr(code(), 'name', code())}: {details()}"
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
-
-
-def _plan_params(plan: TransferPlan) -> dict[str, tuple[int, ...]]:
-    """The plan's parameter names and shapes (published beside its hash)."""
-    return {p.name: p.shape for p in plan.topology.params}
-
-
 def _local(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """This rank's shard of ``p`` (in ``dtype`` when given: a copy)."""
     local = p.to_local() if hasattr(p, "to_local") else p
@@ -689,16 +410,3 @@ def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:
     flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
     dist.all_reduce(flag, group=group)
     return int(flag.item()) == 0
-
-
-def route_address(host: str, port: int) -> str:
-    """This machine's address on the route to ``host`` (what gloo binds and advertises to
-    the group's other ranks). Resolving the host name instead can give an address the other
-    hosts cannot reach (127.0.1.1 in /etc/hosts, another interface); the route to the store
-    every rank already reaches is the one they share. Sends nothing (a UDP connect)."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        probe.connect((host.strip("[]"), port or 9))
-        return str(probe.getsockname()[0])

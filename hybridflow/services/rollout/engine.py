@@ -301,12 +301,12 @@ class HFEngine:
         """Whole tensors under the learner's names (no family: any causal LM, TP 1); with
         LoRA, the adapters'."""
         from hybridflow.resharding.layout import layout_of
-        from hybridflow.weights.dist import replicated_topology
+        from hybridflow.weights.dist_formation import replicated_topology
 
         return layout_of("", replicated_topology(self._weight_table()))
 
     def _weight_table(self) -> list[tuple[str, tuple[int, ...], str]]:
-        from hybridflow.weights.dist import param_table
+        from hybridflow.weights.dist_formation import param_table
 
         return param_table(self.model) if self._adapters is None else self._adapters.table
 

@@ -236,7 +236,7 @@ class VLLMEngine:
         self._adapters: vllm_lora.VLLMAdapters | None = None
         if self._lora is not None:
             from hybridflow.resharding.layout import layout_of
-            from hybridflow.weights.dist import replicated_topology
+            from hybridflow.weights.dist_formation import replicated_topology
 
             self._adapters = vllm_lora.VLLMAdapters(
                 self._lora, self._lora_mode, self._table, model_path

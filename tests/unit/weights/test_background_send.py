@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.dist import DistPublisher, DistReceiver, param_table
+from hybridflow.weights.dist import DistPublisher, DistReceiver
+from hybridflow.weights.dist_formation import param_table
 
 WAIT_S = 30.0
 
