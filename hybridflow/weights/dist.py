@@ -2,9 +2,10 @@
 
 The group is separate from the learner's FSDP group: learner rank 0 serves a TCPStore, every
 learner rank and every replica's TP ranks join it (gloo on CPU, NCCL on GPU, same code); its
-forming, both ends, is ``dist_formation``'s. Each sync replays the plan: learner ranks send
-only their FSDP dim-0 shards, each destination receives only its own slices (``executor:
-planner``), or the naive gather-and-broadcast oracle runs instead (``executor: naive``).
+forming, both ends, is ``dist_formation``'s, the replica side ``dist_receiver``'s. Each sync
+replays the plan: learner ranks send only their FSDP dim-0 shards, each destination receives
+only its own slices (``executor: planner``), or the naive gather-and-broadcast oracle runs
+instead (``executor: naive``).
 
 A sync that fails or times out aborts the group on every learner rank (they agree through an
 all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
@@ -30,99 +31,22 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hybridflow.resharding.plan import TransferPlan
-from hybridflow.resharding.topology import Placement, Topology, part_slices
 from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient
 from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.dist_formation import (
     DescribeFn,
     JoinFn,
-    ParamTable,
     form_group,
     group_backend,
-    join_group,
 )
-from hybridflow.weights.spec import GroupSpec
 from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
 from hybridflow.weights.transport.group import WeightSyncGroup
 
 log = logging.getLogger(__name__)
 
-VLLM_CUTS_ITSELF = (Placement.VOCAB, Placement.EXPERT_COLUMN, Placement.EXPERT_ROW)
-"""Placements whose vLLM loaders take the whole tensor and cut each rank's part themselves
-(vocabulary-parallel tables, FusedMoE's experts): a rank's slice goes in at full size."""
-
 ReceiveFn = Callable[[str, int], int]
 """receive(target, policy_version) -> bytes the replica received (blocks until done)."""
-
-
-class DistReceiver:
-    """Rollout side, one per destination rank (a replica's TP rank): joins groups and
-    receives that rank's part of the weights (whole tensors at TP 1): into fresh tensors over
-    sockets, or, from learner ranks on this host, into a shared staging buffer whose tensors
-    stay valid while referenced (``weights.transport.same_host``)."""
-
-    def __init__(
-        self,
-        table: ParamTable,
-        device: torch.device,
-        tp_rank: int = 0,
-        sliced: Topology | None = None,
-        whole: bool = False,
-    ) -> None:
-        """``whole``: every TP rank receives whole tensors (a LoRA adapter's), not slices."""
-        self._whole = whole
-        self._table = list(table)
-        self._device = device
-        self._tp_rank = tp_rank
-        self._sliced = sliced
-        self._group: WeightSyncGroup | None = None
-        self._executor: DistExecutor | NaiveExecutor | None = None
-        self.plan: TransferPlan | None = None
-        self.tp_size = 1
-
-    def join(self, spec: GroupSpec, replica_index: int) -> str:
-        self.close()
-        joined = join_group(
-            spec, replica_index, self._table, self._device, self._tp_rank, self._sliced, self._whole
-        )
-        self._group, self._executor, self.plan, self.tp_size = joined
-        return joined.plan.content_hash()
-
-    def in_full_size(self, name: str, local: torch.Tensor) -> torch.Tensor | None:
-        """This rank's slice of a tensor whose vLLM loader cuts the rank's part out of the
-        whole itself (vocabulary-parallel tables, FusedMoE experts), placed where that loader
-        reads it in an uninitialised full-size tensor (the rest is never touched); None for
-        any other tensor."""
-        if self.plan is None:
-            return None
-        topology = self.plan.topology
-        dest = next((d for d in topology.dests if d.name == name), None)
-        if dest is None or dest.parts[0].placement not in VLLM_CUTS_ITSELF:
-            return None
-        full = torch.empty(topology.param(dest.parts[0].source).shape, dtype=local.dtype)
-        for i in range(len(dest.parts)):
-            src, dst = part_slices(topology, dest, i, self.tp_size, self._tp_rank)
-            full[src].copy_(local[dst])
-        return full
-
-    def receive(self) -> tuple[list[tuple[str, torch.Tensor]], int]:
-        if self._executor is None or self._group is None:
-            raise ValueError("no weight-sync group: call JoinWeightSync first")
-        try:
-            result = self._executor.sync(None)
-        except Exception:
-            self.close(abort=True)
-            raise
-        return list(result.tensors.items()), result.stats.num_bytes_received
-
-    def close(self, abort: bool = False) -> None:
-        if self._executor is not None:
-            self._executor.close()
-        if self._group is not None:
-            self._group.abort() if abort else self._group.close()
-        self._group, self._executor = None, None
 
 
 @dataclass

@@ -48,8 +48,8 @@ class InProcessReplica:
     weight-sync group from the publisher's threads and keeps what it received."""
 
     def __init__(self, model_path: Path) -> None:
-        from hybridflow.weights.dist import DistReceiver
         from hybridflow.weights.dist_formation import param_table
+        from hybridflow.weights.dist_receiver import DistReceiver
 
         table = param_table(AutoModelForCausalLM.from_pretrained(model_path))
         self.table = table

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from hybridflow.lora.apply import AdapterTarget
     from hybridflow.lora.config import LoraConfig
     from hybridflow.resharding.layout import ReplicaLayout
-    from hybridflow.weights.dist import DistReceiver
+    from hybridflow.weights.dist_receiver import DistReceiver
     from hybridflow.weights.spec import GroupSpec
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -313,7 +313,7 @@ class HFEngine:
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Joins the learner's weight-sync group as one destination rank (whole tensors)."""
         if self._receiver is None:
-            from hybridflow.weights.dist import DistReceiver
+            from hybridflow.weights.dist_receiver import DistReceiver
 
             self._receiver = DistReceiver(self._weight_table(), self.device)
         return self._receiver.join(spec, replica_index)

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.dist import DistPublisher, DistReceiver
+from hybridflow.weights.dist import DistPublisher
 from hybridflow.weights.dist_formation import param_table
+from hybridflow.weights.dist_receiver import DistReceiver
 
 WAIT_S = 30.0
 

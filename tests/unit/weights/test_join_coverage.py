@@ -55,8 +55,8 @@ def test_a_tp1_replica_that_lacks_a_learner_parameter_fails_the_join_naming_it(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from hybridflow.weights.dist import DistReceiver
     from hybridflow.weights.dist_formation import param_table
+    from hybridflow.weights.dist_receiver import DistReceiver
 
     model = AutoModelForCausalLM.from_pretrained(build_family_checkpoint(tmp_path, "qwen2", True))
     table = [row for row in param_table(model) if row[0] != "model.layers.1.self_attn.v_proj.bias"]
