@@ -13,8 +13,10 @@ This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightC
 (``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
 ``join`` / ``receive`` / ``describe`` callables.
 
-Known near-copy: ``_publish_once`` and ``start_with`` + ``_send`` build, copy and send alike;
-they differ in when the ranks agree on a failed send (at once, or at the next publish).
+Every send takes one path (``_start``, ``_send``, ``_settle``): the learner ranks agree at
+once on building the group and taking the shards, and on the send itself either at once
+(``publish``) or, for the send ``start`` leaves running, at the next publish (``finish``
+reports it). Every failure raises on every rank, every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -87,10 +89,44 @@ class DistPublisher:
     def backend(self) -> str:
         return group_backend(self.config, self.device)
 
+    @property
+    def in_background(self) -> bool:
+        """Whether ``start`` leaves the send to a background thread: on gloo (CPU). NCCL
+        sends inline: NCCL kernels of two communicators (this group's and FSDP's) issued from
+        two threads in different orders on different ranks may wait on each other."""
+        return self.backend == "gloo"
+
     def publish(self, targets: Sequence[str], version: int) -> WeightUpdateReport:
         """Sends the current weights to every target (the WeightPublisher interface)."""
-        self._settle()
+        self._settle_previous()
         return self.publish_with(targets, version, *self._reach())
+
+    def publish_with(
+        self,
+        targets: Sequence[str],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        describe: DescribeFn | None = None,
+    ) -> WeightUpdateReport:
+        """Sends the current weights to every target and settles the send at once; one
+        rebuild-and-retry on failure. ``join``, ``receive`` and ``describe`` reach the
+        replicas (rank 0 only; ``describe`` None: every replica is TP 1 and takes whole
+        tensors, unchecked)."""
+        start = time.perf_counter()
+        for attempt in (1, 2):
+            try:
+                sent = self._start(tuple(targets), version, join, receive, describe, False)
+                report, failure = self._settle(sent)
+                if failure:
+                    raise RuntimeError(f"weight sync to {list(targets)} failed: {failure}")
+                assert report is not None
+                return WeightUpdateReport(version, report.num_bytes, time.perf_counter() - start)
+            except Exception as exc:
+                if attempt == 2:
+                    raise
+                log.warning("weight sync failed (%s); rebuilding the group and retrying", exc)
+        raise AssertionError("unreachable")
 
     def start(self, targets: Sequence[str], version: int) -> None:
         """Begins a publish and returns once it no longer reads the parameters: the previous
@@ -112,40 +148,9 @@ class DistPublisher:
     ) -> None:
         """``start`` reaching the replicas through ``join``, ``receive`` and ``describe``
         (rank 0 only; as in ``publish_with``)."""
-        self._settle()
-        start = time.perf_counter()
-        ok, error = True, ""
-        shards: dict[str, torch.Tensor] = {}
-        try:
-            if self._group is None or tuple(targets) != self._targets:
-                self._build(tuple(targets), join, describe)
-            copy = _snapshot if self.in_background else _local
-            shards = {n: copy(p, self._wire_dtype) for n, p in self.module.named_parameters()}
-        except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
-            ok, error = False, f"{type(exc).__name__}: {exc}"
-        if not _all_ok(ok, self.group):
-            self._abort()
-            raise RuntimeError(
-                f"weight sync to {list(targets)} failed: {error or 'on another learner rank'}"
-            )
-        if self.in_background:
-            self._inflight = self._reported = self._sender.submit(
-                self._send, tuple(targets), version, shards, receive, start
-            )
-            return
-        done: Future[WeightUpdateReport] = Future()
-        try:
-            done.set_result(self._send(tuple(targets), version, shards, receive, start))
-        except Exception as exc:  # noqa: BLE001 — settled and reported like a background one
-            done.set_exception(exc)
-        self._inflight = self._reported = done
-
-    @property
-    def in_background(self) -> bool:
-        """Whether ``start`` leaves the send to a background thread: on gloo (CPU). NCCL
-        sends inline: NCCL kernels of two communicators (this group's and FSDP's) issued from
-        two threads in different orders on different ranks may wait on each other."""
-        return self.backend == "gloo"
+        self._settle_previous()
+        sent = self._start(tuple(targets), version, join, receive, describe, self.in_background)
+        self._inflight = self._reported = sent
 
     def finish(self) -> WeightUpdateReport:
         """Waits for the send ``start`` began (bounded by ``timeout_s``) and reports it; on
@@ -159,6 +164,41 @@ class DistPublisher:
         except FutureTimeout as exc:
             raise TimeoutError("weight sync did not finish within weight_sync.timeout_s") from exc
 
+    def _start(
+        self,
+        targets: tuple[str, ...],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        describe: DescribeFn | None,
+        background: bool,
+    ) -> Future[WeightUpdateReport]:
+        """Every send, on every learner rank together. First, agreed at once: the group is
+        (re)built if the targets changed and this rank's shards are taken (a snapshot when
+        ``background``: the next optimizer step changes the parameters in place); a failure
+        on any rank aborts the group and raises on every rank. Then ``_send`` runs, on the
+        sender thread when ``background``, else here; its outcome is the returned future,
+        which ``_settle`` agrees on."""
+        start = time.perf_counter()
+        error, shards = "", {}
+        try:
+            if self._group is None or targets != self._targets:
+                self._build(targets, join, describe)
+            copy = _snapshot if background else _local
+            shards = {n: copy(p, self._wire_dtype) for n, p in self.module.named_parameters()}
+        except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
+            error = _failure(exc)
+        if failure := self._agreed(error):
+            raise RuntimeError(f"weight sync to {list(targets)} failed: {failure}")
+        if background:
+            return self._sender.submit(self._send, targets, version, shards, receive, start)
+        sent: Future[WeightUpdateReport] = Future()
+        try:
+            sent.set_result(self._send(targets, version, shards, receive, start))
+        except Exception as exc:  # noqa: BLE001 — settled like a background one
+            sent.set_exception(exc)
+        return sent
+
     def _send(
         self,
         targets: tuple[str, ...],
@@ -167,8 +207,9 @@ class DistPublisher:
         receive: ReceiveFn | None,
         start: float,
     ) -> WeightUpdateReport:
-        """The background half of ``start``: the shards along the plan, then (rank 0) every
-        target's receive call."""
+        """The shards along the plan, then (rank 0) every target's receive call, which must
+        all end within ``timeout_s`` of the shards' send; raises on any failure (a late
+        receive as ``TimeoutError``)."""
         assert self._executor is not None
         futures: list[Future[int]] = []
         if self.rank == 0:
@@ -182,92 +223,36 @@ class DistPublisher:
             raise TimeoutError(f"weight sync to {list(targets)} timed out") from exc
         return WeightUpdateReport(version, max(received, default=0), time.perf_counter() - start)
 
-    def _settle(self) -> None:
-        """Ends the background send in flight, if any, on every learner rank together (a
-        collective on the learner's group, so it runs in the relayed command, never beside
-        a train step): if it failed anywhere, the group is aborted and rebuilt next time."""
+    def _settle(self, sent: Future[WeightUpdateReport]) -> tuple[WeightUpdateReport | None, str]:
+        """Ends a send on every learner rank together (a collective on the learner's group,
+        so it runs in a relayed command, never beside a train step): waits for it (bounded by
+        ``timeout_s``), then (its report, "") if it succeeded on every rank, else (None, why),
+        the group aborted on every rank and rebuilt at the next publish."""
+        try:
+            report, error = sent.result(timeout=self.config.timeout_s), ""
+        except Exception as exc:  # noqa: BLE001 — agreed on below, then reported
+            report, error = None, _failure(exc)
+        failure = self._agreed(error)
+        return (None, failure) if failure else (report, "")
+
+    def _settle_previous(self) -> None:
+        """Settles the send ``start`` left in flight, if any. Its failure is ``finish``'s to
+        raise; here it is only logged, and the group is rebuilt."""
         if self._inflight is None:
             return
         inflight, self._inflight = self._inflight, None
-        try:
-            inflight.result(timeout=self.config.timeout_s)
-            ok = True
-        except (Exception, FutureTimeout) as exc:  # noqa: BLE001 — reported by finish
-            log.warning("background weight sync failed (%s); the group is rebuilt", exc)
-            ok = False
-        if not _all_ok(ok, self.group):
-            self._abort()
+        _, failure = self._settle(inflight)
+        if failure:
+            log.warning("background weight sync failed (%s); the group is rebuilt", failure)
 
-    def _reach(self) -> tuple[JoinFn | None, ReceiveFn | None, DescribeFn | None]:
-        """How rank 0 reaches the replicas (join, receive, describe); None on other ranks."""
-        if self.rank != 0:
-            return None, None, None
-        timeout_s = self.config.timeout_s
-        return (
-            lambda t, spec, i: self._client(t).join_weight_sync(spec, i),
-            lambda t, v: self._client(t).receive_weights(v, timeout_s),
-            lambda t: self._client(t).describe(),
-        )
-
-    def _client(self, target: str) -> ReplicaWeightClient:
-        if target not in self._clients:
-            if self.client_factory is None:
-                raise ValueError(f"no way to reach replica {target!r} for a weight sync")
-            self._clients[target] = self.client_factory(target)
-        return self._clients[target]
-
-    def publish_with(
-        self,
-        targets: Sequence[str],
-        version: int,
-        join: JoinFn | None,
-        receive: ReceiveFn | None,
-        describe: DescribeFn | None = None,
-    ) -> WeightUpdateReport:
-        """Sends the current weights to every target; one rebuild-and-retry on failure.
-        ``join``, ``receive`` and ``describe`` reach the replicas (rank 0 only; ``describe``
-        None: every replica is TP 1 and takes whole tensors, unchecked)."""
-        start = time.perf_counter()
-        for attempt in (1, 2):
-            try:
-                num_bytes = self._publish_once(tuple(targets), version, join, receive, describe)
-                return WeightUpdateReport(version, num_bytes, time.perf_counter() - start)
-            except Exception as exc:
-                if attempt == 2:
-                    raise
-                log.warning("weight sync failed (%s); rebuilding the group and retrying", exc)
-        raise AssertionError("unreachable")
-
-    def _publish_once(
-        self,
-        targets: tuple[str, ...],
-        version: int,
-        join: JoinFn | None,
-        receive: ReceiveFn | None,
-        describe: DescribeFn | None,
-    ) -> int:
-        ok, num_bytes, error = True, 0, ""
-        try:
-            if self._group is None or targets != self._targets:
-                self._build(targets, join, describe)
-            assert self._executor is not None
-            futures: list[Future[int]] = []
-            if self.rank == 0:
-                assert receive is not None
-                futures = [self._pool.submit(receive, t, version) for t in targets]
-            shards = {n: _local(p, self._wire_dtype) for n, p in self.module.named_parameters()}
-            self._executor.sync(shards)
-            deadline = time.monotonic() + self.config.timeout_s
-            received = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
-            num_bytes = max(received, default=0)
-        except (Exception, FutureTimeout) as exc:  # noqa: BLE001 — agreed on below, then raised
-            ok, error = False, f"{type(exc).__name__}: {exc}"
-        if not _all_ok(ok, self.group):
-            self._abort()
-            raise RuntimeError(
-                f"weight sync to {list(targets)} failed: {error or 'on another learner rank'}"
-            )
-        return num_bytes
+    def _agreed(self, error: str) -> str:
+        """The learner ranks' agreement (an all-reduce on their own group) on a step every
+        one of them ran, ``error`` being this rank's failure ("" none): "" when none failed,
+        else why (this rank's error, or another rank's failure), the group aborted first."""
+        if _all_ok(not error, self.group):
+            return ""
+        self._abort()
+        return error or "on another learner rank"
 
     def _build(
         self, targets: tuple[str, ...], join: JoinFn | None, describe: DescribeFn | None
@@ -290,6 +275,24 @@ class DistPublisher:
         )
         self._targets = targets
 
+    def _reach(self) -> tuple[JoinFn | None, ReceiveFn | None, DescribeFn | None]:
+        """How rank 0 reaches the replicas (join, receive, describe); None on other ranks."""
+        if self.rank != 0:
+            return None, None, None
+        timeout_s = self.config.timeout_s
+        return (
+            lambda t, spec, i: self._client(t).join_weight_sync(spec, i),
+            lambda t, v: self._client(t).receive_weights(v, timeout_s),
+            lambda t: self._client(t).describe(),
+        )
+
+    def _client(self, target: str) -> ReplicaWeightClient:
+        if target not in self._clients:
+            if self.client_factory is None:
+                raise ValueError(f"no way to reach replica {target!r} for a weight sync")
+            self._clients[target] = self.client_factory(target)
+        return self._clients[target]
+
     def _abort(self) -> None:
         if self._executor is not None:
             self._executor.close()
@@ -311,6 +314,11 @@ class DistPublisher:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+def _failure(exc: BaseException) -> str:
+    """A failed step as the other ranks and the caller read it: class and message."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _local(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
