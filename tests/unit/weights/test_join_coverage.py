@@ -13,8 +13,8 @@ import torch
 from hybridflow.models.families import FAMILIES, DecoderLayout, ModelFamily
 from hybridflow.resharding.layout import layout_of
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.dist import DistPublisher
 from hybridflow.weights.dist_formation import param_table, replicated_topology
+from hybridflow.weights.dist_publisher import DistPublisher
 from hybridflow.weights.spec import ReplicaDescription
 from tests.family_checkpoints import build_family_checkpoint
 

@@ -1,22 +1,24 @@
-"""Weight sync over a torch.distributed group between learner ranks and rollout replicas.
+"""The learner side of weight sync over a torch.distributed group: ``DistPublisher``, on
+every learner rank, sends that rank's FSDP dim-0 shards to the rollout replicas.
 
-The group is separate from the learner's FSDP group: learner rank 0 serves a TCPStore, every
-learner rank and every replica's TP ranks join it (gloo on CPU, NCCL on GPU, same code); its
-forming, both ends, is ``dist_formation``'s, the replica side ``dist_receiver``'s. Each sync
-replays the plan: learner ranks send only their FSDP dim-0 shards, each destination receives
-only its own slices (``executor: planner``), or the naive gather-and-broadcast oracle runs
-instead (``executor: naive``).
+The group is separate from the learner's FSDP group (gloo on CPU, NCCL on GPU, same code);
+forming it, both ends, is ``dist_formation``'s, the replica side ``dist_receiver``'s. Each
+sync replays the plan: each destination receives only its own slices (``executor:
+planner``), or the naive gather-and-broadcast oracle runs instead (``executor: naive``).
 
-A sync that fails or times out aborts the group on every learner rank (they agree through an
+Every send takes one path: ``_start`` (re)builds the group if the replica set changed and
+takes this rank's shards, and the learner ranks agree at once on how that went; ``_send``
+sends them and (rank 0) waits for every replica's receive call; ``_settle`` waits for the
+send and the ranks agree whether it succeeded everywhere. ``publish`` settles at once (one
+rebuild-and-retry) and raises on every rank if it failed; ``start`` leaves the send running
+(on gloo, a background thread), ``finish`` reports it and raises if it failed, and the next
+publish settles it. A failure anywhere aborts the group on every learner rank (through an
 all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
+Waits on the replicas and on the send are bounded by ``weight_sync.timeout_s``.
+
 This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
 (``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
 ``join`` / ``receive`` / ``describe`` callables.
-
-Every send takes one path (``_start``, ``_send``, ``_settle``): the learner ranks agree at
-once on building the group and taking the shards, and on the send itself either at once
-(``publish``) or, for the send ``start`` leaves running, at the next publish (``finish``
-reports it). Every failure raises on every rank, every wait has a deadline.
 """
 
 from __future__ import annotations
