@@ -3,7 +3,8 @@
 ``WeightPublisher`` (``base``) is the one interface; ``make_publisher`` (``publishers``)
 chooses the implementation from ``weight_sync``: whole weights in-process or streamed over
 gRPC (``SendPublisher``), or FSDP shards over a torch.distributed group along the resharding
-plan (``dist.DistPublisher``). Replicas serve ``WeightSyncService`` (``servicer``); the
+plan (``dist_publisher.DistPublisher``; the group's forming is ``dist_formation``'s, the
+replica side ``dist_receiver``'s). Replicas serve ``WeightSyncService`` (``servicer``); the
 learner reaches them through ``client.GrpcWeightSyncClient``. Importing this package does
 not import torch.
 """

@@ -6,8 +6,8 @@ by ``hybridflow.weights.publishers.make_publisher``:
 
 - ``SendPublisher``: whole weights through one ``WeightSender`` per target, in-process
   (``LocalWeightSender``) or streamed over gRPC (``hybridflow.weights.client``);
-- ``DistPublisher`` (``hybridflow.weights.dist``): each learner rank sends its FSDP shards
-  over a torch.distributed group, each replica TP rank receives its slices.
+- ``DistPublisher`` (``hybridflow.weights.dist_publisher``): each learner rank sends its
+  FSDP shards over a torch.distributed group, each replica TP rank receives its slices.
 
 A publisher knows nothing of models' internals or optimizers.
 """

@@ -31,7 +31,7 @@ def make_publisher(
     are within ``group``, the ranks holding the actor (None: the whole default group).
     ``whole``: ``module`` holds LoRA adapters, which every replica TP rank takes whole."""
     if config is not None and config.transport == "dist":
-        from hybridflow.weights.dist import DistPublisher
+        from hybridflow.weights.dist_publisher import DistPublisher
 
         return DistPublisher(
             config, rank, world_size, module, device, client_factory, group, whole=whole

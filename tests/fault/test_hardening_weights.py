@@ -18,7 +18,7 @@ from hybridflow.types import SamplingParams
 from hybridflow.v1 import learner_pb2, learner_pb2_grpc
 from hybridflow.weights.client import GrpcWeightSyncClient
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.dist import listen_socket
+from hybridflow.weights.dist_formation import listen_socket
 from hybridflow.weights.transport.group import init_weight_sync_group
 from tests.helpers import start_learner_server, start_rollout_server
 

@@ -48,7 +48,8 @@ class InProcessReplica:
     weight-sync group from the publisher's threads and keeps what it received."""
 
     def __init__(self, model_path: Path) -> None:
-        from hybridflow.weights.dist import DistReceiver, param_table
+        from hybridflow.weights.dist_formation import param_table
+        from hybridflow.weights.dist_receiver import DistReceiver
 
         table = param_table(AutoModelForCausalLM.from_pretrained(model_path))
         self.table = table
@@ -61,7 +62,7 @@ class InProcessReplica:
     def describe(self) -> ReplicaDescription:
         """What the hf engine reports: whole tensors under the learner's names, at TP 1."""
         from hybridflow.resharding.layout import layout_of
-        from hybridflow.weights.dist import replicated_topology
+        from hybridflow.weights.dist_formation import replicated_topology
 
         return ReplicaDescription(1, layout_of("", replicated_topology(self.table)))
 

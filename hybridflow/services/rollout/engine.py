@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from hybridflow.lora.apply import AdapterTarget
     from hybridflow.lora.config import LoraConfig
     from hybridflow.resharding.layout import ReplicaLayout
-    from hybridflow.weights.dist import DistReceiver
+    from hybridflow.weights.dist_receiver import DistReceiver
     from hybridflow.weights.spec import GroupSpec
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -314,19 +314,19 @@ class HFEngine:
         """Whole tensors under the learner's names (no family: any causal LM, TP 1); with
         LoRA, the adapters'."""
         from hybridflow.resharding.layout import layout_of
-        from hybridflow.weights.dist import replicated_topology
+        from hybridflow.weights.dist_formation import replicated_topology
 
         return layout_of("", replicated_topology(self._weight_table()))
 
     def _weight_table(self) -> list[tuple[str, tuple[int, ...], str]]:
-        from hybridflow.weights.dist import param_table
+        from hybridflow.weights.dist_formation import param_table
 
         return param_table(self.model) if self._adapters is None else self._adapters.table
 
     def join_weight_sync(self, spec: GroupSpec, replica_index: int) -> str:
         """Joins the learner's weight-sync group as one destination rank (whole tensors)."""
         if self._receiver is None:
-            from hybridflow.weights.dist import DistReceiver
+            from hybridflow.weights.dist_receiver import DistReceiver
 
             self._receiver = DistReceiver(self._weight_table(), self.device)
         return self._receiver.join(spec, replica_index)

@@ -164,7 +164,7 @@ class VLLMEngine:
         self._layout = self._workers_layout()
         if self._lora is not None:
             from hybridflow.resharding.layout import layout_of
-            from hybridflow.weights.dist import replicated_topology
+            from hybridflow.weights.dist_formation import replicated_topology
 
             self._adapters = vllm_lora.VLLMAdapters(
                 self._lora, self._lora_mode, self._table, model_path

@@ -36,7 +36,7 @@ from hybridflow.models.families import DecoderDims, ModelFamily, family_of_confi
 from hybridflow.resharding.coverage import check_same_params
 from hybridflow.resharding.layout import layout_of
 from hybridflow.services.rollout.vllm_routing import RoutingCaptureWorker
-from hybridflow.weights.dist import DistReceiver
+from hybridflow.weights.dist_receiver import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
 TableRow = tuple[str, tuple[int, ...], str]

@@ -22,7 +22,11 @@ from hybridflow.models.families import (
 from hybridflow.resharding.coverage import check_learner_covered, check_same_params
 from hybridflow.resharding.plan import make_plan
 from hybridflow.resharding.topology import Placement
-from hybridflow.weights.dist import param_table, replicated_topology, weight_sync_topology
+from hybridflow.weights.dist_formation import (
+    param_table,
+    replicated_topology,
+    weight_sync_topology,
+)
 from tests.family_checkpoints import FAMILY_CONFIGS
 
 UNTIED_REFUSED = {"gemma2"}

@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.dist import DistPublisher, DistReceiver, param_table
+from hybridflow.weights.dist_formation import param_table
+from hybridflow.weights.dist_publisher import DistPublisher
+from hybridflow.weights.dist_receiver import DistReceiver
 
 WAIT_S = 30.0
 

@@ -13,7 +13,8 @@ import torch
 from hybridflow.models.families import FAMILIES, DecoderLayout, ModelFamily
 from hybridflow.resharding.layout import layout_of
 from hybridflow.weights.config import WeightSyncConfig
-from hybridflow.weights.dist import DistPublisher, param_table, replicated_topology
+from hybridflow.weights.dist_formation import param_table, replicated_topology
+from hybridflow.weights.dist_publisher import DistPublisher
 from hybridflow.weights.spec import ReplicaDescription
 from tests.family_checkpoints import build_family_checkpoint
 
@@ -54,7 +55,8 @@ def test_a_tp1_replica_that_lacks_a_learner_parameter_fails_the_join_naming_it(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from hybridflow.weights.dist import DistReceiver, param_table
+    from hybridflow.weights.dist_formation import param_table
+    from hybridflow.weights.dist_receiver import DistReceiver
 
     model = AutoModelForCausalLM.from_pretrained(build_family_checkpoint(tmp_path, "qwen2", True))
     table = [row for row in param_table(model) if row[0] != "model.layers.1.self_attn.v_proj.bias"]

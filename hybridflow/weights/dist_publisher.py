@@ -1,0 +1,346 @@
+"""The learner side of weight sync over a torch.distributed group: ``DistPublisher``, on
+every learner rank, sends that rank's FSDP dim-0 shards to the rollout replicas.
+
+The group is separate from the learner's FSDP group (gloo on CPU, NCCL on GPU, same code);
+forming it, both ends, is ``dist_formation``'s, the replica side ``dist_receiver``'s. Each
+sync replays the plan: each destination receives only its own slices (``executor:
+planner``), or the naive gather-and-broadcast oracle runs instead (``executor: naive``).
+
+Every send takes one path: ``_start`` (re)builds the group if the replica set changed and
+takes this rank's shards, and the learner ranks agree at once on how that went; ``_send``
+sends them and (rank 0) waits for every replica's receive call; ``_settle`` waits for the
+send and the ranks agree whether it succeeded everywhere. ``publish`` settles at once (one
+rebuild-and-retry) and raises on every rank if it failed; ``start`` leaves the send running
+(on gloo, a background thread), ``finish`` reports it and raises if it failed, and the next
+publish settles it. A failure anywhere aborts the group on every learner rank (through an
+all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
+Waits on the replicas and on the send are bounded by ``weight_sync.timeout_s``.
+
+This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
+(``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
+``join`` / ``receive`` / ``describe`` callables.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hybridflow.types import WeightUpdateReport
+from hybridflow.weights.base import ReplicaWeightClient
+from hybridflow.weights.config import WeightSyncConfig
+from hybridflow.weights.dist_formation import (
+    DescribeFn,
+    JoinFn,
+    form_group,
+    group_backend,
+)
+from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
+from hybridflow.weights.transport.group import WeightSyncGroup
+
+log = logging.getLogger(__name__)
+
+ReceiveFn = Callable[[str, int], int]
+"""receive(target, policy_version) -> bytes the replica received (blocks until done)."""
+
+
+@dataclass
+class DistPublisher:
+    """Learner side, on every learner rank: builds the group when the replica set changes,
+    then sends its local FSDP shards along the plan at each publish."""
+
+    config: WeightSyncConfig
+    rank: int
+    world_size: int
+    module: nn.Module
+    device: torch.device
+    client_factory: Callable[[str], ReplicaWeightClient] | None = None
+    """Rank 0: reaches each replica's WeightSyncService (join, receive, TP size)."""
+    group: dist.ProcessGroup | None = None
+    """The learner ranks that hold the actor (the sources), when not the whole default group
+    (a learner with its critic on ranks of its own); they must include global rank 0."""
+    whole: bool = False
+    """Every replica TP rank takes whole tensors (``module`` holds LoRA adapters)."""
+    _clients: dict[str, ReplicaWeightClient] = field(default_factory=dict)
+    _group: WeightSyncGroup | None = None
+    _executor: DistExecutor | NaiveExecutor | None = None
+    _targets: tuple[str, ...] = ()
+    _generation: int = 0
+    _wire_dtype: torch.dtype | None = None
+    """The replicas' dtype when it is not the learner's (shards are cast to it)."""
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "weight-sync"))
+    _sender: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, "weight-sync-send")
+    )
+    """Runs the one background send ``start`` began (at most one is in flight)."""
+    _inflight: Future[WeightUpdateReport] | None = None
+    """That send, until the next publish settles it on every learner rank."""
+    _reported: Future[WeightUpdateReport] | None = None
+    """That send, until ``finish`` reports it."""
+
+    @property
+    def backend(self) -> str:
+        return group_backend(self.config, self.device)
+
+    @property
+    def in_background(self) -> bool:
+        """Whether ``start`` leaves the send to a background thread: on gloo (CPU). NCCL
+        sends inline: NCCL kernels of two communicators (this group's and FSDP's) issued from
+        two threads in different orders on different ranks may wait on each other."""
+        return self.backend == "gloo"
+
+    def publish(self, targets: Sequence[str], version: int) -> WeightUpdateReport:
+        """Sends the current weights to every target (the WeightPublisher interface)."""
+        self._settle_previous()
+        return self.publish_with(targets, version, *self._reach())
+
+    def publish_with(
+        self,
+        targets: Sequence[str],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        describe: DescribeFn | None = None,
+    ) -> WeightUpdateReport:
+        """Sends the current weights to every target and settles the send at once; one
+        rebuild-and-retry on failure. ``join``, ``receive`` and ``describe`` reach the
+        replicas (rank 0 only; ``describe`` None: every replica is TP 1 and takes whole
+        tensors, unchecked)."""
+        start = time.perf_counter()
+        for attempt in (1, 2):
+            try:
+                sent = self._start(tuple(targets), version, join, receive, describe, False)
+                report, failure = self._settle(sent)
+                if failure:
+                    raise RuntimeError(f"weight sync to {list(targets)} failed: {failure}")
+                assert report is not None
+                return WeightUpdateReport(version, report.num_bytes, time.perf_counter() - start)
+            except Exception as exc:
+                if attempt == 2:
+                    raise
+                log.warning("weight sync failed (%s); rebuilding the group and retrying", exc)
+        raise AssertionError("unreachable")
+
+    def start(self, targets: Sequence[str], version: int) -> None:
+        """Begins a publish and returns once it no longer reads the parameters: the previous
+        background send is settled (every learner rank agrees how it ended; a failed one
+        aborts the group), the group is (re)built if the targets changed, this rank's shards
+        are copied, and their send, with rank 0's receive calls, runs on a background thread
+        over the weight-sync group only: never the learner's own group, so it may run beside
+        the next train step's collectives. ``finish`` reports it (rank 0). On NCCL the send
+        runs inline instead (``in_background``)."""
+        self.start_with(targets, version, *self._reach())
+
+    def start_with(
+        self,
+        targets: Sequence[str],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        describe: DescribeFn | None = None,
+    ) -> None:
+        """``start`` reaching the replicas through ``join``, ``receive`` and ``describe``
+        (rank 0 only; as in ``publish_with``)."""
+        self._settle_previous()
+        sent = self._start(tuple(targets), version, join, receive, describe, self.in_background)
+        self._inflight = self._reported = sent
+
+    def finish(self) -> WeightUpdateReport:
+        """Waits for the send ``start`` began (bounded by ``timeout_s``) and reports it; on
+        rank 0 it returns only once every target received its weights. Raises if the send
+        failed (the group is rebuilt at the next publish). Runs beside train steps."""
+        reported, self._reported = self._reported, None
+        if reported is None:
+            raise RuntimeError("no publish in flight: call start first")
+        try:
+            return reported.result(timeout=self.config.timeout_s)
+        except FutureTimeout as exc:
+            raise TimeoutError("weight sync did not finish within weight_sync.timeout_s") from exc
+
+    def _start(
+        self,
+        targets: tuple[str, ...],
+        version: int,
+        join: JoinFn | None,
+        receive: ReceiveFn | None,
+        describe: DescribeFn | None,
+        background: bool,
+    ) -> Future[WeightUpdateReport]:
+        """Every send, on every learner rank together. First, agreed at once: the group is
+        (re)built if the targets changed and this rank's shards are taken (a snapshot when
+        ``background``: the next optimizer step changes the parameters in place); a failure
+        on any rank aborts the group and raises on every rank. Then ``_send`` runs, on the
+        sender thread when ``background``, else here; its outcome is the returned future,
+        which ``_settle`` agrees on."""
+        start = time.perf_counter()
+        error, shards = "", {}
+        try:
+            if self._group is None or targets != self._targets:
+                self._build(targets, join, describe)
+            copy = _snapshot if background else _local
+            shards = {n: copy(p, self._wire_dtype) for n, p in self.module.named_parameters()}
+        except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
+            error = _failure(exc)
+        if failure := self._agreed(error):
+            raise RuntimeError(f"weight sync to {list(targets)} failed: {failure}")
+        if background:
+            return self._sender.submit(self._send, targets, version, shards, receive, start)
+        sent: Future[WeightUpdateReport] = Future()
+        try:
+            sent.set_result(self._send(targets, version, shards, receive, start))
+        except Exception as exc:  # noqa: BLE001 — settled like a background one
+            sent.set_exception(exc)
+        return sent
+
+    def _send(
+        self,
+        targets: tuple[str, ...],
+        version: int,
+        shards: dict[str, torch.Tensor],
+        receive: ReceiveFn | None,
+        start: float,
+    ) -> WeightUpdateReport:
+        """The shards along the plan, then (rank 0) every target's receive call, which must
+        all end within ``timeout_s`` of the shards' send; raises on any failure (a late
+        receive as ``TimeoutError``)."""
+        assert self._executor is not None
+        futures: list[Future[int]] = []
+        if self.rank == 0:
+            assert receive is not None
+            futures = [self._pool.submit(receive, t, version) for t in targets]
+        try:
+            self._executor.sync(shards)
+            deadline = time.monotonic() + self.config.timeout_s
+            received = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+        except FutureTimeout as exc:
+            raise TimeoutError(f"weight sync to {list(targets)} timed out") from exc
+        return WeightUpdateReport(version, max(received, default=0), time.perf_counter() - start)
+
+    def _settle(self, sent: Future[WeightUpdateReport]) -> tuple[WeightUpdateReport | None, str]:
+        """Ends a send on every learner rank together (a collective on the learner's group,
+        so it runs in a relayed command, never beside a train step): waits for it (bounded by
+        ``timeout_s``), then (its report, "") if it succeeded on every rank, else (None, why),
+        the group aborted on every rank and rebuilt at the next publish."""
+        try:
+            report, error = sent.result(timeout=self.config.timeout_s), ""
+        except Exception as exc:  # noqa: BLE001 — agreed on below, then reported
+            report, error = None, _failure(exc)
+        failure = self._agreed(error)
+        return (None, failure) if failure else (report, "")
+
+    def _settle_previous(self) -> None:
+        """Settles the send ``start`` left in flight, if any. Its failure is ``finish``'s to
+        raise; here it is only logged, and the group is rebuilt."""
+        if self._inflight is None:
+            return
+        inflight, self._inflight = self._inflight, None
+        _, failure = self._settle(inflight)
+        if failure:
+            log.warning("background weight sync failed (%s); the group is rebuilt", failure)
+
+    def _agreed(self, error: str) -> str:
+        """The learner ranks' agreement (an all-reduce on their own group) on a step every
+        one of them ran, ``error`` being this rank's failure ("" none): "" when none failed,
+        else why (this rank's error, or another rank's failure), the group aborted first."""
+        if _all_ok(not error, self.group):
+            return ""
+        self._abort()
+        return error or "on another learner rank"
+
+    def _build(
+        self, targets: tuple[str, ...], join: JoinFn | None, describe: DescribeFn | None
+    ) -> None:
+        self._abort()
+        self._generation += 1
+        self._group, self._executor, self._wire_dtype = form_group(
+            targets,
+            join,
+            describe,
+            config=self.config,
+            rank=self.rank,
+            world_size=self.world_size,
+            module=self.module,
+            device=self.device,
+            learner_group=self.group,
+            whole=self.whole,
+            generation=self._generation,
+            pool=self._pool,
+        )
+        self._targets = targets
+
+    def _reach(self) -> tuple[JoinFn | None, ReceiveFn | None, DescribeFn | None]:
+        """How rank 0 reaches the replicas (join, receive, describe); None on other ranks."""
+        if self.rank != 0:
+            return None, None, None
+        timeout_s = self.config.timeout_s
+        return (
+            lambda t, spec, i: self._client(t).join_weight_sync(spec, i),
+            lambda t, v: self._client(t).receive_weights(v, timeout_s),
+            lambda t: self._client(t).describe(),
+        )
+
+    def _client(self, target: str) -> ReplicaWeightClient:
+        if target not in self._clients:
+            if self.client_factory is None:
+                raise ValueError(f"no way to reach replica {target!r} for a weight sync")
+            self._clients[target] = self.client_factory(target)
+        return self._clients[target]
+
+    def _abort(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+        if self._group is not None:
+            self._group.abort()
+        self._group, self._executor, self._targets = None, None, ()
+
+    def close(self) -> None:
+        if self._inflight is not None:
+            futures_wait([self._inflight], timeout=self.config.timeout_s)
+            self._inflight = None
+        if self._executor is not None:
+            self._executor.close()
+        if self._group is not None:
+            self._group.close()
+        self._group, self._executor, self._targets = None, None, ()
+        self._sender.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+def _failure(exc: BaseException) -> str:
+    """A failed step as the other ranks and the caller read it: class and message."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _local(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """This rank's shard of ``p`` (in ``dtype`` when given: a copy)."""
+    local = p.to_local() if hasattr(p, "to_local") else p
+    return local.detach() if dtype is None else local.detach().to(dtype)
+
+
+def _snapshot(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A copy of this rank's shard of ``p`` (in ``dtype`` when given) that the next optimizer
+    step does not change: what a background send reads."""
+    local = p.to_local() if hasattr(p, "to_local") else p
+    return local.detach().to(dtype=dtype or local.dtype, copy=True)
+
+
+def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:
+    """Whether every source rank succeeded (all-reduce over the learner's own ``group``)."""
+    if not (dist.is_initialized() and dist.get_world_size(group) > 1):
+        return ok
+    device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+    flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, group=group)
+    return int(flag.item()) == 0
