@@ -1,7 +1,8 @@
 """A job is written down once: every shipped config's plan (``hybridflow.job.plan``) is what
 the local launcher starts and what the Slurm planner places, process for process and
 setting for setting (module, own arguments, ranks, nodes, devices, ports); each Kubernetes
-overlay runs the plan of the job it ships.
+overlay runs the plan of the job it ships, and every shipped config renders as an overlay
+(``python -m hybridflow.deploy.k8s``) that runs its plan.
 
 Each rendering is read back from what it would run: the launcher's command lines (started
 with a python that only prints its arguments), the Slurm steps' command lines, and the
@@ -11,12 +12,17 @@ from __future__ import annotations
 
 import shlex
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
+import yaml
 
+from hybridflow.deploy.k8s import PORTS as K8S_PORTS
+from hybridflow.deploy.k8s import render_overlay
 from hybridflow.deploy.launch import coordinator_command
 from hybridflow.deploy.launcher import ServiceGroup
 from hybridflow.deploy.slurm import plan_job
@@ -25,8 +31,10 @@ from hybridflow.job_config import JobConfig, load_job_config
 from tests.unit.deploy.test_k8s_manifests import (
     LEARNER_NODES,
     OVERLAYS,
+    SCHEMA_VERSIONS,
     containers,
     job_config,
+    kubectl,
     render,
 )
 
@@ -214,3 +222,60 @@ def test_each_kubernetes_overlay_runs_the_plan_of_its_job(overlay, tmp_path):
             Started(**{**started.__dict__, "devices": "", "port": port, "num_nodes": nodes})
         )
     assert k8s_started(objects) == planned
+
+
+def render_dir(directory: Path) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(directory)], check=True, capture_output=True, text=True
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides"),
+    [
+        *[(c, ()) for c in RL_CONFIGS],
+        (REPO / "deploy/configs/quickstart.yaml", ("rollout.replicas=3",)),
+    ],
+    ids=lambda v: v.stem if isinstance(v, Path) else ",".join(v) or "as-shipped",
+)
+def test_every_shipped_config_renders_as_a_kubernetes_overlay_of_its_plan(
+    config, overrides, tmp_path
+):
+    """``python -m hybridflow.deploy.k8s`` renders the plan of any config as an overlay of
+    the base: the manifests start what the plan lists (replicas past the first copied from
+    replica 0, each on its own port), every object validates against the Kubernetes schema,
+    and the job they read is the config with only the cluster's settings changed."""
+    job = load_job_config(config, overrides)
+    cluster = render_overlay(config, overrides, tmp_path / "overlay")
+    objects = render_dir(tmp_path / "overlay")
+    planned = {
+        Started(
+            **{
+                **s.__dict__,
+                "devices": "",
+                "port": s.port
+                and K8S_PORTS[role_of(s.name)] + plan(job).by_name(s.name).port_offset,
+            }
+        )
+        for s in expected(plan(job), cluster=True)
+    }
+    assert k8s_started(objects) == planned
+    assert job_config(objects, tmp_path) == cluster  # the ConfigMap is the rendered job
+    for obj in objects:
+        kubernetes_validate.validate(obj, SCHEMA_VERSIONS[-1], strict=True)
+    for section in ("rollout", "reward", "environment", "learner", "coordinator"):
+        ours, theirs = getattr(cluster, section), getattr(job, section)
+        for name in ("server", "rollout_addresses", "reward_address", "learner_address"):
+            if hasattr(theirs, name):
+                setattr(ours, name, getattr(theirs, name))
+        for name in ("environment_address", "channel", "checkpoint_dir"):
+            if hasattr(theirs, name):
+                setattr(ours, name, getattr(theirs, name))
+        assert ours == theirs, section
+
+
+def test_a_preference_job_has_no_kubernetes_overlay(tmp_path):
+    (config,) = [c for c in SHIPPED if c not in RL_CONFIGS]
+    with pytest.raises(ValueError, match="deploy/launch.sh"):
+        render_overlay(config, (), tmp_path / "overlay")
