@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks.algorithm.convergence import learning_curve  # noqa: E402
 from benchmarks.algorithm.run_benchmark import COLD_START  # noqa: E402
-from benchmarks.common.figures import read_jsonl  # noqa: E402
+from benchmarks.common.figures import read_jsonl, read_steps  # noqa: E402
 
 SYSTEMS = {
     "sync": ["coordinator.max_staleness=0"],
@@ -49,7 +49,7 @@ def hybridflow_curve(out: Path, seed: int, steps: int, overrides: list[str]) -> 
     for s in sets:
         cmd += ["--set", s]
     subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    return [p["reward"] for p in learning_curve(read_jsonl(out / "metrics.jsonl"))]
+    return [p["reward"] for p in learning_curve(read_steps(out / "metrics.jsonl"))]
 
 
 def trl_curve(out: Path, seed: int, steps: int) -> list[float]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.config import BenchmarkConfig
-from benchmarks.common.figures import read_jsonl
+from benchmarks.common.figures import read_steps
 
 BUDGET_KEYS = (
     "model",
@@ -93,7 +93,7 @@ def variant_row(
     run_dir: Path, figures: dict[str, Any], target: float, window: int
 ) -> dict[str, Any]:
     """The table row of one variant."""
-    curve = learning_curve(read_jsonl(run_dir / "metrics.jsonl"))
+    curve = learning_curve(read_steps(run_dir / "metrics.jsonl"))
     reached = first_reach(curve, target, window)
     return {
         "final_reward": figures["reward_end"],

@@ -15,6 +15,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def read_steps(path: Path) -> list[dict[str, Any]]:
+    """A metrics.jsonl's training steps (an evaluation's lines, ``eval/...`` at its own
+    step, left out)."""
+    return [row for row in read_jsonl(path) if "timing_s/step" in row]
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -24,7 +30,8 @@ def median(values: list[float]) -> float:
 
 
 def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    metrics = [row for row in rows if "timing_s/step" in row]
     events = read_jsonl(run_dir / "events.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     usage_path = run_dir / "service_usage.json"
@@ -82,6 +89,18 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
             **{k: v["cpu_s"] for k, v in usage.items()},
             "coordinator": summary.get("coordinator_cpu_s", 0.0),
         },
+        # Held-out evaluations inside the timed steps (coordinator.eval), and how long the
+        # weight publishes waited for them.
+        "eval_s": sum(
+            v
+            for row in rows
+            if "timing_s/step" not in row and row.get("time", 0.0) >= t_first
+            for k, v in row.items()
+            if k.startswith("eval/") and k.endswith("/seconds") and v is not None
+        ),
+        "eval_hold_wait_s": sum(
+            e["duration_s"] for e in events if e["kind"] == "eval_hold" and e["start"] >= t_first
+        ),
         "reward_start": summary["reward_start"],
         "reward_end": summary["reward_end"],
         "staleness_histogram": summary["staleness_histogram"],

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.figures import read_jsonl
+from benchmarks.common.figures import read_steps
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,4 +29,4 @@ def variant_metrics(out: Path, name: str) -> list[dict[str, Any]]:
     found = sorted((out / name).glob("*/metrics.jsonl"))
     if not found:
         raise SystemExit(f"{name}: no metrics.jsonl under {out / name}")
-    return read_jsonl(found[-1])
+    return read_steps(found[-1])

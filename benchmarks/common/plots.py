@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.common.figures import read_jsonl
+from benchmarks.common.figures import read_jsonl, read_steps
 
 _COLORS = {"generate": "tab:blue", "score": "tab:green", "train": "tab:orange", "sync": "tab:red"}
 
@@ -17,7 +17,7 @@ def plot_all(out: Path, names: list[str]) -> None:
 
     fig, (ax_r, ax_t) = plt.subplots(1, 2, figsize=(12, 4))
     for name in names:
-        rows = read_jsonl(out / name / "metrics.jsonl")
+        rows = read_steps(out / name / "metrics.jsonl")
         if not rows:
             continue
         t0 = rows[0]["time"] - rows[0]["timing_s/step"]

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.algorithm.convergence import trailing_mean  # noqa: E402
-from benchmarks.common.figures import mean, read_jsonl  # noqa: E402
+from benchmarks.common.figures import mean, read_steps  # noqa: E402
 from benchmarks.common.runner import run_suite, suite_arg_parser  # noqa: E402
 
 SCHEDULES = ("sync", "greedy", "pace")
@@ -116,7 +116,7 @@ def plot_rewards(out: Path, names: list[str], window: int) -> None:
         for name in names:
             if split_name(name)[0] != workload:
                 continue
-            rows = read_jsonl(out / name / "metrics.jsonl")
+            rows = read_steps(out / name / "metrics.jsonl")
             smooth = trailing_mean([r["critic/score/mean"] for r in rows], window)
             ax.plot([r["step"] for r in rows], smooth, label=split_name(name)[1])
         ax.set(
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((out / "summary.json").read_text())
     names = list(summary["variants"])
     rows = {
-        name: variant_row(name, summary["variants"][name], read_jsonl(out / name / "metrics.jsonl"))
+        name: variant_row(name, summary["variants"][name], read_steps(out / name / "metrics.jsonl"))
         for name in names
     }
     summary["pacing"] = rows

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.ranges import raise_problems
+from hybridflow.coordinator.eval_config import EvalConfig
 from hybridflow.coordinator.pacing import AdmissionPolicy
 from hybridflow.coordinator.sinks import LOGGERS
 from hybridflow.rpc.config import ChannelConfig, ServerConfig
@@ -52,7 +53,8 @@ class CoordinatorConfig:
     """The single controller: data, schedule, addresses of the services."""
 
     data: str = knob("builtin:arith", free="a dataset name or path, checked when it loads")
-    """Prompt dataset: builtin:arith (single-turn), builtin:calc or builtin:guess (multi-turn
+    """Prompt dataset: builtin:arith (single-turn; builtin:arith:train leaves out the held-out
+    problems of builtin:arith:test), builtin:calc or builtin:guess (multi-turn
     tasks for the built-in environments), a verl-format .jsonl / .parquet file, or
     sharegpt:PATH (a ShareGPT .json list / .jsonl: the first human turn is the prompt)."""
     data_size: int = knob(2048, ge=1)
@@ -113,6 +115,9 @@ class CoordinatorConfig:
     is non-empty); empty: multi-turn episodes run their environments in process."""
     learner_address: str = knob("", free="host:port, checked when the coordinator connects")
     """host:port of the learner (rank 0)."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation while training (docs/evaluation.md): off until ``sets`` lists a
+    dataset."""
     channel: ChannelConfig = field(default_factory=ChannelConfig)
     """Client settings for every service call."""
     server: ServerConfig = field(default_factory=ServerConfig)

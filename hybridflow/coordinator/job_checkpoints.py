@@ -97,6 +97,7 @@ class JobCheckpoints:
             log.info("resume: no complete checkpoint under %s; starting at step 1", store.root)
             rewind_jsonl(self.run_dir / "metrics.jsonl", 0)
             rewind_jsonl(self.run_dir / "trained.jsonl", 0)
+            rewind_jsonl(self.run_dir / "eval.jsonl", 0)
             return None
         if refused:
             for newer in store.candidates():
@@ -112,6 +113,7 @@ class JobCheckpoints:
         state.versions_per_step = self.buffer.bound.versions_per_step  # this learner's
         rewind_jsonl(self.run_dir / "metrics.jsonl", state.step)
         rewind_jsonl(self.run_dir / "trained.jsonl", state.step)
+        rewind_jsonl(self.run_dir / "eval.jsonl", state.step)
         log.info(
             "resumed from step %d (policy v%d, %d prompts to regenerate)",
             state.step,

@@ -12,6 +12,9 @@ What it keeps true (tested in tests/unit/coordinator/ and tests/fault/):
   step is out only once every target holds it.
 - Liveness probes never run inside the learner's lock (``learner_lock``: the trainer loop,
   checkpoints, publishes and rejoins all call the learner under it).
+- While a held-out evaluation holds the replicas' version (``hold``: ``evaluation.EvalHold``,
+  taken by ``on_published`` right after the publish it evaluates), the next ``sync`` waits
+  for it, at most until the evaluation's deadline.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from hybridflow.clients import PublishesInBackground
 from hybridflow.coordinator.buffer import GroupBuffer
@@ -28,6 +32,9 @@ from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import PROBE_TIMEOUT_S
 from hybridflow.coordinator.services import Services
 from hybridflow.errors import DeliveryFailed, ResourceExhausted, ServiceError
+
+if TYPE_CHECKING:
+    from hybridflow.coordinator.evaluation import EvalHold
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,13 @@ class WeightPublisher:
         self._in_flight: threading.Thread | None = None
         """The background publish in flight (``sync``), until joined."""
         self._error: BaseException | None = None
+        self.hold: EvalHold | None = None
+        """An evaluation's hold on the replicas' version; ``sync`` waits while it is taken."""
+        self.on_published: Callable[[int], None] | None = None
+        """Called with the step once a ``sync`` landed on every target (the job starts a
+        due evaluation there, taking ``hold`` before the next sync can run)."""
+        self.hold_wait_s = 0.0
+        """Seconds ``sync`` waited for evaluations, in all."""
 
     def rejoin(self, index: int, timeout_s: float) -> int | None:
         """A failed replica is back when it answers a probe (outside the learner's lock, so
@@ -117,8 +131,13 @@ class WeightPublisher:
         its weights are snapshotted, and a thread waits for the end while the next step
         trains; the replicas are noted at ``version`` and the buffer learns the step is out
         only once every target holds it. The next publish, a checkpoint and the job's
-        close ``join`` the one in flight first."""
+        close ``join`` the one in flight first; an evaluation's ``hold`` is waited for."""
         self.join()
+        if self.hold is not None and self.hold.taken:
+            start = time.time()
+            waited = self.hold.wait()
+            self.hold_wait_s += waited
+            self.events.record("eval_hold", start, time.time(), step=step)
         learner = self.services.learner
         serving = [d for d in self.dispatchers if not d.failed]
         if serving and self._overlap and isinstance(learner, PublishesInBackground):
@@ -179,6 +198,8 @@ class WeightPublisher:
     def _published(self, step: int, version: int, since: float) -> None:
         self.buffer.publish(step)
         self.events.record("sync", since, time.time(), step=step, version=version)
+        if self.on_published is not None:
+            self.on_published(step)
 
 
 def _alive(dispatcher: ReplicaDispatcher, timeout_s: float = PROBE_TIMEOUT_S) -> bool:

@@ -2,7 +2,8 @@
 
 ``write_report(run_dir)`` reads ``RUN_DIR/metrics.jsonl`` (one JSON object per step, as
 ``MetricsLog`` writes it) and draws one figure per family of metrics under ``RUN_DIR/report/``:
-reward, losses, KL, entropy, throughput, staleness (the async schedule) and step timings. A
+reward, losses, KL, entropy, throughput, staleness (the async schedule), step timings and the
+held-out evaluations (``eval/<set>/...``, beside the training reward). A
 family draws only the series the run logged; a family with none is skipped. A run in
 progress can be drawn: a partial last line (the writer is mid-line) is ignored.
 
@@ -35,6 +36,9 @@ class Family:
     shared_axes: bool
     """True: every series on one axes (same unit); False: one panel per series."""
     ylabel: str = ""
+    needs: str = ""
+    """Drawn only when a series of its own matches this (the evaluation plot: an eval/...
+    series, not the training reward it is drawn beside); empty: any of its series."""
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -82,6 +86,17 @@ FAMILIES: tuple[Family, ...] = (
         shared_axes=False,
     ),
     Family("timing", "Step timings", (r"timing_s/.+",), shared_axes=True, ylabel="seconds"),
+    Family(
+        "eval",
+        "Held-out evaluation beside the training reward",
+        (
+            r"eval/[^/]+/(pass@\d+|mean@\d+|majority@\d+|success_rate)",
+            r"critic/score/mean",
+        ),
+        shared_axes=True,
+        ylabel="score",
+        needs=r"eval/.+",
+    ),
 )
 
 
@@ -106,15 +121,17 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def series(records: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
-    """Each numeric metric as (steps, values), in file order; a missing or null (non-finite
-    when logged) value is NaN, so a line shows a gap instead of a false point."""
-    names: dict[str, None] = {}
+    """Each numeric metric as (steps, values), in file order, over the records that hold it
+    (a training step's line, an evaluation's: ``eval/...``); a null (non-finite when logged)
+    value is NaN, so a line shows a gap instead of a false point."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
     for record in records:
         for key, value in record.items():
             if key not in ("step", "time") and (value is None or _is_number(value)):
-                names.setdefault(key)
-    steps = [float(r["step"]) for r in records]
-    return {name: (steps, [_as_float(r.get(name)) for r in records]) for name in names}
+                steps, values = out.setdefault(key, ([], []))
+                steps.append(float(record["step"]))
+                values.append(_as_float(value))
+    return out
 
 
 def family_series(family: Family, available: list[str]) -> list[str]:
@@ -141,7 +158,7 @@ def write_report(run_dir: Path) -> list[Path]:
     written = []
     for family in FAMILIES:
         names = family_series(family, list(data))
-        if names:
+        if names and (not family.needs or any(re.fullmatch(family.needs, n) for n in names)):
             target = out_dir / f"{family.name}.png"
             _draw(family, {n: data[n] for n in names}, target, title_suffix=Path(run_dir).name)
             written.append(target)
@@ -180,7 +197,8 @@ def _draw(
         panels = [axes[i][0] for i in range(num_panels)]
         for i, (name, (steps, values)) in enumerate(data.items()):
             ax = panels[0 if family.shared_axes else i]
-            marker = "o" if len(steps) < 30 else None  # a short run: show the points
+            # A short run, or an evaluation's few points: show the points.
+            marker = "o" if len(steps) < 30 or name.startswith("eval/") else None
             ax.plot(steps, values, label=name, marker=marker, markersize=3)
             ax.set_ylabel(family.ylabel if family.shared_axes else name)
             ax.grid(True, alpha=0.3)

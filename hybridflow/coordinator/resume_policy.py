@@ -63,6 +63,9 @@ _ADDRESS = Rule(Policy.APPLY, "an address the launcher assigns at each launch", 
 _SCHEDULE = _apply("read by the schedule at each step; nothing pending survives a resume")
 _LOSS = _apply("read by the learner at each step")
 _OPTIM = _apply("re-applied to the optimizer after its state is restored")
+_EVAL = _apply(
+    "read by the evaluator at each evaluation; the records of earlier ones stay as they were"
+)
 _DATA = "the dataset's rows and their indices would differ from the checkpoint's cursor"
 
 _LORA = _refuse(
@@ -111,6 +114,18 @@ RULES: dict[str, Rule] = {
     "coordinator.reward_address": _ADDRESS,
     "coordinator.environment_address": _ADDRESS,
     "coordinator.learner_address": _ADDRESS,
+    "coordinator.eval.sets": _EVAL,
+    "coordinator.eval.every": _EVAL,
+    "coordinator.eval.before_training": _EVAL,
+    "coordinator.eval.at_end": _EVAL,
+    "coordinator.eval.k": _EVAL,
+    "coordinator.eval.sampling.temperature": _EVAL,
+    "coordinator.eval.sampling.top_p": _EVAL,
+    "coordinator.eval.sampling.top_k": _EVAL,
+    "coordinator.eval.sampling.max_new_tokens": _EVAL,
+    "coordinator.eval.pass_threshold": _EVAL,
+    "coordinator.eval.prompts_per_request": _EVAL,
+    "coordinator.eval.timeout_s": _EVAL,
     "coordinator.channel.*": _PROCESS,
     "coordinator.server.*": _PROCESS,
     "coordinator.save_checkpoint": _SCHEDULE,

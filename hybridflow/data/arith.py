@@ -30,31 +30,42 @@ def arith_ground_truth(a: int, b: int) -> str:
 
 
 def make_arith_rows(
-    num: int, seed: int, max_operand: int = DEFAULT_MAX_OPERAND
+    num: int, seed: int, max_operand: int = DEFAULT_MAX_OPERAND, split: str = "all"
 ) -> list[dict[str, Any]]:
-    """``num`` verl-format rows with operands drawn uniformly from 0..max_operand.
+    """``num`` verl-format rows of ``split``'s problems: ``all`` and ``train`` draw operands
+    uniformly (``train`` never a held-out problem: ``heldout_problems``), ``test`` lists the
+    held-out problems once each, in a fixed order (at most ``num`` of them).
 
-    Deterministic in (num, seed, max_operand); a longer list with the same seed starts with the
-    rows of a shorter one.
+    Deterministic in (num, seed, max_operand, split); a longer list with the same seed starts
+    with the rows of a shorter one.
     """
     if num < 0:
         raise ValueError(f"num must be >= 0, got {num}")
     if max_operand < 0:
         raise ValueError(f"max_operand must be >= 0, got {max_operand}")
-    rng = random.Random(seed)
-    rows: list[dict[str, Any]] = []
-    for i in range(num):
-        a = rng.randint(0, max_operand)
-        b = rng.randint(0, max_operand)
-        rows.append(
-            {
-                "prompt": arith_prompt(a, b),
-                "data_source": DATA_SOURCE,
-                "reward_model": {"ground_truth": arith_ground_truth(a, b)},
-                "extra_info": {"index": i},
-            }
-        )
-    return rows
+    if split not in ("all", "train", "test"):
+        raise ValueError(f"split must be 'all', 'train' or 'test', got {split!r}")
+    if split == "all":
+        rng = random.Random(seed)
+        problems = [(rng.randint(0, max_operand), rng.randint(0, max_operand)) for _ in range(num)]
+    else:
+        heldout = heldout_problems(max_operand)
+        if split == "test":
+            problems = sorted(heldout)[:num]
+        else:
+            grid = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
+            train = [p for p in grid if p not in heldout]
+            rng = random.Random(f"hybridflow-arith-train:{seed}")
+            problems = [rng.choice(train) for _ in range(num)]
+    return [
+        {
+            "prompt": arith_prompt(a, b),
+            "data_source": DATA_SOURCE,
+            "reward_model": {"ground_truth": arith_ground_truth(a, b)},
+            "extra_info": {"index": i},
+        }
+        for i, (a, b) in enumerate(problems)
+    ]
 
 
 # ---------------------------------------------------------------- preference data

@@ -1,5 +1,6 @@
-"""Prompt datasets in verl's format, tokenised once: ``builtin:arith`` (and the built-in
-environments' ``builtin:calc``, ``builtin:guess``), JSONL and parquet, plus
+"""Prompt datasets in verl's format, tokenised once: ``builtin:arith`` (every problem;
+``builtin:arith:train`` without the held-out ones, ``builtin:arith:test`` those alone), the
+built-in environments' ``builtin:calc``, ``builtin:guess``, JSONL and parquet, plus
 ShareGPT conversations (``sharegpt:PATH``, converted to rows by ``sharegpt.py``).
 
 A row holds ``prompt`` (a list of chat messages ``{role, content}``, rendered with the
@@ -38,7 +39,13 @@ from hybridflow.types import arrays_equal
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_DATASETS = ("builtin:arith", "builtin:calc", "builtin:guess")
+BUILTIN_DATASETS = (
+    "builtin:arith",
+    "builtin:arith:train",
+    "builtin:arith:test",
+    "builtin:calc",
+    "builtin:guess",
+)
 """``builtin:calc`` and ``builtin:guess`` are the built-in environments' tasks
 (``hybridflow.envs.builtin``): chat prompts, for multi-turn episodes."""
 DEFAULT_BUILTIN_NUM = 1024
@@ -261,10 +268,11 @@ def _iter_rows(
 def _builtin_rows(spec: str, num: int, seed: int, chat: bool) -> list[dict[str, Any]]:
     """Rows of a builtin dataset. arith's plain prompts become one user message for a chat
     tokenizer; the environments' rows are chat messages always (their openings)."""
-    if spec == "builtin:arith":
-        from hybridflow.data.arith import make_arith_rows
+    if spec.startswith("builtin:arith"):
+        from hybridflow.data.arith import DEFAULT_MAX_OPERAND, make_arith_rows
 
-        rows = make_arith_rows(num, seed)
+        split = spec.removeprefix("builtin:arith").removeprefix(":") or "all"
+        rows = make_arith_rows(num, seed, DEFAULT_MAX_OPERAND, split)
         if chat:
             rows = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
         return rows

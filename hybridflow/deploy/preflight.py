@@ -67,6 +67,7 @@ def check_job(
         *_tls_problems(job),
         *_exposure_problems(job),
         *(dataset_problems(job) if dataset else []),
+        *eval_problems(job),
     ]
 
 
@@ -310,15 +311,25 @@ def dataset_problems(job: JobConfig) -> list[str]:
     return found
 
 
-def _dataset_problems(job: JobConfig) -> list[str]:
+def eval_problems(job: JobConfig) -> list[str]:
+    """Problems of each held-out set of ``coordinator.eval`` (as of the job's dataset, named by
+    its key); checked by every preflight (small files, and none is stamped)."""
+    return [
+        line
+        for i, eval_set in enumerate(job.coordinator.eval.sets)
+        for line in _dataset_problems(job, eval_set.data, f"coordinator.eval.sets[{i}].data")
+    ]
+
+
+def _dataset_problems(job: JobConfig, spec: str = "", key: str = "coordinator.data") -> list[str]:
     from hybridflow.data.datasets import BUILTIN_DATASETS, check_prompt_rows
     from hybridflow.services.reward.registry import ScorerRegistry
 
-    spec = job.coordinator.data
+    spec = spec or job.coordinator.data
     if spec.startswith("builtin:"):
         if spec not in BUILTIN_DATASETS:
             return [
-                f"config error: coordinator.data: unknown builtin dataset {spec!r}; "
+                f"config error: {key}: unknown builtin dataset {spec!r}; "
                 f"known: {list(BUILTIN_DATASETS)}"
             ]
         return []

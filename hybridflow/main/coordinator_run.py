@@ -28,6 +28,7 @@ from hybridflow.coordinator.config import CoordinatorConfig
 
 if TYPE_CHECKING:
     from hybridflow.coordinator.control import JobControl
+    from hybridflow.coordinator.evaluation import EvalSet
     from hybridflow.coordinator.run_records import RunSummary
     from hybridflow.coordinator.services import Services
     from hybridflow.data.datasets import PromptDataset
@@ -79,6 +80,8 @@ class _Prepared:
     run_lock: object
     tokenizer: Any
     dataset: PromptDataset
+    eval_sets: list[EvalSet]
+    """The held-out sets of ``coordinator.eval``."""
 
 
 def run_job(
@@ -183,6 +186,7 @@ def _prepare(
     mark("coordinator", "tokenizer")
     try:
         dataset = load_dataset(job.coordinator, model_dir, tokenizer)
+        eval_sets = load_eval_sets(job.coordinator, model_dir, tokenizer)
     except ValueError as exc:  # every prompt over the limit, or the model has no room
         raise _Exit(2, f"data error: {exc}") from exc
     mark("coordinator", "dataset")
@@ -197,7 +201,7 @@ def _prepare(
             raise _Exit(2)
         mark("coordinator", "addresses")
     dump_yaml(job, run_dir / "config.yaml")
-    return _Prepared(job, run_dir, run_lock, tokenizer, dataset)
+    return _Prepared(job, run_dir, run_lock, tokenizer, dataset, eval_sets)
 
 
 def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
@@ -333,6 +337,7 @@ def _train(
             checkpoint_root,
             needs=needs,
             resolved_config=asdict(job),
+            eval_sets=prepared.eval_sets,
         )
         training.launch_time = origin
         return training.run()
@@ -366,9 +371,33 @@ def _report(summary: RunSummary, run_dir: Path) -> None:
     )
     if summary.mfu is not None:
         print(f"learner MFU: {100 * summary.mfu:.1f}%", file=sys.stderr)
+    for line in _eval_lines(run_dir):
+        print(line, file=sys.stderr)
     if summary.checkpoint:
         print(f"checkpoint: {summary.checkpoint}", file=sys.stderr)
     print(f"results: {run_dir}", file=sys.stderr)
+
+
+def _eval_lines(run_dir: Path) -> list[str]:
+    """Each held-out set's headline, first and last evaluation of the run (eval.jsonl)."""
+    from hybridflow.coordinator.evaluation import RECORDS, read_records
+
+    by_name: dict[str, list[Any]] = {}
+    for result in read_records(run_dir / RECORDS):
+        by_name.setdefault(result.name, []).append(result)
+    lines = []
+    for name, results in by_name.items():
+        first, last = results[0], results[-1]
+        keys = [k for k in first.metrics if k.rsplit("/", 1)[-1].startswith(("pass@", "mean@"))]
+        parts = [
+            f"{k.rsplit('/', 1)[-1]} {first.metrics[k]:.3f} -> {last.metrics.get(k, float('nan')):.3f}"
+            for k in sorted(keys)
+        ]
+        lines.append(
+            f"held-out {name} (step {first.step} -> {last.step}, "
+            f"{int(last.metrics.get(f'eval/{name}/num_prompts', 0))} prompts): " + ", ".join(parts)
+        )
+    return lines
 
 
 def _report_missing_addresses(cfg: CoordinatorConfig) -> bool:
@@ -433,3 +462,37 @@ def load_dataset(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> Pro
         limit.reason,
     )
     return dataset
+
+
+def load_eval_sets(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> list[EvalSet]:
+    """The held-out sets of ``coordinator.eval``, tokenised as the training prompts are (the
+    same prompt limit; a set left empty by it is a ValueError naming the set)."""
+    from hybridflow.coordinator.evaluation import EvalSet
+    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.data.prompt_limits import model_positions, prompt_limit
+
+    if not cfg.eval.enabled:
+        return []
+    max_new_tokens = cfg.eval.sampling.max_new_tokens or cfg.sampling.max_new_tokens
+    limit = prompt_limit(cfg.max_prompt_tokens, max_new_tokens, model_positions(model_dir))
+    out = []
+    for eval_set in cfg.eval.sets:
+        builtin = eval_set.data.startswith("builtin:")
+        num = eval_set.size or (DEFAULT_EVAL_BUILTIN_SIZE if builtin else None)
+        dataset = read_prompt_dataset(
+            eval_set.data, tokenizer, num, cfg.seed, limit.tokens, cfg.max_prompt_bytes
+        )
+        if not dataset.records:
+            raise ValueError(
+                f"coordinator.eval set {eval_set.name!r} ({eval_set.data}): no prompt left "
+                f"({dataset.num_dropped_too_long} longer than {limit.tokens} tokens)"
+            )
+        log.info(
+            "eval set %s: %d prompts from %s", eval_set.name, len(dataset.records), eval_set.data
+        )
+        out.append(EvalSet(eval_set.name, list(dataset.records)))
+    return out
+
+
+DEFAULT_EVAL_BUILTIN_SIZE = 64
+"""Prompts of a builtin eval set whose ``size`` is 0 (builtin:arith:test has fewer: all)."""

@@ -50,6 +50,11 @@ class FakeRollout:
         self.prompts_seen: list[list[int]] = []
         self.requests: list[tuple[int, SamplingParams]] = []
         """(prompts, sampling) of every Generate call, in call order."""
+        self.request_ids: list[str] = []
+        """The request id of each of ``requests`` (an evaluation's start with ``eval``)."""
+        self.job: Any = None
+        self.learner: Any = None
+        """The job and learner it serves, where a test needs them (set by the test)."""
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, request_id: str = ""
@@ -58,6 +63,7 @@ class FakeRollout:
             raise Unavailable()
         self.prompts_seen.extend(list(p) for p in prompts)
         self.requests.append((len(prompts), params))
+        self.request_ids.append(request_id)
         return [
             [Completion([p[0], k], [-0.5, -0.5], "stop", self.version) for k in range(params.n)]
             for p in prompts

@@ -28,6 +28,7 @@ import pytest
 
 from hybridflow.coordinator.checkpoint import CheckpointStore
 from hybridflow.coordinator.checkpoint_config import ResumeRefused
+from hybridflow.coordinator.evaluation import EvalSet
 from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.resume_policy import Change, Policy, compare, flatten, rule_for
 from hybridflow.coordinator.services import Services
@@ -50,6 +51,9 @@ BASE = (
     "learner.algorithm=ppo",  # a critic: every learner key, the critic's included, is valid
 )
 CRASH_STEP = 6  # checkpoints at steps 2 and 4; step 5 trained and lost with the crash
+EVAL_ON = "coordinator.eval.sets=[{name: held, data: 'builtin:arith:test'}]"
+EVAL_PROMPTS = 3
+"""Prompts of the matrix's held-out set (fake records)."""
 
 # One valid change per key (several keys where one needs another to validate or to act); the
 # server / channel sub-configs by one key each: they share one rule.
@@ -95,6 +99,27 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.replica_stall_timeout_s": ("coordinator.replica_stall_timeout_s=10",),
     "coordinator.service_wait_s": ("coordinator.service_wait_s=10",),
     "coordinator.progress": ("coordinator.progress=true",),
+    # An evaluation is due at the last step (at_end); each case changes one key besides.
+    "coordinator.eval.sets": (EVAL_ON,),
+    "coordinator.eval.every": (EVAL_ON, "coordinator.eval.every=2"),
+    "coordinator.eval.before_training": (EVAL_ON, "coordinator.eval.before_training=false"),
+    "coordinator.eval.at_end": (
+        EVAL_ON,
+        "coordinator.eval.every=4",
+        "coordinator.num_steps=9",  # the last step is not one every=4 evaluates
+        "coordinator.eval.at_end=false",
+    ),
+    "coordinator.eval.k": (EVAL_ON, "coordinator.eval.k=3"),
+    "coordinator.eval.sampling.temperature": (EVAL_ON, "coordinator.eval.sampling.temperature=0.5"),
+    "coordinator.eval.sampling.top_p": (EVAL_ON, "coordinator.eval.sampling.top_p=0.8"),
+    "coordinator.eval.sampling.top_k": (EVAL_ON, "coordinator.eval.sampling.top_k=5"),
+    "coordinator.eval.sampling.max_new_tokens": (
+        EVAL_ON,
+        "coordinator.eval.sampling.max_new_tokens=3",
+    ),
+    "coordinator.eval.pass_threshold": (EVAL_ON, "coordinator.eval.pass_threshold=0.5"),
+    "coordinator.eval.prompts_per_request": (EVAL_ON, "coordinator.eval.prompts_per_request=1"),
+    "coordinator.eval.timeout_s": (EVAL_ON, "coordinator.eval.timeout_s=60"),
     "coordinator.loggers": ("coordinator.loggers=[jsonl, tensorboard]",),
     "learner.algorithm": ("learner.algorithm=grpo",),
     "learner.dpo.beta": ("learner.dpo.beta=0.2",),
@@ -193,6 +218,21 @@ class Resumed:
         """(prompts, sampling) of every Generate call of the resumed run."""
         return [request for rollout in self.rollouts for request in rollout.requests]
 
+    def eval_requests(self) -> list[tuple[int, SamplingParams]]:
+        """(prompts, sampling) of the resumed run's evaluation requests."""
+        return [
+            request
+            for rollout in self.rollouts
+            for request, rid in zip(rollout.requests, rollout.request_ids, strict=True)
+            if rid.startswith("eval")
+        ]
+
+    def evaluations(self) -> list[dict]:
+        """eval.jsonl's records of the steps from the restored one on."""
+        path = self.run_dir / "eval.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        return [r for r in rows if r["step"] >= self.restored_step]
+
     def saved_steps(self) -> list[int]:
         """The steps whose train state the learner saved after the resume."""
         return [int(name.split("/")[0].removeprefix("step_")) for name in self.learner.saved]
@@ -203,6 +243,19 @@ def _sampling(field: str) -> Observer[Resumed]:
         f"SamplingParams.{field} of the Generate calls",
         lambda r: one(getattr(params, field) for _, params in r.requests()),
     )
+
+
+def _eval_sampling(field: str) -> Observer[Resumed]:
+    return Observer(
+        f"SamplingParams.{field} of the evaluation requests",
+        lambda r: one(getattr(params, field) for _, params in r.eval_requests()),
+    )
+
+
+def _eval_sets(r: Resumed) -> list[dict]:
+    evaluated = {e["name"] for e in r.evaluations()}
+    assert r.training.evaluator is not None
+    return [asdict(s) for s in r.training.evaluator.config.sets if s.name in evaluated]
 
 
 def _gaps(steps: list[int]) -> object:
@@ -315,11 +368,45 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
         "progress lines on stderr", lambda r: bool(re.search(r"\] \d+/\d+ reward", r.stderr))
     ),
     "coordinator.loggers": Observer("sinks whose files the resumed run wrote", _sinks),
+    "coordinator.eval.sets": Observer(
+        "the sets the resumed run evaluated (eval.jsonl), as configured", _eval_sets
+    ),
+    "coordinator.eval.every": Observer(
+        "steps between the resumed run's evaluations",
+        lambda r: _gaps(sorted({e["step"] for e in r.evaluations()})),
+    ),
+    "coordinator.eval.at_end": Observer(
+        "the last step was evaluated (every=4 leaves step 9 to at_end)",
+        lambda r: any(e["step"] == r.training.config.num_steps for e in r.evaluations()),
+    ),
+    "coordinator.eval.k": Observer(
+        "n of the evaluation requests", lambda r: one(p.n for _, p in r.eval_requests())
+    ),
+    "coordinator.eval.sampling.temperature": _eval_sampling("temperature"),
+    "coordinator.eval.sampling.top_p": _eval_sampling("top_p"),
+    "coordinator.eval.sampling.top_k": _eval_sampling("top_k"),
+    "coordinator.eval.sampling.max_new_tokens": _eval_sampling("max_new_tokens"),
+    "coordinator.eval.prompts_per_request": Observer(
+        "the largest evaluation request (prompts)",
+        lambda r: max(n for n, _ in r.eval_requests()),
+    ),
 }
 """Coordinator keys, read from the resumed run of this matrix."""
 
 _IN_PROCESS = "the matrix's services are in process: no gRPC channel, no socket"
 NOT_OBSERVED: dict[str, str] = {
+    "coordinator.eval.before_training": (
+        "acts at step 0 only, which a resumed run never starts at (test_evaluation.py: a "
+        "fresh run evaluates step 0)"
+    ),
+    "coordinator.eval.pass_threshold": (
+        "moves which scores the metrics count as passing, not anything a run does: "
+        "test_eval_metrics.py checks the metrics against it"
+    ),
+    "coordinator.eval.timeout_s": (
+        "bounds an evaluation that hangs, which none here does (test_evaluation.py: one "
+        "that hangs is given up at its deadline)"
+    ),
     "coordinator.max_prompt_bytes": (
         "read where the coordinator loads its dataset (run.load_dataset), before any job: "
         "a row over it fails the load, so a resumed job that runs has the same rows"
@@ -395,6 +482,7 @@ def _job(
         resume=resume,
         checkpoint_root=run_dir / "checkpoints",
         resolved_config=asdict(job),
+        eval_sets=[EvalSet(s.name, records(EVAL_PROMPTS)) for s in job.coordinator.eval.sets],
     )
     return training, learner, rollouts
 

@@ -154,14 +154,16 @@ def test_good_dataset_file_passes(tmp_path):
 def test_missing_empty_and_unknown_datasets(tmp_path):
     assert data_problems(tmp_path / "none.jsonl") == [
         f"data error: dataset '{tmp_path / 'none.jsonl'}': no such file "
-        "(expected builtin:arith, builtin:calc, builtin:guess, .jsonl, .parquet or sharegpt:PATH)"
+        "(expected builtin:arith, builtin:arith:train, builtin:arith:test, builtin:calc, "
+        "builtin:guess, .jsonl, .parquet or sharegpt:PATH)"
     ]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
     assert data_problems(empty) == [f"data error: {empty}: the dataset has no rows"]
     assert problems(QUICKSTART, ["coordinator.data=builtin:nope"]) == [
         "config error: coordinator.data: unknown builtin dataset 'builtin:nope'; "
-        "known: ['builtin:arith', 'builtin:calc', 'builtin:guess']"
+        "known: ['builtin:arith', 'builtin:arith:train', 'builtin:arith:test', 'builtin:calc', "
+        "'builtin:guess']"
     ]
 
 
