@@ -15,10 +15,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def is_step_row(row: dict[str, Any]) -> bool:
+    """Whether a metrics.jsonl line is a training step's (an evaluation's line holds only
+    ``eval/...`` keys beside ``step`` and ``time``)."""
+    return not any(key.startswith("eval/") for key in row)
+
+
 def read_steps(path: Path) -> list[dict[str, Any]]:
-    """A metrics.jsonl's training steps (an evaluation's lines, ``eval/...`` at its own
-    step, left out)."""
-    return [row for row in read_jsonl(path) if "timing_s/step" in row]
+    """A metrics.jsonl's training steps (an evaluation's lines left out)."""
+    return [row for row in read_jsonl(path) if is_step_row(row)]
 
 
 def mean(values: list[float]) -> float:
@@ -31,7 +36,7 @@ def median(values: list[float]) -> float:
 
 def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
     rows = read_jsonl(run_dir / "metrics.jsonl")
-    metrics = [row for row in rows if "timing_s/step" in row]
+    metrics = [row for row in rows if is_step_row(row)]
     events = read_jsonl(run_dir / "events.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     usage_path = run_dir / "service_usage.json"
@@ -94,7 +99,7 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
         "eval_s": sum(
             v
             for row in rows
-            if "timing_s/step" not in row and row.get("time", 0.0) >= t_first
+            if not is_step_row(row) and row.get("time", 0.0) >= t_first
             for k, v in row.items()
             if k.startswith("eval/") and k.endswith("/seconds") and v is not None
         ),

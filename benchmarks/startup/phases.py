@@ -94,7 +94,11 @@ def _first_step_rows(run_dir: Path, origin: float) -> list[dict[str, Any]]:
         }
         for kind, e in sorted(first.items(), key=lambda kv: kv[1]["start"])
     ]
-    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "timing_s/step" in m]
+    metrics = [  # an evaluation's line (only eval/... keys) is not a step's end
+        m
+        for m in read_jsonl(run_dir / "metrics.jsonl")
+        if not any(k.startswith("eval/") for k in m)
+    ]
     if metrics:
         end = metrics[0]["time"] - origin
         rows.append(

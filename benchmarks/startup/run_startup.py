@@ -121,7 +121,7 @@ def run_once(
     if launcher.returncode != 0:
         raise RuntimeError(f"{tree}: launch.sh exited with {launcher.returncode}; see {log_path}")
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
-    lines = [m for m in lines if "timing_s/step" in m]  # not an evaluation's lines
+    lines = [m for m in lines if not any(k.startswith("eval/") for k in m)]  # not an eval line
     resolved = _read_yaml(run_dir / "config.yaml")["coordinator"]
     per_step = int(resolved["prompts_per_step"]) * int(resolved["group_size"])
     samples = per_step * len(lines)
