@@ -32,15 +32,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from hybridflow.arrays import TokenArray
+from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, attach_scores, score_items
 from hybridflow.coordinator.episodes import EpisodeRunner
 from hybridflow.coordinator.eval_config import EvalConfig
 from hybridflow.coordinator.eval_metrics import set_metrics
-from hybridflow.coordinator.services import Services
 from hybridflow.errors import ServiceError
 from hybridflow.types import Completion, SamplingParams
 
@@ -48,6 +50,20 @@ log = logging.getLogger(__name__)
 RECORDS = "eval.jsonl"
 RETRY_S = 1.0
 """Pause of a worker after a failed request before it takes the next chunk."""
+
+
+class EvalServices(Protocol):
+    """What an evaluation calls: the replicas, the reward service and the decoder (the job's
+    ``Services``; offline evaluation's own, without a learner)."""
+
+    @property
+    def rollouts(self) -> Sequence[RolloutClient]: ...
+
+    @property
+    def reward(self) -> RewardClient: ...
+
+    @property
+    def decode(self) -> Callable[[TokenArray], str]: ...
 
 
 class EvalHold:
@@ -159,7 +175,7 @@ class Evaluator:
         self,
         config: EvalConfig,
         sets: Sequence[EvalSet],
-        services: Services,
+        services: EvalServices,
         params: SamplingParams,
         run_dir: Path,
         stop: threading.Event,

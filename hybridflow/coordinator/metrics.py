@@ -79,3 +79,19 @@ class Progress:
             self.stream.write("\r\033[K")
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def is_eval_line(record: dict[str, Any]) -> bool:
+    """Whether a metrics.jsonl line is a held-out evaluation's (``coordinator.eval``: its
+    keys are ``eval/<set>/...`` beside ``step`` and ``time``), not a training step's."""
+    return any(key.startswith("eval/") for key in record)
+
+
+def read_step_lines(path: Path) -> list[dict[str, Any]]:
+    """The training steps' lines of a metrics.jsonl, in order (the evaluations' lines,
+    which sit at the evaluated step after the step they finished in, left out); [] when
+    there is no file yet."""
+    if not path.exists():
+        return []
+    lines = (json.loads(x) for x in path.read_text().splitlines() if x.strip())
+    return [record for record in lines if not is_eval_line(record)]

@@ -60,15 +60,30 @@ class TensorBoardSink:
 
 class WandbSink:
     """One W&B run per job run. W&B reads WANDB_MODE itself (offline: files under the run
-    dir, synced later with ``wandb sync``); WANDB_PROJECT picks the project."""
+    dir, synced later with ``wandb sync``); WANDB_PROJECT picks the project.
+
+    W&B drops a line whose step is below its current one, and a held-out evaluation's line
+    comes after the step it finished in (the step-0 evaluation after step 1's line): so the
+    ``eval/*`` metrics are drawn against their own axis, ``eval/step`` (the evaluated step),
+    and logged at the current step."""
+
+    EVAL_STEP = "eval/step"
 
     def __init__(self, run_dir: Path) -> None:
         wandb = _require("wandb", "wandb")
         project = os.environ.get("WANDB_PROJECT", "hybridflow")
         self._run = wandb.init(project=project, name=run_dir.name, dir=str(run_dir))
+        self._run.define_metric(self.EVAL_STEP)
+        self._run.define_metric("eval/*", step_metric=self.EVAL_STEP)
+        self._step = 0
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
-        self._run.log(finite(metrics), step=step)
+        values = finite(metrics)
+        if any(key.startswith("eval/") for key in values):
+            values[self.EVAL_STEP] = float(step)
+            step = max(step, self._step)
+        self._step = max(self._step, step)
+        self._run.log(values, step=step)
 
     def close(self) -> None:
         self._run.finish()

@@ -66,6 +66,9 @@ class ServiceGroup:
     gpu_memory: GpuMemorySampler = field(default_factory=GpuMemorySampler)
     kill_now: bool = False
     """Set (from a signal handler) to cut the stop grace short: SIGKILL what is left."""
+    job_plan: JobPlan | None = None
+    """The processes to run; None: the job's own ``plan(job)`` (offline evaluation passes
+    ``eval_plan(job)``)."""
 
     def __enter__(self) -> ServiceGroup:
         return self
@@ -76,7 +79,7 @@ class ServiceGroup:
     @property
     def plan(self) -> JobPlan:
         """The job's processes (the services this group runs are its ``services``)."""
-        return plan(self.job)
+        return self.job_plan if self.job_plan is not None else plan(self.job)
 
     def _spawn(
         self,

@@ -200,6 +200,21 @@ def plan(job: JobConfig) -> JobPlan:
     return JobPlan(tuple(services), coordinator)
 
 
+def eval_plan(job: JobConfig) -> JobPlan:
+    """The processes an offline evaluation runs (``hybridflow-coordinator eval``): the
+    job's services but the learner (the replicas load the evaluated policy from disk),
+    driven by the evaluating process itself."""
+    services = tuple(p for p in plan(job).services if p.role != "learner")
+    evaluator = Process(
+        "evaluator",
+        "coordinator",
+        "hybridflow.main.coordinator",
+        args=("eval",),
+        waits_for=tuple(p.name for p in services),
+    )
+    return JobPlan(services, evaluator)
+
+
 def _service(role: str, module: str, port: int) -> Process:
     return Process(role, role, module, port=port, restartable=role in RESTARTABLE)
 

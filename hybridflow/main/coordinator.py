@@ -4,11 +4,14 @@
     hybridflow-coordinator status|pause|resume|stop [--address HOST:PORT | --run-dir DIR]
     hybridflow-coordinator report RUN_DIR
     hybridflow-coordinator verify RUN_DIR
+    hybridflow-coordinator eval RUN_DIR [--step N] | --model DIR [--config job.yaml]
 
 
 ``run`` writes DIR/coordinator.addr so the other commands can find the job by its run dir.
 ``report`` (re)draws the run's plots into RUN_DIR/report/, also while the run is going.
 ``verify`` checks every checkpoint of RUN_DIR against its manifest (no services needed).
+``eval`` evaluates a run's exported checkpoint, or any model, on the job's held-out sets
+(``coordinator.eval``) through the services it starts (``hybridflow/main/coordinator_eval.py``).
 """
 
 from __future__ import annotations
@@ -70,6 +73,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the checkpoint directory (default: RUN_DIR/checkpoints)",
     )
+    evaluate = sub.add_parser(
+        "eval",
+        help="evaluate a run's exported checkpoint (or --model DIR) on the job's held-out sets "
+        "(coordinator.eval) through the rollout, reward and environment services it starts",
+    )
+    evaluate.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a launched run")
+    evaluate.add_argument(
+        "--step", type=int, help="the exported step to evaluate (default: the newest)"
+    )
+    evaluate.add_argument("--model", help="evaluate this model (a directory or builtin name)")
+    add_config_args(
+        evaluate, "job YAML (with --model; default the quickstart)", "coordinator.eval.k=4"
+    )
+    evaluate.add_argument(
+        "--out", help="output directory (default RUN_DIR/eval/step_N, or runs/eval_<time>)"
+    )
     return parser
 
 
@@ -92,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "report":
         return report_command(Path(args.run_dir))
+    if args.command == "eval":
+        from hybridflow.main.coordinator_eval import eval_command
+
+        return eval_command(args)
     if args.command == "verify":
         root = Path(args.checkpoints) if args.checkpoints else Path(args.run_dir) / "checkpoints"
         return verify_command(root)

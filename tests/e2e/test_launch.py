@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.coordinator.metrics import read_step_lines
 from hybridflow.rpc.channel import check_health, make_channel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,10 +46,8 @@ def wait_until(predicate, timeout_s: float, proc: subprocess.Popen) -> None:
 
 
 def metric_lines(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    """The training steps' lines (the held-out evaluations' left out)."""
+    return read_step_lines(run_dir / "metrics.jsonl")
 
 
 def cli(*args: str) -> str:

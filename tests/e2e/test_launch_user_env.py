@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.coordinator.metrics import read_step_lines
+
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "deploy" / "launch.sh"
 ENV = "my_user_env:Retry"
@@ -69,7 +71,7 @@ def test_user_environment_trains_through_launch(tmp_path: Path, max_staleness: i
     assert proc.returncode == 0, output
     assert (run / "environment.addr").exists()  # the service ran, not an in-process twin
     assert "environment" in (run / "logs" / "environment.log").read_text().lower()
-    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_step_lines(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for m in metrics:
         assert m["batch/num_samples"] == 32

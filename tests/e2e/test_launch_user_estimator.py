@@ -1,7 +1,6 @@
 """A user advantage estimator, defined in a module outside the package, trains through
 ``deploy/launch.sh`` (the learner imports it at start-up from PYTHONPATH)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -9,6 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from hybridflow.coordinator.metrics import read_step_lines
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "deploy" / "launch.sh"
@@ -44,7 +45,7 @@ def test_user_estimator_trains_through_launch(tmp_path: Path) -> None:
         "coordinator.prompts_per_step=8",
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = read_step_lines(tmp_path / "run" / "metrics.jsonl")
     assert [m["step"] for m in lines] == [1, 2, 3]
     for m in lines:
         # The batch-mean baseline (not GRPO's group statistics): max advantage = max - mean.

@@ -4,7 +4,6 @@ model), trains the quickstart task through the services and learns; ``to_config(
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hybridflow import RLDataPipeline
+from hybridflow.coordinator.metrics import read_step_lines
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_STEPS = 40
@@ -33,7 +33,7 @@ def seed_pipeline() -> RLDataPipeline:
 
 
 def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_step_lines(run_dir / "metrics.jsonl")
 
 
 def test_seed_pipeline_learns_and_its_yaml_is_the_same_run(tmp_path: Path) -> None:

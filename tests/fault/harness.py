@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybridflow.coordinator.metrics import read_step_lines
+
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "deploy" / "launch.sh"
 
@@ -116,10 +118,7 @@ def alive(pid: int) -> bool:
 
 
 def trained_steps(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if line.strip())
+    return len(read_step_lines(run_dir / "metrics.jsonl"))  # evaluations' lines left out
 
 
 def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:

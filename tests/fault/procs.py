@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hybridflow.coordinator.metrics import read_step_lines
 from hybridflow.deploy.lifeline import is_alive, process_start_ticks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,10 +97,8 @@ def kill_all(procs: dict[int, tuple[int | None, str]]) -> None:
 
 
 def metric_lines(run_dir: Path) -> list[dict[str, object]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    """The training steps' lines (the held-out evaluations' left out)."""
+    return read_step_lines(run_dir / "metrics.jsonl")
 
 
 def events(run_dir: Path) -> list[dict[str, object]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.coordinator.metrics import read_step_lines
 from tests.fault.harness import Trial, audit, run_trial
 
 ENV = "tests.fault.multi_turn_env:RetryArithEnv"
@@ -42,7 +43,7 @@ def test_kill_mid_episode_loses_nothing(victim: str, tmp_path: Path) -> None:
     assert trial.exit_codes[-1] == 0 and len(trial.exit_codes) == 1 + resumed, trial.output
     counts = audit(trial.run_dir, NUM_STEPS)
     assert counts["lost"] == 0 and counts["doubled"] == 0
-    metrics = [json.loads(x) for x in (trial.run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_step_lines(trial.run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, NUM_STEPS + 1))
     assert max(m["episode/turns/max"] for m in metrics) >= 2  # episodes did take turns
     if resumed:

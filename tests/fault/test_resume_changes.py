@@ -17,6 +17,7 @@ import pytest
 from hybridflow.coordinator.checkpoint_config import ResumeRefused
 from hybridflow.coordinator.config import CoordinatorConfig, SamplingConfig
 from hybridflow.coordinator.job import TrainingJob
+from hybridflow.coordinator.metrics import read_step_lines
 from hybridflow.job_config import JobConfig
 from tests.fault.harness import audit
 from tests.helpers import learner_config
@@ -83,7 +84,7 @@ def test_resume_rebases_the_batch_applies_the_lr_and_refuses_the_seed(
     assert summary.resumed_from_step == 3 and summary.num_steps == 6
     audit(run_dir, 6, {1: 8, 2: 8, 3: 8, 4: 4, 5: 4, 6: 4})
     assert {g["lr"] for g in resumed.worker.actor_optim.param_groups} == {1e-2}
-    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_step_lines(run_dir / "metrics.jsonl")
     assert [m["actor/lr"] for m in metrics] == [2e-3] * 3 + [1e-2] * 3
     saved = json.loads((run_dir / "checkpoints/step_00000006/config.json").read_text())
     assert (

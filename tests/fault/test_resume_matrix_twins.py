@@ -24,7 +24,6 @@ Module-level imports stay torch-free: the fake matrix imports ``OBSERVERS`` from
 from __future__ import annotations
 
 import inspect
-import json
 import shutil
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from typing import Any
 import pytest
 
 from hybridflow.coordinator.checkpoint import CheckpointStore
+from hybridflow.coordinator.metrics import read_step_lines
 from hybridflow.coordinator.resume_policy import Policy, compare, flatten
 from tests.resume_observed import NOTHING, ObservedTable, Observer, one
 
@@ -193,7 +193,7 @@ class Resumed:
 
     def metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl's lines of the steps after the resume."""
-        rows = [json.loads(x) for x in (self.run_dir / "metrics.jsonl").read_text().splitlines()]
+        rows = read_step_lines(self.run_dir / "metrics.jsonl")
         return [r for r in rows if r["step"] > RESTORED_STEP]
 
     def param_groups(self, *optims: str) -> list[dict[str, Any]]:

@@ -6,13 +6,13 @@ wrote is private to the user."""
 
 from __future__ import annotations
 
-import json
 import stat
 import time
 from pathlib import Path
 
 import pytest
 
+from hybridflow.coordinator.metrics import read_step_lines
 from hybridflow.deploy.run_lock import read_holder
 from tests.fault.harness import audit, finish, launch
 
@@ -57,7 +57,7 @@ def test_live_run_dir_is_refused_then_resumed_with_changes(tmp_path: Path) -> No
     code, out = finish(launch(run, "--resume", str(run), *_sets(*changes)), 600)
     assert code == 0, out
     audit(run, 10, {s: 8 if s <= 6 else 4 for s in range(1, 11)})
-    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_step_lines(run / "metrics.jsonl")
     assert [m["actor/lr"] for m in metrics] == [2e-4] * 6 + [1e-3] * 4
 
     loose = [

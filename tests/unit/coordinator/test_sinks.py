@@ -72,6 +72,9 @@ class FakeWandbRun:
     def log(self, metrics, step):
         self.calls.append(("log", dict(metrics), step))
 
+    def define_metric(self, name, step_metric=None):
+        self.calls.append(("define", name, step_metric))
+
     def finish(self):
         self.calls.append(("finish",))
 
@@ -84,11 +87,16 @@ def test_wandb_sink_logs_the_same_names_and_steps(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_PROJECT", "proj")
     log = MetricsLog(tmp_path / "metrics.jsonl", build_sinks(["jsonl", "wandb"], tmp_path))
     log.write(1, {"critic/score/mean": 0.5, "x": math.nan})
+    log.write(0, {"eval/test/pass@1": 0.25})  # the step-0 evaluation, after step 1's line
     log.write(2, {"critic/score/mean": 0.75, "x": 2.0})
     log.close()
     assert calls == [
         ("init", {"project": "proj", "name": tmp_path.name, "dir": str(tmp_path)}),
+        ("define", "eval/step", None),
+        ("define", "eval/*", "eval/step"),
         ("log", {"critic/score/mean": 0.5}, 1),
+        # W&B drops a step below its current one: at step 1, drawn against eval/step 0
+        ("log", {"eval/test/pass@1": 0.25, "eval/step": 0.0}, 1),
         ("log", {"critic/score/mean": 0.75, "x": 2.0}, 2),
         ("finish",),
     ]

@@ -148,7 +148,10 @@ def test_launcher_refuses_a_resume_the_checkpoint_cannot_honour(
     from tests.unit.coordinator.fakes import FakeLearner, FakeReward, FakeRollout, records
 
     run_dir = previous_run(tmp_path / "run", [])
-    job = load_job_config(CONFIG, ["coordinator.num_steps=2", "coordinator.progress=false"])
+    job = load_job_config(  # the job by hand, without the held-out sets the coordinator loads
+        CONFIG,
+        ["coordinator.num_steps=2", "coordinator.progress=false", "coordinator.eval.sets=[]"],
+    )
     root = run_dir / "checkpoints"
     rollouts = [FakeRollout()]
     svc = Services(rollouts, FakeReward(), FakeLearner(rollouts, root), ["r0"], lambda ids: "")
