@@ -33,8 +33,9 @@ from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.episodes import EpisodeRunner
 from hybridflow.coordinator.eval_config import EvalConfig
 from hybridflow.coordinator.evaluation import EvalResult, EvalSet, Evaluator, eval_params
+from hybridflow.coordinator.report import OFFLINE_EVAL_FILE
 
-OFFLINE_RECORDS = "eval_offline.jsonl"
+OFFLINE_RECORDS = OFFLINE_EVAL_FILE
 """A run's offline evaluations (one line per set), beside its own eval.jsonl."""
 
 

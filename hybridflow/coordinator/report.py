@@ -3,8 +3,9 @@
 ``write_report(run_dir)`` reads ``RUN_DIR/metrics.jsonl`` (one JSON object per step, as
 ``MetricsLog`` writes it) and draws one figure per family of metrics under ``RUN_DIR/report/``:
 reward, losses, KL, entropy, throughput, staleness (the async schedule), step timings and the
-held-out evaluations (``eval/<set>/...``, beside the training reward). A
-family draws only the series the run logged; a family with none is skipped. A run in
+held-out evaluations (``eval/<set>/...``, beside the training reward, with the offline
+evaluations of the run's checkpoints from ``RUN_DIR/eval_offline.jsonl`` as crosses,
+``offline/<set>/...``). A family draws only the series the run logged; a family with none is skipped. A run in
 progress can be drawn: a partial last line (the writer is mid-line) is ignored.
 
 This module knows metric names and files, not the job: it never imports the coordinator's
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+OFFLINE_EVAL_FILE = "eval_offline.jsonl"
+"""The offline evaluations of a run's checkpoints (``hybridflow-coordinator eval``): one
+line per set, ``{"step", "name", "policy_version", "metrics": {"eval/<set>/...": x}}``."""
 REPORT_DIR = "report"
 
 
@@ -91,11 +95,12 @@ FAMILIES: tuple[Family, ...] = (
         "Held-out evaluation beside the training reward",
         (
             r"eval/[^/]+/(pass@\d+|mean@\d+|majority@\d+|success_rate)",
+            r"offline/[^/]+/(pass@\d+|mean@\d+|majority@\d+|success_rate)",
             r"critic/score/mean",
         ),
         shared_axes=True,
         ylabel="score",
-        needs=r"eval/.+",
+        needs=r"(eval|offline)/.+",
     ),
 )
 
@@ -134,6 +139,25 @@ def series(records: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[f
     return out
 
 
+def offline_records(path: Path) -> list[dict[str, Any]]:
+    """The lines of an ``eval_offline.jsonl`` as records of ``series``: each set's metrics
+    renamed ``offline/<set>/...`` at its checkpoint's step (none when the file is missing;
+    a line that does not parse is skipped: the file is a convenience of the report)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            raw = json.loads(line)
+            metrics = {
+                "offline/" + k.removeprefix("eval/"): v for k, v in dict(raw["metrics"]).items()
+            }
+            out.append({"step": int(raw["step"]), **metrics})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return out
+
+
 def family_series(family: Family, available: list[str]) -> list[str]:
     """The metric names of ``available`` this family draws, in pattern order."""
     chosen: list[str] = []
@@ -152,7 +176,7 @@ def write_report(run_dir: Path) -> list[Path]:
     records = read_metrics(path)
     if not records:
         raise ValueError(f"{path} holds no step yet")
-    data = series(records)
+    data = series(records + offline_records(Path(run_dir) / OFFLINE_EVAL_FILE))
     out_dir = Path(run_dir) / REPORT_DIR
     out_dir.mkdir(exist_ok=True)
     written = []
@@ -199,7 +223,10 @@ def _draw(
             ax = panels[0 if family.shared_axes else i]
             # A short run, or an evaluation's few points: show the points.
             marker = "o" if len(steps) < 30 or name.startswith("eval/") else None
-            ax.plot(steps, values, label=name, marker=marker, markersize=3)
+            if name.startswith("offline/"):  # a checkpoint's evaluation: crosses, no line
+                ax.plot(steps, values, "x", label=name, markersize=8)
+            else:
+                ax.plot(steps, values, label=name, marker=marker, markersize=3)
             ax.set_ylabel(family.ylabel if family.shared_axes else name)
             ax.grid(True, alpha=0.3)
         if family.shared_axes:

@@ -200,11 +200,12 @@ def plan(job: JobConfig) -> JobPlan:
     return JobPlan(tuple(services), coordinator)
 
 
-def eval_plan(job: JobConfig) -> JobPlan:
+def eval_plan(job: JobConfig, learner: bool = False) -> JobPlan:
     """The processes an offline evaluation runs (``hybridflow-coordinator eval``): the
-    job's services but the learner (the replicas load the evaluated policy from disk),
-    driven by the evaluating process itself."""
-    services = tuple(p for p in plan(job).services if p.role != "learner")
+    job's services, driven by the evaluating process itself; the learner only with
+    ``learner`` (it loads a resumable train state and publishes it to the replicas),
+    else the replicas load the evaluated policy from disk."""
+    services = tuple(p for p in plan(job).services if learner or p.role != "learner")
     evaluator = Process(
         "evaluator",
         "coordinator",

@@ -5,16 +5,19 @@ checkpoint, offline, through the services a launch starts.
     hybridflow-coordinator eval --model DIR [--config job.yaml] [--set KEY=VALUE ...] [--out DIR]
 
 With RUN_DIR the job is the run's (its first launch's config and overrides, ``launch.json``)
-and the policy its Hugging Face export of step N (``checkpoints/hf/step_N``; the newest by
-default: a run exports its last step). With ``--model`` the job is ``--config``'s (default
-the quickstart) and the policy the model given (a directory or a builtin name). Either way
-the evaluation is the job's ``coordinator.eval`` (its sets, k, sampling and seed; ``--set``
-changes any of them), so evaluating a run's final export repeats its last evaluation.
+and the policy its checkpoint of step N (the newest by default): the Hugging Face export
+(``checkpoints/hf/step_N``: a run exports its last step) when the step has one, which the
+replicas load; else the step's resumable train state (``coordinator.checkpoint_every``),
+which the job's learner loads and publishes to the replicas as a training job would. With
+``--model`` the job is ``--config``'s (default the quickstart) and the policy the model given
+(a directory or a builtin name). Either way the evaluation is the job's ``coordinator.eval``
+(its sets, k, sampling and seed; ``--set`` changes any of them), so evaluating a run's step
+repeats the run's own evaluation of it.
 
-The job's rollout replicas (loading the policy), reward service and environment service are
-started as the launcher starts them (``job.plan.eval_plan``: no learner), with a token of
-their own, in the output directory (default ``RUN_DIR/eval/step_N``, or
-``<deploy.run_root>/eval_<time>``), evaluated once and stopped. Results:
+The job's rollout replicas, reward service and environment service (and the learner, for a
+train state) are started as the launcher starts them (``job.plan.eval_plan``), with a token
+of their own, in the output directory (default ``RUN_DIR/eval/step_N``, or
+``runs/eval_<time>`` for ``--model``), evaluated once and stopped. Results:
 ``OUT/results.json`` and ``OUT/samples.jsonl`` (``coordinator/offline_eval.py``); for a run,
 also a line per set in ``RUN_DIR/eval_offline.jsonl`` and the run's report redrawn (its
 eval plot marks them). Exit 0: evaluated; 1: a service failed or the evaluation timed out;
@@ -55,6 +58,17 @@ class _Target:
     policy_version: int
     out_dir: Path
     run_dir: Path | None
+    train_state: str = ""
+    """The learner name of the run's train state to evaluate ("": the model is a Hugging
+    Face checkpoint the replicas load)."""
+    checkpoint_root: Path | None = None
+
+    @property
+    def label(self) -> str:
+        """What the results say was evaluated: the model, or the train state's path."""
+        if self.train_state and self.checkpoint_root is not None:
+            return str(self.checkpoint_root / self.train_state)
+        return self.model
 
 
 def eval_command(args: Any) -> int:
@@ -99,21 +113,26 @@ def _target(args: Any) -> _Target:
         raise _Refused(f"{run_dir} is not a launched run directory (no launch.json)")
     launch = json.loads(record.read_text())
     config_path, run_overrides = launch["config"], list(launch["overrides"])
-    root = _checkpoint_root(run_dir, config_path, run_overrides)
-    step, model = _export(root, args.step)
+    root, base_model = _checkpoint_root(run_dir, config_path, run_overrides)
+    step, export, train_state, version = _checkpoint(root, args.step)
     out = Path(args.out) if args.out else run_dir / "eval" / f"step_{step}"
+    if export is None:  # the learner loads the train state and publishes it to the replicas
+        overrides = [*overrides, f"learner.checkpoint_dir={root.resolve()}"]
     return _Target(
         config_path,
         [*run_overrides, *overrides],
-        str(model),
+        str(export) if export is not None else base_model,
         step,
-        _policy_version(root, step),
+        version,
         out,
         run_dir,
+        train_state,
+        root,
     )
 
 
-def _checkpoint_root(run_dir: Path, config_path: str, overrides: list[str]) -> Path:
+def _checkpoint_root(run_dir: Path, config_path: str, overrides: list[str]) -> tuple[Path, str]:
+    """The run's checkpoint directory and its model (the policy a train state starts from)."""
     from hybridflow.config.loader import ConfigError
     from hybridflow.job_config import load_job_config
 
@@ -121,13 +140,17 @@ def _checkpoint_root(run_dir: Path, config_path: str, overrides: list[str]) -> P
         job = load_job_config(config_path, overrides)
     except ConfigError as exc:
         raise _Refused(f"the run's config no longer loads: {exc}") from exc
-    return (
+    root = (
         Path(job.learner.checkpoint_dir) if job.learner.checkpoint_dir else run_dir / "checkpoints"
     )
+    return root, job.model
 
 
-def _export(root: Path, step: int | None) -> tuple[int, Path]:
-    """The step and directory of the run's Hugging Face export to evaluate."""
+def _checkpoint(root: Path, step: int | None) -> tuple[int, Path | None, str, int]:
+    """What of the run's checkpoints to evaluate: its step, its Hugging Face export (None:
+    the learner loads the step's resumable train state instead), that state's learner
+    name and the policy version (-1: unknown, an export without its train state). Default:
+    the newest step with either."""
     from hybridflow.coordinator.checkpoint import CheckpointStore
 
     store = CheckpointStore(root)
@@ -136,30 +159,29 @@ def _export(root: Path, step: int | None) -> tuple[int, Path]:
         for p in sorted((root / "hf").glob("step_*"))
         if p.name.removeprefix("step_").isdigit() and (p / "config.json").is_file()
     }
-    if not exports:
+    states = set(store.complete_steps())
+    if not exports and not states:
         raise _Refused(
-            f"no Hugging Face export under {root / 'hf'} (a run exports its last step when "
-            "coordinator.save_checkpoint is on)"
+            f"no checkpoint under {root}: neither a Hugging Face export (hf/step_N, the "
+            "run's last step) nor a resumable train state (coordinator.checkpoint_every)"
         )
-    chosen = max(exports) if step is None else step
-    if chosen not in exports:
+    chosen = max(exports.keys() | states) if step is None else step
+    if chosen not in exports and chosen not in states:
         raise _Refused(
-            f"step {chosen} has no Hugging Face export under {root / 'hf'} (exported: "
-            f"{', '.join(map(str, sorted(exports)))}); a resumable checkpoint alone is not "
-            "evaluated offline yet"
+            f"step {chosen} has no checkpoint under {root} (exported: "
+            f"{', '.join(map(str, sorted(exports))) or 'none'}; train states: "
+            f"{', '.join(map(str, sorted(states))) or 'none'})"
         )
-    assert store.step_name(chosen) == exports[chosen].name
-    return chosen, exports[chosen]
-
-
-def _policy_version(root: Path, step: int) -> int:
-    """The policy version of the run's checkpoint of ``step`` (-1: none was kept)."""
-    from hybridflow.coordinator.checkpoint import CheckpointStore
-
-    store = CheckpointStore(root)
-    if store.check(step) is not None:
-        return -1
-    return store.read_state(step).policy_version
+    version = -1
+    if chosen in states:
+        problem = store.check(chosen)
+        if problem is not None and chosen not in exports:
+            raise _Refused(f"the checkpoint of step {chosen} does not verify: {problem}")
+        if problem is None:
+            version = store.read_state(chosen).policy_version
+    if chosen in exports:
+        return chosen, exports[chosen], "", version
+    return chosen, None, store.learner_name(chosen), version
 
 
 def _job(target: _Target) -> JobConfig:
@@ -213,13 +235,15 @@ def _evaluate(target: _Target, job: JobConfig) -> tuple[OfflineResult, Any]:
         target.overrides,
         target.out_dir,
         env=launcher_env(),
-        job_plan=eval_plan(job),
+        job_plan=eval_plan(job, learner=bool(target.train_state)),
     )
     with group:
         group.start()
         addresses = group.wait_ready(job.deploy.health_timeout_s)
         clients, close = _clients(job, addresses, tokenizer)
         try:
+            if target.train_state:
+                target.policy_version = _load_train_state(job, addresses, target)
             episodes = episode_runner(cfg.multi_turn, clients, greedy_baseline=False)
             result = evaluate_once(
                 cfg.eval,
@@ -228,7 +252,7 @@ def _evaluate(target: _Target, job: JobConfig) -> tuple[OfflineResult, Any]:
                 max_new_tokens=cfg.sampling.max_new_tokens,
                 seed=cfg.seed,
                 out_dir=target.out_dir,
-                model=target.model,
+                model=target.label,
                 step=target.step,
                 policy_version=target.policy_version,
                 episodes=episodes,
@@ -237,6 +261,34 @@ def _evaluate(target: _Target, job: JobConfig) -> tuple[OfflineResult, Any]:
             close()
     del lock  # held to here
     return result, clients.decode
+
+
+def _load_train_state(job: JobConfig, addresses: dict[str, str], target: _Target) -> int:
+    """Has the learner load the run's train state and publish it to the replicas; the
+    policy version they then serve (the checkpoint's, checked)."""
+    from hybridflow.services.learner.client import GrpcLearnerClient
+
+    learner = GrpcLearnerClient(addresses["learner"], job.coordinator.channel)
+    try:
+        version = learner.load_train_state(target.train_state)
+        if version != target.policy_version:
+            raise RuntimeError(
+                f"the learner restored version {version} from {target.train_state}, its "
+                f"checkpoint says {target.policy_version}"
+            )
+        targets = [a for n, a in addresses.items() if n.startswith("rollout")]
+        report = learner.publish_weights(targets)
+    finally:
+        learner.close()
+    log.info(
+        "train state %s (policy v%d) published to %d replica(s): %.1f MB in %.2fs",
+        target.train_state,
+        version,
+        len(targets),
+        report.num_bytes / 1e6,
+        report.duration_s,
+    )
+    return version
 
 
 def _clients(job: JobConfig, addresses: dict[str, str], tokenizer: Any) -> tuple[Any, Any]:

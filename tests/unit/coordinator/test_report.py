@@ -12,7 +12,9 @@ import pytest
 from hybridflow.coordinator.report import (
     FAMILIES,
     family_series,
+    offline_records,
     read_metrics,
+    series,
     write_report,
     write_report_logged,
 )
@@ -69,6 +71,24 @@ def test_report_draws_every_family_with_data(tmp_path):
         assert path.parent == tmp_path / "report"
         assert path.stat().st_size > 0
         assert _has_line(path), path.name
+
+
+def test_offline_evaluations_join_the_eval_plot_at_their_checkpoints_steps(tmp_path):
+    _write_metrics(tmp_path, num_steps=4)
+    line = {"step": 2, "name": "held", "policy_version": 2, "metrics": {"eval/held/pass@1": 0.4}}
+    (tmp_path / "eval_offline.jsonl").write_text(json.dumps(line) + "\n" + "cut sh")
+    records = offline_records(tmp_path / "eval_offline.jsonl")
+    assert records == [{"step": 2, "offline/held/pass@1": 0.4}]
+    data = series(records)
+    assert data["offline/held/pass@1"] == ([2.0], [0.4])
+    eval_family = next(f for f in FAMILIES if f.name == "eval")
+    assert family_series(eval_family, [*data, "critic/score/mean"]) == [
+        "offline/held/pass@1",
+        "critic/score/mean",
+    ]
+    files = write_report(tmp_path)
+    assert tmp_path / "report" / "eval.png" in files  # an offline point alone draws it
+    assert offline_records(tmp_path / "missing.jsonl") == []
 
 
 def test_missing_series_are_skipped(tmp_path):
