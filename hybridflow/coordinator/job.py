@@ -36,7 +36,7 @@ Invariants (tested in tests/unit/coordinator/):
 
 This module is the step loop (build, open, step, close, summarize); saving and restoring
 checkpoints is ``job_checkpoints.JobCheckpoints``, handed the buffer, cursor and publisher the
-loop shares. What needs none of the loop's state lives beside it (``buffer``, ``dispatch``,
+loop shares, and the held-out evaluations' timing is ``eval_schedule.EvalSchedule``. What needs none of the loop's state lives beside it (``buffer``, ``dispatch``,
 ``publish``, ``staleness``, ``schedule_state``, ``run_records``).
 """
 
@@ -60,7 +60,8 @@ from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
 from hybridflow.coordinator.episodes import episode_runner
-from hybridflow.coordinator.evaluation import EvalSet, Evaluator, eval_params
+from hybridflow.coordinator.eval_schedule import EvalSchedule
+from hybridflow.coordinator.evaluation import EvalSet
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.job_checkpoints import JobCheckpoints
 from hybridflow.coordinator.metrics import MetricsLog, Progress
@@ -167,10 +168,12 @@ class TrainingJob:
             else None
         )
         """Saves and restores this job's checkpoints; None: no checkpoints at all."""
-        self.evaluator = self._make_evaluator(eval_sets)
+        self.evaluations = (
+            EvalSchedule(config, eval_sets, services, self.publisher, run_dir, self._stop)
+            if config.eval.enabled
+            else None
+        )
         """Held-out evaluations (``coordinator.eval``); None when it lists no set."""
-        self._evaluated_through = 0
-        """Publishes up to this step were looked at for a due evaluation."""
         self.state = self._initial_state(continue_from)
         self.last_metrics: dict[str, float] = {}
         """The metrics of the last trained step."""
@@ -222,51 +225,6 @@ class TrainingJob:
             )
             for i, r in enumerate(services.rollouts)
         ]
-
-    def _make_evaluator(self, eval_sets: Sequence[EvalSet]) -> Evaluator | None:
-        """The evaluator of ``coordinator.eval``, hooked to the publisher: each publish that
-        lands a due step starts an evaluation, whose hold the next publish waits for."""
-        cfg = self.config
-        if not cfg.eval.enabled:
-            return None
-        if not eval_sets:
-            raise ValueError("coordinator.eval lists sets, but none was loaded")
-        params = eval_params(cfg.eval, cfg.sampling.max_new_tokens, cfg.seed)
-        evaluator = Evaluator(cfg.eval, eval_sets, self.services, params, self.run_dir, self._stop)
-        self.publisher.hold = evaluator.hold
-        self.publisher.on_published = self._on_published
-        return evaluator
-
-    def _on_published(self, step: int) -> None:
-        """A publish of step ``step`` landed: evaluate it if a step since the last publish
-        was due (``coordinator.eval.every``, the last step)."""
-        assert self.evaluator is not None
-        first, self._evaluated_through = (
-            self._evaluated_through + 1,
-            max(self._evaluated_through, step),
-        )
-        cfg = self.config
-        if any(cfg.eval.due(s, cfg.num_steps) for s in range(first, step + 1)):
-            self.evaluator.start(step)
-
-    def _log_evaluations(self, run: RunState) -> None:
-        """Writes the evaluations finished since the last call at their own steps."""
-        if self.evaluator is None:
-            return
-        for result in self.evaluator.take_results():
-            run.metrics_log.write(result.step, result.metrics)
-            self.evaluator.record(result)
-            headline = {k.rsplit("/", 1)[1]: v for k, v in result.metrics.items()}
-            score = headline.get("pass@1", float("nan"))
-            line = (
-                f"eval {result.name} after step {result.step} (policy v{result.policy_version}): "
-                f"pass@1 {score:.3f} over {int(headline.get('num_prompts', 0))} prompts"
-                + (" (timed out)" if headline.get("timed_out") else "")
-            )
-            if self.config.progress:
-                run.progress.message(line)
-            else:
-                log.info("%s", line)
 
     def _initial_state(self, continue_from: CoordinatorState | None) -> CoordinatorState:
         """A fresh job's state, or the previous job's (``continue_from``): then every step was
@@ -358,7 +316,10 @@ class TrainingJob:
                     run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
             self.publisher.join()
-            self._final_evaluation(run)
+            if self.evaluations is not None:
+                self.evaluations.finish(
+                    self.state.step, self.state.policy_version, run.metrics_log, run.progress
+                )
             mark("coordinator", "last_step_done")
             self._finish(run)
             mark("coordinator", "final_checkpoint")
@@ -400,12 +361,8 @@ class TrainingJob:
         for d in self.dispatchers:
             d.episodes = episodes
             d.start()
-        if self.evaluator is not None:
-            self.evaluator.episodes = episodes
-            self.evaluator.load_records()  # after the restore rewound them
-            self._evaluated_through = st.step
-            if self.config.eval.due(st.step, self.config.num_steps):
-                self.evaluator.start(st.step)  # before training, or one a crash cut
+        if self.evaluations is not None:  # after the restore rewound its records
+            self.evaluations.open(st.step, episodes)  # before training, or one a crash cut
         return run
 
     def step(self, step: int, run: RunState) -> bool:
@@ -465,21 +422,9 @@ class TrainingJob:
             run.last_checkpoint = self._checkpoint(step)
         self.control.step_done(step, version, metrics)
         run.progress.update(step, st.rewards[-1], f"v{version}")
-        self._log_evaluations(run)
+        if self.evaluations is not None:
+            self.evaluations.log_finished(run.metrics_log, run.progress)
         return True
-
-    def _final_evaluation(self, run: RunState) -> None:
-        """After the last step: its weights reach the replicas (unless ``sync_every``
-        already sent them) and are evaluated when due; waits for the evaluation in flight
-        (bounded) and logs it."""
-        st = self.state
-        if self.evaluator is None:
-            return
-        if st.step == self.config.num_steps and self._evaluated_through < st.step:
-            self.publisher.sync(st.step, st.policy_version, time.time())
-            self.publisher.join()
-        self.evaluator.wait()
-        self._log_evaluations(run)
 
     def _check_versions(self, added: int) -> None:
         """The learner's step added the versions its info said (the staleness bound's unit);
@@ -536,8 +481,8 @@ class TrainingJob:
             self.publisher.join()
         except RuntimeError as exc:
             log.warning("%s", exc)
-        if self.evaluator is not None:
-            self.evaluator.wait()  # its workers see the stop
+        if self.evaluations is not None:
+            self.evaluations.close()
         self.buffer.wake_all()
         for d in self.dispatchers:
             d.join(timeout=60)

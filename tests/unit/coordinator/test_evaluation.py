@@ -132,7 +132,7 @@ class AnswersOnceThePublishIsDue(FakeRollout):
 
     def generate(self, prompts, params, request_id=""):
         if request_id.startswith("eval") and self.version < self.job.config.num_steps:
-            hold, published = self.job.evaluator.hold, len(self.learner.published)
+            hold, published = self.job.evaluations.evaluator.hold, len(self.learner.published)
             waits = hold.num_waits
             for _ in range(3000):  # the publish comes after the next train step
                 if hold.num_waits > waits or len(self.learner.published) > published:

@@ -254,8 +254,8 @@ def _eval_sampling(field: str) -> Observer[Resumed]:
 
 def _eval_sets(r: Resumed) -> list[dict]:
     evaluated = {e["name"] for e in r.evaluations()}
-    assert r.training.evaluator is not None
-    return [asdict(s) for s in r.training.evaluator.config.sets if s.name in evaluated]
+    assert r.training.evaluations is not None
+    return [asdict(s) for s in r.training.evaluations.evaluator.config.sets if s.name in evaluated]
 
 
 def _gaps(steps: list[int]) -> object:
