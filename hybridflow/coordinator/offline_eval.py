@@ -132,7 +132,8 @@ def write_results(
     with (out_dir / "samples.jsonl").open("w") as f:
         for name, groups in result.groups.items():
             for group in groups:
-                f.write(json.dumps(_sample_line(name, group, decode)) + "\n")
+                line = _sample_line(name, group, decode, result.policy_version)
+                f.write(json.dumps(line) + "\n")
     if run_dir is not None:
         with (run_dir / OFFLINE_RECORDS).open("a") as f:
             for r in result.results:
@@ -141,7 +142,12 @@ def write_results(
     return path
 
 
-def _sample_line(name: str, group: ScoredGroup, decode: Callable[[TokenArray], str]) -> Any:
+def _sample_line(
+    name: str, group: ScoredGroup, decode: Callable[[TokenArray], str], version: int
+) -> Any:
+    """One prompt's line; every completion is labelled with the evaluated checkpoint's
+    ``version`` (the pin made them all one version's; a replica that loaded the policy from
+    disk counts its own versions from 0)."""
     prompt = group.prompt
     return {
         "set": name,
@@ -155,7 +161,7 @@ def _sample_line(name: str, group: ScoredGroup, decode: Callable[[TokenArray], s
                 "num_tokens": int(len(c.token_ids)),
                 "score": r.score,
                 "finish_reason": c.finish_reason,
-                "policy_version": c.policy_version,
+                "policy_version": version,
             }
             for c, r in zip(group.completions, group.results, strict=True)
         ],

@@ -5,9 +5,11 @@ runs, its arguments, the devices it sees, the config key of its port (and the po
 cluster gives it when the config leaves it to the OS), whether a supervisor may restart
 it, and the coordinator, which waits for every service's health and is told their
 addresses. The local launcher (``deploy/launcher.py``) runs this list; the Slurm planner
-(``deploy/slurm.py``) places it on an allocation's nodes; the Kubernetes manifests are
-checked against it (``tests/unit/deploy/test_k8s_manifests.py``). A new process is added
-here, never to three launchers.
+(``deploy/slurm.py``) places it on an allocation's nodes; ``deploy/k8s.py`` renders it as a
+kustomize overlay of the Kubernetes base; ``tests/unit/job/test_plan_renderings.py`` reads
+every shipped config back from all three. A new process is added here, never to three
+launchers. ``eval_plan(job)`` is the offline evaluation's share of it (no learner, unless a
+train state is evaluated).
 
 Every process has the same health check: the standard gRPC health service on the port it
 serves, answering SERVING (``rpc.channel.check_health``; ``deploy.health_probe`` on a

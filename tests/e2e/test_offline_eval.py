@@ -7,8 +7,10 @@ same samples. A step with no checkpoint is refused before anything starts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +48,32 @@ def same_metrics(offline: dict[str, float], online: dict[str, float]) -> None:
     }
 
 
+def recomputed(samples: list[dict], k: int) -> dict[str, float]:
+    """pass@1, pass@k and majority@k counted from the samples themselves: the share of
+    k-subsets of a prompt's completions holding a pass, and whether the most common answer
+    (the last number, else the text; ties: the first seen) is one a passing completion gave."""
+
+    def passes(scores: list[float], size: int) -> float:
+        subsets = list(itertools.combinations(scores, size))
+        return sum(any(s >= 1.0 for s in sub) for sub in subsets) / len(subsets)
+
+    def answer(text: str) -> str:
+        numbers = re.findall(r"-?\d+(?:\.\d+)?", text)
+        return numbers[-1] if numbers else text.strip()
+
+    def majority(completions: list[dict]) -> float:
+        answers = [answer(c["text"]) for c in completions]
+        winner = max(answers, key=lambda a: (answers.count(a), -answers.index(a)))
+        return float(any(c["score"] >= 1.0 for c, a in zip(completions, answers) if a == winner))
+
+    scores = [[c["score"] for c in s["completions"]] for s in samples]
+    return {
+        "pass@1": sum(passes(s, 1) for s in scores) / len(samples),
+        f"pass@{k}": sum(passes(s, k) for s in scores) / len(samples),
+        f"majority@{k}": sum(majority(s["completions"]) for s in samples) / len(samples),
+    }
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("offline") / "run"
@@ -77,6 +105,12 @@ def test_offline_evaluations_repeat_the_runs_own(run_dir, tmp_path):
     assert results["step"] == 4 and results["policy_version"] == 4
     assert results["model"].endswith("hf/step_00000004")
     same_metrics(results["sets"][SET], logged[4])
+    lines = (run_dir / "eval" / "step_4" / "samples.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines]
+    assert {c["policy_version"] for s in samples for c in s["completions"]} == {4}
+    assert {len(s["completions"]) for s in samples} == {8}
+    for name, value in recomputed(samples, 8).items():
+        assert abs(results["sets"][SET][f"eval/{SET}/{name}"] - value) < 1e-9, name
 
     state = evaluate(str(run_dir), "--step", "2")  # no export: the learner loads the state
     assert state.returncode == 0, state.stderr[-3000:]
