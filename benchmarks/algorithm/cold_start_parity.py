@@ -30,6 +30,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks.algorithm.convergence import learning_curve  # noqa: E402
 from benchmarks.algorithm.run_benchmark import COLD_START  # noqa: E402
+from benchmarks.common.config import NO_EVALUATION  # noqa: E402
 from benchmarks.common.figures import read_jsonl, read_steps  # noqa: E402
 
 SYSTEMS = {
@@ -45,7 +46,7 @@ def hybridflow_curve(out: Path, seed: int, steps: int, overrides: list[str]) -> 
         f"learner.seed={seed}", "coordinator.save_checkpoint=false", "coordinator.progress=false",
     ]  # fmt: skip
     cmd = [str(REPO / "deploy" / "launch.sh"), "--config", "deploy/configs/quickstart.yaml"]
-    cmd += ["--run-dir", str(out)]
+    cmd += ["--run-dir", str(out), "--set", NO_EVALUATION]
     for s in sets:
         cmd += ["--set", s]
     subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)

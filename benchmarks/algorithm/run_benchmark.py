@@ -81,6 +81,7 @@ def plot_convergence(
 
 COLD_START = [
     "model=builtin:tiny-random",
+    "coordinator.data=builtin:arith",  # all 100 problems, as TRL's cold start reads
     "coordinator.num_steps=300",
     "coordinator.prompts_per_step=8",
     "reward.format_score=0.1",

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+NO_EVALUATION = "coordinator.eval.sets=[]"
+"""The override that turns a job's held-out evaluation off (the shipped quickstart evaluates)."""
+
+
+def without_evaluation(tree: Path) -> list[str]:
+    """The overrides that keep ``tree``'s jobs from evaluating while a benchmark times them:
+    ``NO_EVALUATION`` where the tree has ``coordinator.eval``, nothing in a tree from before
+    it (which neither evaluates nor knows the key), so two commits time the same work."""
+    knows = (tree / "hybridflow" / "coordinator" / "eval_config.py").is_file()
+    return [NO_EVALUATION] if knows else []
 
 
 @dataclass
@@ -40,6 +52,10 @@ class BenchmarkConfig:
     """Write PNG plots."""
     timeout_s: float = 900.0
     """Limit per variant."""
+    evaluate: bool = False
+    """Keep the job's held-out evaluation (``coordinator.eval``, as the eval_cost suite
+    does); False: every launch turns it off (``without_evaluation``), so the timed steps
+    hold the training's work alone."""
 
     def validate(self) -> None:
         if not self.variants:

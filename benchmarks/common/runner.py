@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common.config import BenchmarkConfig  # noqa: E402
+from benchmarks.common.config import BenchmarkConfig, without_evaluation  # noqa: E402
 from benchmarks.common.figures import read_jsonl, run_figures  # noqa: E402
 from benchmarks.common.seed_config import (  # noqa: E402
     CPU_MAX_STEPS,
@@ -130,7 +130,8 @@ def run_variant(
     for a side-by-side comparison of two commits)."""
     run_dir = out / name
     cmd = [str(root / "deploy" / "launch.sh"), "--config", cfg.job, "--run-dir", str(run_dir)]
-    for o in [*cfg.overrides, *overrides]:
+    quiet = [] if cfg.evaluate else without_evaluation(root)
+    for o in [*quiet, *cfg.overrides, *overrides]:
         cmd += ["--set", o]
     if profile:
         spy = py_spy()

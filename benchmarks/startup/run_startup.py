@@ -43,6 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common.config import without_evaluation  # noqa: E402
 from benchmarks.startup.phases import phase_rows  # noqa: E402
 from hybridflow.deploy.launcher import process_tree  # noqa: E402
 
@@ -87,7 +88,7 @@ def run_once(
 ) -> dict[str, Any]:
     """One launch of ``tree``'s launch.sh into ``run_dir``, measured from outside."""
     cmd = [str(tree / "deploy" / "launch.sh"), "--config", CONFIG, "--run-dir", str(run_dir)]
-    for override in overrides:
+    for override in [*without_evaluation(tree), *overrides]:  # the first step's start alone
         cmd += ["--set", override]
     env = dict(os.environ, PYTHON=python_for(tree), PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
     env.pop("HYBRIDFLOW_TOKEN", None)  # each run makes its own
