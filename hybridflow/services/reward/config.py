@@ -117,6 +117,14 @@ class RewardConfig:
     gsm8k_method: Literal["strict", "flexible"] = "strict"
     """gsm8k answer extraction: "strict" (last "#### <number>") or "flexible" (last number in
     the response), as in verl."""
+    math_method: Literal["rules", "math_verify"] = "rules"
+    """What scores ``math`` (and verl's MATH dataset names): "rules" (the last ``\boxed{}``,
+    normalised and compared as text or number) or "math_verify" (Hugging Face's math-verify:
+    LaTeX, fractions, sets, intervals, equations). The ``math_verify`` data_source always
+    scores with math-verify."""
+    math_verify_timeout_s: float = knob(10.0, gt=0, le=600)
+    """Deadline of one math-verify check; its process is killed past it and that item alone
+    fails (``math_verify_scorer.py``)."""
     score_workers: int = knob(1, ge=1)
     """Threads that score the items of one batch concurrently (1: score in the caller's
     thread). Was ``num_threads``, which elsewhere means torch threads (here: torch_threads)."""

@@ -1,6 +1,7 @@
 """Scorer registry: which function scores which ``data_source``.
 
-Built-in rule scorers (``arith``, ``gsm8k``, ``math``) plus verl's dataset names as aliases,
+Built-in rule scorers (``arith``, ``gsm8k``, ``math``, ``math_verify``: Hugging Face's
+math-verify, in child processes with a deadline) plus verl's dataset names as aliases,
 the ground-truth-free ``sharegpt`` stand-in (``rules.score_plain_text``: form, not quality),
 and user scorers loaded from import paths at registration time, so a bad path fails when the
 service starts, not on the first batch. Lookup is exact first, then the longest registered
@@ -19,6 +20,7 @@ from hybridflow.config.import_path import load_callable
 from hybridflow.data.sharegpt import SHAREGPT_DATA_SOURCE
 from hybridflow.services.reward import rules
 from hybridflow.services.reward.config import RewardConfig
+from hybridflow.services.reward.math_verify_scorer import BoundedMathVerify
 
 ScorerFn = Callable[[str, str | None, dict[str, Any]], Any]
 """(response, ground_truth, extra_info) -> float | bool."""
@@ -77,10 +79,19 @@ class ScorerRegistry:
         config.validate()
         self._scorers: dict[str, Scorer] = {}
         fmt = config.format_score
+        self.math_verify = BoundedMathVerify(
+            config.score_workers, config.math_verify_timeout_s, fmt
+        )
+        """math-verify's child processes (started on first use); ``close`` kills them."""
         builtins: dict[str, ScorerFn] = {
             "arith": _rule(rules.score_arith, format_score=fmt),
             "gsm8k": _rule(rules.score_gsm8k, method=config.gsm8k_method, format_score=fmt),
-            "math": _rule(rules.score_math, format_score=fmt),
+            "math": (
+                self.math_verify
+                if config.math_method == "math_verify"
+                else _rule(rules.score_math, format_score=fmt)
+            ),
+            "math_verify": self.math_verify,
         }
         for name, fn in builtins.items():
             self.register(name, fn, requires_ground_truth=True, origin="builtin")
@@ -126,3 +137,7 @@ class ScorerRegistry:
     def names(self) -> list[str]:
         """Registered data_source names, sorted."""
         return sorted(self._scorers)
+
+    def close(self) -> None:
+        """Stops the built-ins' child processes (math-verify's; idempotent)."""
+        self.math_verify.close()

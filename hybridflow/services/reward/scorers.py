@@ -228,10 +228,11 @@ class RewardScorer:
             return self._num_scored
 
     def close(self) -> None:
-        """Stop the scoring threads (idempotent)."""
+        """Stop the scoring threads and the built-ins' processes (idempotent)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self.registry.close()
 
 
 def score_batch(items: list[ScoreItem], config: RewardConfig | None = None) -> list[ScoreResult]:
