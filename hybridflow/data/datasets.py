@@ -1,6 +1,7 @@
 """Prompt datasets in verl's format, tokenised once: ``builtin:arith`` (every problem;
 ``builtin:arith:train`` without the held-out ones, ``builtin:arith:test`` those alone), the
-built-in environments' ``builtin:calc``, ``builtin:guess``, JSONL and parquet, plus
+built-in environments' ``builtin:calc``, ``builtin:guess``, reasoning-gym's tasks
+(``reasoning_gym:<task>[?options]``, ``reasoning_gym.py``), JSONL and parquet, plus
 ShareGPT conversations (``sharegpt:PATH``, converted to rows by ``sharegpt.py``).
 
 A row holds ``prompt`` (a list of chat messages ``{role, content}``, rendered with the
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridflow.arrays import TokenArray, as_tokens
+from hybridflow.data.reasoning_gym import REASONING_GYM_PREFIX, parse_spec, reasoning_gym_rows
 from hybridflow.data.sharegpt import SHAREGPT_PREFIX, iter_json_list, sharegpt_row
 from hybridflow.types import arrays_equal
 
@@ -90,6 +92,27 @@ class PromptDataset:
     """Rows dropped because their prompt exceeded ``max_prompt_tokens``."""
     shortest_dropped: int | None = None
     """Tokens of the shortest dropped prompt (None: none dropped)."""
+
+
+def is_generated(spec: str) -> bool:
+    """A dataset made from a seed rather than read from a file (a builtin, a reasoning-gym
+    task): its size is the trainer's ``data_size`` (or an eval set's ``size``)."""
+    return spec.startswith(("builtin:", REASONING_GYM_PREFIX))
+
+
+def generated_problem(spec: str) -> str | None:
+    """Why a generated dataset's spec cannot make rows (an unknown builtin, a reasoning-gym
+    task that does not exist or refuses its options), or None; makes one row to know."""
+    if spec.startswith("builtin:"):
+        if spec not in BUILTIN_DATASETS:
+            return f"unknown builtin dataset {spec!r}; known: {list(BUILTIN_DATASETS)}"
+        return None
+    try:
+        parse_spec(spec)
+        reasoning_gym_rows(spec, 1, 0, chat=False)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def load_prompt_dataset(
@@ -253,6 +276,9 @@ def _iter_rows(
                 f"dataset {spec!r}: unknown builtin dataset; known: {BUILTIN_DATASETS}"
             )
         rows = _builtin_rows(spec, DEFAULT_BUILTIN_NUM if num is None else num, seed, chat)
+        return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
+    if spec.startswith(REASONING_GYM_PREFIX):
+        rows = reasoning_gym_rows(spec, DEFAULT_BUILTIN_NUM if num is None else num, seed, chat)
         return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
     if spec.startswith(SHAREGPT_PREFIX):
         return _iter_sharegpt(spec, max_line_bytes, keep_going)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hybridflow.config.loader import to_dict
+from hybridflow.data.datasets import is_generated
 from hybridflow.data.sharegpt import SHAREGPT_PREFIX
 from hybridflow.job_config import JobConfig
 
@@ -76,7 +77,7 @@ def stamp(job: JobConfig) -> DatasetStamp | None:
     cfg = job.coordinator
     inputs = json.dumps([cfg.max_prompt_bytes, to_dict(job.reward)], sort_keys=True, default=str)
     digest = hashlib.sha256(inputs.encode()).hexdigest()
-    if cfg.data.startswith("builtin:"):
+    if is_generated(cfg.data):  # made from the seed: nothing on disk to change
         return DatasetStamp(cfg.data, digest, None)
     path = Path(cfg.data.removeprefix(SHAREGPT_PREFIX))
     try:

@@ -322,17 +322,13 @@ def eval_problems(job: JobConfig) -> list[str]:
 
 
 def _dataset_problems(job: JobConfig, spec: str = "", key: str = "coordinator.data") -> list[str]:
-    from hybridflow.data.datasets import BUILTIN_DATASETS, check_prompt_rows
+    from hybridflow.data.datasets import check_prompt_rows, generated_problem, is_generated
     from hybridflow.services.reward.registry import ScorerRegistry
 
     spec = spec or job.coordinator.data
-    if spec.startswith("builtin:"):
-        if spec not in BUILTIN_DATASETS:
-            return [
-                f"config error: {key}: unknown builtin dataset {spec!r}; "
-                f"known: {list(BUILTIN_DATASETS)}"
-            ]
-        return []
+    if is_generated(spec):
+        problem = generated_problem(spec)
+        return [] if problem is None else [f"config error: {key}: {problem}"]
     try:
         registry = ScorerRegistry(job.reward)
     except ValueError as exc:  # a user scorer that does not import

@@ -433,7 +433,7 @@ def load_dataset(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> Pro
     """The job's prompts, tokenised, those over the prompt limit dropped (and counted); the
     limit is ``coordinator.max_prompt_tokens`` bounded by the model's positions less the
     response (``hybridflow.data.prompt_limits``). ValueError when no prompt is left."""
-    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.data.datasets import is_generated, read_prompt_dataset
     from hybridflow.data.prompt_limits import empty_after_limit, model_positions, prompt_limit
 
     limit = prompt_limit(
@@ -442,7 +442,7 @@ def load_dataset(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> Pro
     dataset = read_prompt_dataset(
         cfg.data,
         tokenizer,
-        cfg.data_size if cfg.data.startswith("builtin:") else None,
+        cfg.data_size if is_generated(cfg.data) else None,
         cfg.seed,
         limit.tokens,
         cfg.max_prompt_bytes,
@@ -468,7 +468,7 @@ def load_eval_sets(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> l
     """The held-out sets of ``coordinator.eval``, tokenised as the training prompts are (the
     same prompt limit; a set left empty by it is a ValueError naming the set)."""
     from hybridflow.coordinator.evaluation import EvalSet
-    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.data.datasets import is_generated, read_prompt_dataset
     from hybridflow.data.prompt_limits import model_positions, prompt_limit
 
     if not cfg.eval.enabled:
@@ -477,8 +477,8 @@ def load_eval_sets(cfg: CoordinatorConfig, model_dir: Path, tokenizer: Any) -> l
     limit = prompt_limit(cfg.max_prompt_tokens, max_new_tokens, model_positions(model_dir))
     out = []
     for eval_set in cfg.eval.sets:
-        builtin = eval_set.data.startswith("builtin:")
-        num = eval_set.size or (DEFAULT_EVAL_BUILTIN_SIZE if builtin else None)
+        generated = is_generated(eval_set.data)
+        num = eval_set.size or (DEFAULT_EVAL_BUILTIN_SIZE if generated else None)
         dataset = read_prompt_dataset(
             eval_set.data, tokenizer, num, cfg.seed, limit.tokens, cfg.max_prompt_bytes
         )

@@ -1,7 +1,8 @@
 """Scorer registry: which function scores which ``data_source``.
 
 Built-in rule scorers (``arith``, ``gsm8k``, ``math``, ``math_verify``: Hugging Face's
-math-verify, in child processes with a deadline) plus verl's dataset names as aliases,
+math-verify, in child processes with a deadline; ``reasoning_gym/<task>``: the task's own
+``score_answer``) plus verl's dataset names as aliases,
 the ground-truth-free ``sharegpt`` stand-in (``rules.score_plain_text``: form, not quality),
 and user scorers loaded from import paths at registration time, so a bad path fails when the
 service starts, not on the first batch. Lookup is exact first, then the longest registered
@@ -17,10 +18,12 @@ from functools import partial
 from typing import Any, cast
 
 from hybridflow.config.import_path import load_callable
+from hybridflow.data.reasoning_gym import DATA_SOURCE_PREFIX as REASONING_GYM_SOURCE
 from hybridflow.data.sharegpt import SHAREGPT_DATA_SOURCE
 from hybridflow.services.reward import rules
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.reward.math_verify_scorer import BoundedMathVerify
+from hybridflow.services.reward.reasoning_gym_scorer import score_reasoning_gym
 
 ScorerFn = Callable[[str, str | None, dict[str, Any]], Any]
 """(response, ground_truth, extra_info) -> float | bool."""
@@ -98,6 +101,8 @@ class ScorerRegistry:
         for alias, target in BUILTIN_ALIASES.items():
             self.register(alias, builtins[target], requires_ground_truth=True, origin="builtin")
         self.register(SHAREGPT_DATA_SOURCE, _plain_text, origin="builtin")
+        # every reasoning_gym/<task>: the task's own score_answer (the entry in extra_info)
+        self.register(REASONING_GYM_SOURCE, score_reasoning_gym, origin="builtin")
         for data_source, path in config.scorers.items():
             self.register_import_path(data_source, path)
 

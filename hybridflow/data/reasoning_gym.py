@@ -1,0 +1,90 @@
+"""reasoning-gym's procedural tasks as prompt datasets: ``reasoning_gym:<task>``, with the
+task's options after a ``?`` (``reasoning_gym:basic_arithmetic?max_terms=2&max_digits=1``;
+each value read as YAML, so numbers, booleans and lists keep their type).
+
+The dataset's size and seed are the trainer's (``coordinator.data_size`` or an eval set's
+``size``, ``coordinator.seed``), so a run is reproducible; a ``seed=`` option wins, so a
+held-out set can be the same task under another seed. Each row is the task's question as the prompt, its answer as
+the ground truth, the data_source ``reasoning_gym/<task>``, and in ``extra_info`` the whole
+entry (question, answer, metadata), from which the reward service's
+``reasoning_gym_scorer`` calls the task's own ``score_answer``. A task that does not exist,
+an option it does not take or a value it refuses is a ValueError naming the spec before any
+row is made.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+REASONING_GYM_PREFIX = "reasoning_gym:"
+DATA_SOURCE_PREFIX = "reasoning_gym/"
+EXTRA_KEY = "reasoning_gym"
+"""``extra_info[EXTRA_KEY]``: ``{"task", "entry"}`` of the row (the scorer's input)."""
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """(task, options) of ``reasoning_gym:<task>[?key=value&...]``."""
+    body = spec.removeprefix(REASONING_GYM_PREFIX)
+    task, _, query = body.partition("?")
+    if not task:
+        raise ValueError(f"dataset {spec!r}: name a task, e.g. reasoning_gym:basic_arithmetic")
+    options: dict[str, Any] = {}
+    for pair in query.split("&") if query else []:  # no URL decoding: "+" stays a plus
+        key, eq, raw = pair.partition("=")
+        if not key or not eq:
+            raise ValueError(f"dataset {spec!r}: option {pair!r} is not key=value")
+        try:
+            options[key] = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError as exc:
+            raise ValueError(f"dataset {spec!r}: option {key}={raw!r} is not a value") from exc
+    return task, options
+
+
+def reasoning_gym_rows(spec: str, num: int, seed: int, chat: bool) -> list[dict[str, Any]]:
+    """``num`` rows of the task (verl's row format); a chat tokenizer gets each question as
+    one user message."""
+    task, options = parse_spec(spec)
+    dataset = _create(spec, task, options, num, seed)
+    rows = []
+    for i in range(num):
+        entry = _plain(dataset[i])
+        question = str(entry["question"])
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": question}] if chat else question,
+                "data_source": DATA_SOURCE_PREFIX + task,
+                "reward_model": {"ground_truth": str(entry["answer"])},
+                "extra_info": {EXTRA_KEY: {"task": task, "entry": entry}},
+            }
+        )
+    return rows
+
+
+def known_tasks() -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def _create(spec: str, task: str, options: dict[str, Any], num: int, seed: int) -> Any:
+    import reasoning_gym
+
+    if task not in known_tasks():
+        raise ValueError(
+            f"dataset {spec!r}: reasoning-gym has no task {task!r} (it has "
+            f"{len(known_tasks())}: {', '.join(known_tasks()[:12])}, ...)"
+        )
+    try:
+        options = {"seed": seed, **options}  # the spec's own seed= wins: a held-out draw
+        return reasoning_gym.create_dataset(task, size=max(num, 1), **options)
+    except (TypeError, ValueError, AssertionError) as exc:  # an unknown option, a bad value
+        raise ValueError(f"dataset {spec!r}: reasoning-gym refused the options: {exc}") from exc
+
+
+def _plain(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry as JSON keeps it (tuples become lists; what JSON cannot hold, its text), so
+    the scorer sees what the reward service receives."""
+    return dict(json.loads(json.dumps(entry, default=str)))
