@@ -1,0 +1,233 @@
+"""The sandbox on Debian's ``bubblewrap`` (``bwrap``): unprivileged namespaces, no daemon.
+
+One run is one ``bwrap`` process:
+
+- namespaces: all of them (``--unshare-all``: user, PID, network, IPC, UTS, cgroup), so the
+  program sees no network but its own empty loopback (none of our services' ports), only
+  its own processes, and runs as uid/gid 65534;
+- files: ``/usr`` read-only (with ``/bin``, ``/lib``, ``/lib64`` as links into it), a fresh
+  ``/proc`` and ``/dev``, an empty ``/tmp``, and a private scratch directory ``/box`` (the
+  working directory) holding the files given, on a read-only root of its own; nothing else of the host (no run directory,
+  no token file, no home), an empty environment but ``PATH``;
+- limits: ``setrlimit`` before ``bwrap`` starts, as uid 65534 also when the caller is root
+  (CPU seconds, address space, processes, open files, file size, no core files), a wall-time deadline and an output cap enforced
+  here; past either, the whole process group is killed, and with it the PID namespace
+  (``--die-with-parent``: its init dies with bwrap, so nothing it started outlives it).
+
+The interpreter inside is the system's (``/usr/bin/python3``), not the project's venv: the
+program gets the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from hybridflow.sandbox.types import SandboxLimits, SandboxResult, SandboxUnavailable
+
+INSIDE_UID = 65534
+SCRATCH = "/box"
+
+
+class BubblewrapSandbox:
+    """``Sandbox`` on bubblewrap (module docstring). Checks at construction that ``bwrap``
+    exists and can make its namespaces here (``SandboxUnavailable`` if not)."""
+
+    def __init__(self, bwrap: str = "bwrap") -> None:
+        found = shutil.which(bwrap)
+        if found is None:
+            raise SandboxUnavailable(
+                f"{bwrap!r} is not installed: the code sandbox needs bubblewrap "
+                "(apt-get install bubblewrap); nothing runs unsandboxed"
+            )
+        self.bwrap = found
+        probe = self.run(["/usr/bin/true"], {}, SandboxLimits(wall_s=30))
+        if probe.outcome != "ok":
+            raise SandboxUnavailable(
+                f"bubblewrap cannot make its namespaces here ({probe.reason or probe.outcome}: "
+                f"{probe.stderr.decode(errors='replace').strip()[:300]}); nothing runs "
+                "unsandboxed"
+            )
+
+    def command(self, argv: list[str], scratch: Path) -> list[str]:
+        """The ``bwrap`` command line that runs ``argv`` with ``scratch`` as ``/box``."""
+        return [
+            self.bwrap,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID),
+            "--ro-bind", "/usr", "/usr",
+            "--symlink", "usr/bin", "/bin",
+            "--symlink", "usr/lib", "/lib",
+            "--symlink", "usr/lib64", "/lib64",
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--tmpfs", "/tmp",
+            "--bind", str(scratch), SCRATCH,
+            "--remount-ro", "/",  # its own root, read-only too: /box and /tmp alone take writes
+            "--chdir", SCRATCH,
+            "--clearenv",
+            "--setenv", "PATH", "/usr/bin",
+            "--setenv", "HOME", SCRATCH,
+            "--",
+            *argv,
+        ]  # fmt: skip
+
+    def run(
+        self,
+        argv: list[str],
+        files: Mapping[str, str | bytes],
+        limits: SandboxLimits,
+        stdin: bytes = b"",
+    ) -> SandboxResult:
+        scratch = Path(tempfile.mkdtemp(prefix="hybridflow-sandbox-"))
+        try:
+            _write_files(scratch, files)
+            if os.geteuid() == 0:  # bwrap runs as 65534 (``_set_limits``): the scratch is its
+                for path in (scratch, *scratch.rglob("*")):
+                    os.chown(path, INSIDE_UID, INSIDE_UID)
+            return self._run(self.command(argv, scratch), limits, stdin)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _run(self, cmd: list[str], limits: SandboxLimits, stdin: bytes) -> SandboxResult:
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={"PATH": "/usr/bin:/bin"},
+                start_new_session=True,
+                preexec_fn=lambda: _set_limits(limits),  # noqa: PLW1509 (no threads here after fork)
+            )
+        except OSError as exc:
+            return SandboxResult("error", None, b"", b"", 0.0, f"bwrap did not start: {exc}")
+        over = threading.Event()
+        out = _Reader(proc.stdout, limits.output_bytes, over)
+        err = _Reader(proc.stderr, limits.output_bytes, over)
+        _feed(proc, stdin)
+        deadline = start + limits.wall_s
+        timed_out = False
+        while proc.poll() is None:
+            if over.is_set():
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            over.wait(0.02)
+        if proc.poll() is None:
+            _kill_group(proc)
+        proc.wait()
+        out.join()
+        err.join()
+        wall = time.monotonic() - start
+        return _result(proc.returncode, out.data, err.data, wall, timed_out, over.is_set(), limits)
+
+
+class _Reader(threading.Thread):
+    """Reads one pipe up to ``cap`` bytes; sets ``over`` when more comes."""
+
+    def __init__(self, pipe: object, cap: int, over: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.cap, self.over = pipe, cap, over
+        self.data = b""
+        self.start()
+
+    def run(self) -> None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = self.pipe.read1(65536)  # type: ignore[attr-defined]
+            if not chunk:
+                break
+            if size < self.cap:
+                chunks.append(chunk[: self.cap - size])
+            size += len(chunk)
+            if size > self.cap:
+                self.over.set()
+        self.data = b"".join(chunks)
+
+
+def _feed(proc: subprocess.Popen[bytes], stdin: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # it ended (or stopped reading) before taking all of its input
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # bwrap and, with it, the PID namespace
+    except ProcessLookupError:
+        pass
+
+
+def _set_limits(limits: SandboxLimits) -> None:
+    """In the forked child, before exec: the limits ``bwrap`` and the program inherit. A
+    root caller's child becomes uid/gid 65534 first: root's processes are exempt from
+    RLIMIT_NPROC (a fork bomb would fill the machine), and bwrap needs no privilege."""
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(INSIDE_UID)
+        os.setuid(INSIDE_UID)
+    for which, value in (
+        (resource.RLIMIT_CPU, limits.cpu_s),
+        (resource.RLIMIT_AS, limits.memory_bytes),
+        (resource.RLIMIT_NPROC, limits.processes),
+        (resource.RLIMIT_NOFILE, limits.open_files),
+        (resource.RLIMIT_FSIZE, limits.file_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        hard = value + 1 if which == resource.RLIMIT_CPU else value
+        resource.setrlimit(which, (value, hard))
+
+
+def _write_files(scratch: Path, files: Mapping[str, str | bytes]) -> None:
+    for name, content in files.items():
+        path = (scratch / name).resolve()
+        if name.startswith("/") or scratch.resolve() not in path.parents:
+            raise ValueError(f"sandbox file {name!r}: must be a relative path inside the scratch")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode() if isinstance(content, str) else content
+        path.write_bytes(data)
+
+
+def _result(
+    code: int,
+    stdout: bytes,
+    stderr: bytes,
+    wall: float,
+    timed_out: bool,
+    flooded: bool,
+    limits: SandboxLimits,
+) -> SandboxResult:
+    if flooded:
+        reason = f"output past {limits.output_bytes} bytes"
+        return SandboxResult("output", code, stdout, stderr, wall, reason)
+    if timed_out:
+        reason = f"wall time past {limits.wall_s:g}s"
+        return SandboxResult("timeout", code, stdout, stderr, wall, reason)
+    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) or (
+        code in (-signal.SIGKILL, 128 + signal.SIGKILL) and not timed_out
+    ):
+        reason = f"CPU time past {limits.cpu_s}s"
+        return SandboxResult("cpu", code, stdout, stderr, wall, reason)
+    if b"MemoryError" in stderr or b"Cannot allocate memory" in stderr:
+        reason = f"memory past {limits.memory_bytes} bytes"
+        return SandboxResult("memory", code, stdout, stderr, wall, reason)
+    if code == 0:
+        return SandboxResult("ok", 0, stdout, stderr, wall)
+    return SandboxResult("exit", code, stdout, stderr, wall, f"exited with {code}")
