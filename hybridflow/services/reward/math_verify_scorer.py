@@ -43,8 +43,12 @@ def score_math_verify(response: str, ground_truth: str, format_score: float = 0.
 
 
 def _child(conn: Any) -> None:
-    """A child's loop: (response, ground truth, format score) in, ("ok", score) or
-    ("error", message) out, until the parent closes its end."""
+    """A child's loop: math-verify imported first (then "ready"), then (response, ground
+    truth, format score) in, ("ok", score) or ("error", message) out, until the parent
+    closes its end."""
+    import math_verify  # noqa: F401 (its import, seconds on a busy machine, is not a check's)
+
+    conn.send(("ready", None))
     while True:
         try:
             args = conn.recv()
@@ -56,12 +60,20 @@ def _child(conn: Any) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+START_TIMEOUT_S = 120.0
+"""How long a child may take to start and import math-verify (not counted in a check's
+deadline)."""
+
+
 class _Worker:
     def __init__(self, ctx: Any) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_child, args=(child,), daemon=True)
         self.process.start()
         child.close()
+        if not self.conn.poll(START_TIMEOUT_S) or self.conn.recv()[0] != "ready":
+            self.kill()
+            raise RuntimeError(f"math_verify's process did not start in {START_TIMEOUT_S:g}s")
 
     def kill(self) -> None:
         self.process.kill()
