@@ -35,9 +35,6 @@ from hybridflow.coordinator.eval_config import EvalConfig
 from hybridflow.coordinator.evaluation import EvalResult, EvalSet, Evaluator, eval_params
 from hybridflow.coordinator.report import OFFLINE_EVAL_FILE
 
-OFFLINE_RECORDS = OFFLINE_EVAL_FILE
-"""A run's offline evaluations (one line per set), beside its own eval.jsonl."""
-
 
 @dataclass
 class EvalClients:
@@ -135,7 +132,7 @@ def write_results(
                 line = _sample_line(name, group, decode, result.policy_version)
                 f.write(json.dumps(line) + "\n")
     if run_dir is not None:
-        with (run_dir / OFFLINE_RECORDS).open("a") as f:
+        with (run_dir / OFFLINE_EVAL_FILE).open("a") as f:
             for r in result.results:
                 if r.complete:
                     f.write(r.to_json() + "\n")

@@ -14,12 +14,12 @@ from hybridflow.coordinator.eval_config import EvalConfig, EvalSet
 from hybridflow.coordinator.evaluation import EvalSet as LoadedSet
 from hybridflow.coordinator.evaluation import read_records
 from hybridflow.coordinator.offline_eval import (
-    OFFLINE_RECORDS,
     EvalClients,
     evaluate_once,
     summary_lines,
     write_results,
 )
+from hybridflow.coordinator.report import OFFLINE_EVAL_FILE
 from hybridflow.types import Completion
 
 from .fakes import FakeReward, FakeRollout, records
@@ -121,7 +121,7 @@ def test_results_are_labelled_and_recomputed_from_the_samples(tmp_path):
     held = summary["sets"]["held"]
     assert 0.0 < held["eval/held/pass@1"] < held["eval/held/pass@4"] < 1.0  # not a flat case
 
-    records_ = read_records(run_dir / OFFLINE_RECORDS)
+    records_ = read_records(run_dir / OFFLINE_EVAL_FILE)
     assert [(r.step, r.name, r.policy_version) for r in records_] == [
         (12, "held", 12),
         (12, "other", 12),
@@ -141,5 +141,5 @@ def test_a_set_cut_by_the_deadline_is_written_but_not_recorded_for_the_run(tmp_p
     write_results(result, tmp_path / "out", decode, run_dir)
     summary = json.loads((tmp_path / "out" / "results.json").read_text())
     assert summary["complete"] is False
-    assert not (run_dir / OFFLINE_RECORDS).read_text()
+    assert not (run_dir / OFFLINE_EVAL_FILE).read_text()
     assert any("timed out" in line for line in summary_lines(result))
