@@ -144,6 +144,18 @@ class ScoreResult:
     components: dict[str, float] = field(default_factory=dict)
     """Each reward component's own (unweighted) score when ``reward.components`` are
     configured (``score`` is their weighted sum); empty otherwise and on error."""
+    outcome: str = ""
+    """What the scorer found, named (``Verdict.outcome``: a code scorer's ``passed``,
+    ``wrong_answer``, ``timeout``, ...); empty when it names none."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a scorer may return instead of a bare number: the score and a named outcome,
+    counted per step in the metrics as ``reward/outcome/<outcome>``."""
+
+    score: float
+    outcome: str
 
 
 @dataclass(eq=False)

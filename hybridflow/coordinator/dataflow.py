@@ -6,6 +6,7 @@ No clients, no threads, no I/O: the schedule calls these between service calls.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -131,10 +132,19 @@ def component_means(results: Iterable[ScoreResult]) -> dict[str, float]:
     return {f"reward/{name}/mean": sum(v) / len(v) for name, v in sorted(totals.items())}
 
 
+def outcome_shares(results: Sequence[ScoreResult]) -> dict[str, float]:
+    """``reward/outcome/<outcome>``: the share of the results whose scorer named that
+    outcome (a code scorer's ``passed``, ``timeout``, ...), for each outcome named."""
+    counts = Counter(r.outcome for r in results if r.outcome)
+    n = max(len(results), 1)
+    return {f"reward/outcome/{name}": count / n for name, count in sorted(counts.items())}
+
+
 def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
     """verl-style data metrics of one batch: score, response length, errors, solve rates, the
-    mean greedy baseline score per prompt when the groups carry one, and ``reward/<name>/mean``
-    for each reward component (over the samples it scored)."""
+    mean greedy baseline score per prompt when the groups carry one, ``reward/<name>/mean``
+    for each reward component (over the samples it scored) and the shares of the outcomes
+    the scorers named (``outcome_shares``)."""
     scores = [r.score for g in scored for r in g.results]
     lengths = [len(c.token_ids) for g in scored for c in g.completions]
     clipped = [c.finish_reason == "length" for g in scored for c in g.completions]
@@ -152,6 +162,7 @@ def rollout_metrics(scored: Sequence[ScoredGroup]) -> dict[str, float]:
     return {
         **baseline_metrics,
         **component_means(r for g in scored for r in g.results),
+        **outcome_shares([r for g in scored for r in g.results]),
         "critic/score/mean": mean,
         "critic/score/std": math.sqrt(var),
         "critic/score/max": max(scores, default=0.0),

@@ -41,7 +41,13 @@ class BubblewrapSandbox:
     """``Sandbox`` on bubblewrap (module docstring). Checks at construction that ``bwrap``
     exists and can make its namespaces here (``SandboxUnavailable`` if not)."""
 
-    def __init__(self, bwrap: str = "bwrap") -> None:
+    def __init__(self, bwrap: str = "bwrap", uid: int = INSIDE_UID) -> None:
+        """``uid``: the host uid a root caller runs the program's processes as (their
+        ``RLIMIT_NPROC`` is counted per uid: a pool gives each of its slots its own, so one
+        slot's fork bomb cannot starve another's programs); inside they are 65534 always."""
+        if not 0 < uid < 2**31 - 1:  # bwrap reads it as a signed int
+            raise ValueError(f"uid must be in 1..2**31-2, got {uid}")
+        self.uid = uid
         found = shutil.which(bwrap)
         if found is None:
             raise SandboxUnavailable(
@@ -92,9 +98,9 @@ class BubblewrapSandbox:
         scratch = Path(tempfile.mkdtemp(prefix="hybridflow-sandbox-"))
         try:
             _write_files(scratch, files)
-            if os.geteuid() == 0:  # bwrap runs as 65534 (``_set_limits``): the scratch is its
+            if os.geteuid() == 0:  # bwrap runs as self.uid (``_set_limits``): the scratch is its
                 for path in (scratch, *scratch.rglob("*")):
-                    os.chown(path, INSIDE_UID, INSIDE_UID)
+                    os.chown(path, self.uid, self.uid)
             return self._run(self.command(argv, scratch), limits, stdin)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -109,23 +115,21 @@ class BubblewrapSandbox:
                 stderr=subprocess.PIPE,
                 env={"PATH": "/usr/bin:/bin"},
                 start_new_session=True,
-                preexec_fn=lambda: _set_limits(limits),  # noqa: PLW1509 (no threads here after fork)
+                preexec_fn=lambda: _set_limits(limits, self.uid),  # noqa: PLW1509 (no threads here after fork)
             )
         except OSError as exc:
             return SandboxResult("error", None, b"", b"", 0.0, f"bwrap did not start: {exc}")
+        # One event wakes the wait: the process ended, or a pipe passed the output cap.
+        wake = threading.Event()
         over = threading.Event()
-        out = _Reader(proc.stdout, limits.output_bytes, over)
-        err = _Reader(proc.stderr, limits.output_bytes, over)
-        _feed(proc, stdin)
-        deadline = start + limits.wall_s
-        timed_out = False
-        while proc.poll() is None:
-            if over.is_set():
-                break
-            if time.monotonic() >= deadline:
-                timed_out = True
-                break
-            over.wait(0.02)
+        out = _Reader(proc.stdout, limits.output_bytes, over, wake)
+        err = _Reader(proc.stderr, limits.output_bytes, over, wake)
+        threading.Thread(target=_wait_then_set, args=(proc, wake), daemon=True).start()
+        # stdin from a thread too: a program that never reads a large input must not block
+        # the wait for its deadline (its pipe closes when it is killed).
+        threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
+        wake.wait(max(0.0, start + limits.wall_s - time.monotonic()))
+        timed_out = proc.poll() is None and not over.is_set()
         if proc.poll() is None:
             _kill_group(proc)
         proc.wait()
@@ -136,11 +140,13 @@ class BubblewrapSandbox:
 
 
 class _Reader(threading.Thread):
-    """Reads one pipe up to ``cap`` bytes; sets ``over`` when more comes."""
+    """Reads one pipe up to ``cap`` bytes; sets ``over`` (and ``wake``) when more comes."""
 
-    def __init__(self, pipe: object, cap: int, over: threading.Event) -> None:
+    def __init__(
+        self, pipe: object, cap: int, over: threading.Event, wake: threading.Event
+    ) -> None:
         super().__init__(daemon=True)
-        self.pipe, self.cap, self.over = pipe, cap, over
+        self.pipe, self.cap, self.over, self.wake = pipe, cap, over, wake
         self.data = b""
         self.start()
 
@@ -156,7 +162,13 @@ class _Reader(threading.Thread):
             size += len(chunk)
             if size > self.cap:
                 self.over.set()
+                self.wake.set()
         self.data = b"".join(chunks)
+
+
+def _wait_then_set(proc: subprocess.Popen[bytes], event: threading.Event) -> None:
+    proc.wait()
+    event.set()
 
 
 def _feed(proc: subprocess.Popen[bytes], stdin: bytes) -> None:
@@ -175,14 +187,14 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _set_limits(limits: SandboxLimits) -> None:
+def _set_limits(limits: SandboxLimits, uid: int) -> None:
     """In the forked child, before exec: the limits ``bwrap`` and the program inherit. A
-    root caller's child becomes uid/gid 65534 first: root's processes are exempt from
+    root caller's child becomes ``uid`` first: root's processes are exempt from
     RLIMIT_NPROC (a fork bomb would fill the machine), and bwrap needs no privilege."""
     if os.geteuid() == 0:
         os.setgroups([])
-        os.setgid(INSIDE_UID)
-        os.setuid(INSIDE_UID)
+        os.setgid(uid)
+        os.setuid(uid)
     for which, value in (
         (resource.RLIMIT_CPU, limits.cpu_s),
         (resource.RLIMIT_AS, limits.memory_bytes),

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hybridflow.v1 import common_pb2 as hybridflow_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahybridflow/v1/reward.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x8b\x01\n\tScoreItem\x12\x13\n\x0b\x64\x61ta_source\x18\x01 \x01(\t\x12\x10\n\x08response\x18\x02 \x01(\t\x12\x18\n\x10has_ground_truth\x18\x03 \x01(\x08\x12\x14\n\x0cground_truth\x18\x04 \x01(\t\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12\x17\n\x0f\x65xtra_info_json\x18\x06 \x01(\t\"7\n\x0cScoreRequest\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.hybridflow.v1.ScoreItem\"\x9e\x01\n\x0bScoreResult\x12\r\n\x05score\x18\x01 \x01(\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12>\n\ncomponents\x18\x03 \x03(\x0b\x32*.hybridflow.v1.ScoreResult.ComponentsEntry\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"P\n\rScoreResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.hybridflow.v1.ScoreResult\x12\x12\n\nnum_errors\x18\x02 \x01(\x03\"p\n\nRewardInfo\x12\x0f\n\x07scorers\x18\x01 \x03(\t\x12\x12\n\nnum_scored\x18\x02 \x01(\x03\x12\x12\n\nnum_errors\x18\x03 \x01(\x03\x12\x12\n\ncomponents\x18\x04 \x03(\t\x12\x15\n\rnum_truncated\x18\x05 \x01(\x03\x32\x8f\x01\n\rRewardService\x12\x42\n\x05Score\x12\x1b.hybridflow.v1.ScoreRequest\x1a\x1c.hybridflow.v1.ScoreResponse\x12:\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x19.hybridflow.v1.RewardInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ahybridflow/v1/reward.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x8b\x01\n\tScoreItem\x12\x13\n\x0b\x64\x61ta_source\x18\x01 \x01(\t\x12\x10\n\x08response\x18\x02 \x01(\t\x12\x18\n\x10has_ground_truth\x18\x03 \x01(\x08\x12\x14\n\x0cground_truth\x18\x04 \x01(\t\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12\x17\n\x0f\x65xtra_info_json\x18\x06 \x01(\t\"7\n\x0cScoreRequest\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.hybridflow.v1.ScoreItem\"\xaf\x01\n\x0bScoreResult\x12\r\n\x05score\x18\x01 \x01(\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12>\n\ncomponents\x18\x03 \x03(\x0b\x32*.hybridflow.v1.ScoreResult.ComponentsEntry\x12\x0f\n\x07outcome\x18\x04 \x01(\t\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"P\n\rScoreResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.hybridflow.v1.ScoreResult\x12\x12\n\nnum_errors\x18\x02 \x01(\x03\"p\n\nRewardInfo\x12\x0f\n\x07scorers\x18\x01 \x03(\t\x12\x12\n\nnum_scored\x18\x02 \x01(\x03\x12\x12\n\nnum_errors\x18\x03 \x01(\x03\x12\x12\n\ncomponents\x18\x04 \x03(\t\x12\x15\n\rnum_truncated\x18\x05 \x01(\x03\x32\x8f\x01\n\rRewardService\x12\x42\n\x05Score\x12\x1b.hybridflow.v1.ScoreRequest\x1a\x1c.hybridflow.v1.ScoreResponse\x12:\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x19.hybridflow.v1.RewardInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,13 +39,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCOREREQUEST']._serialized_start=215
   _globals['_SCOREREQUEST']._serialized_end=270
   _globals['_SCORERESULT']._serialized_start=273
-  _globals['_SCORERESULT']._serialized_end=431
-  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_start=382
-  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_end=431
-  _globals['_SCORERESPONSE']._serialized_start=433
-  _globals['_SCORERESPONSE']._serialized_end=513
-  _globals['_REWARDINFO']._serialized_start=515
-  _globals['_REWARDINFO']._serialized_end=627
-  _globals['_REWARDSERVICE']._serialized_start=630
-  _globals['_REWARDSERVICE']._serialized_end=773
+  _globals['_SCORERESULT']._serialized_end=448
+  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_start=399
+  _globals['_SCORERESULT_COMPONENTSENTRY']._serialized_end=448
+  _globals['_SCORERESPONSE']._serialized_start=450
+  _globals['_SCORERESPONSE']._serialized_end=530
+  _globals['_REWARDINFO']._serialized_start=532
+  _globals['_REWARDINFO']._serialized_end=644
+  _globals['_REWARDSERVICE']._serialized_start=647
+  _globals['_REWARDSERVICE']._serialized_end=790
 # @@protoc_insertion_point(module_scope)

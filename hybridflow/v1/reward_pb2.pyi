@@ -30,7 +30,7 @@ class ScoreRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ScoreItem, _Mapping]]] = ...) -> None: ...
 
 class ScoreResult(_message.Message):
-    __slots__ = ("score", "error", "components")
+    __slots__ = ("score", "error", "components", "outcome")
     class ComponentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -41,10 +41,12 @@ class ScoreResult(_message.Message):
     SCORE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     score: float
     error: str
     components: _containers.ScalarMap[str, float]
-    def __init__(self, score: _Optional[float] = ..., error: _Optional[str] = ..., components: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    outcome: str
+    def __init__(self, score: _Optional[float] = ..., error: _Optional[str] = ..., components: _Optional[_Mapping[str, float]] = ..., outcome: _Optional[str] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("results", "num_errors")

@@ -12,6 +12,7 @@ from typing import Literal
 from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.ranges import raise_problems
 from hybridflow.rpc.config import ServerConfig
+from hybridflow.sandbox.config import SandboxConfig
 
 MODEL_ONLY = ("dtype", "batch_size", "max_length", "label_index")
 """Fields of a component bounded only when its kind is model (a rule component ignores them)."""
@@ -125,6 +126,13 @@ class RewardConfig:
     math_verify_timeout_s: float = knob(10.0, gt=0, le=600)
     """Deadline of one math-verify check; its process is killed past it and that item alone
     fails (``math_verify_scorer.py``)."""
+    code_score: Literal["fraction", "all"] = "fraction"
+    """What the ``code`` scorer gives a program: the fraction of its tests it passes, or 1
+    only when it passes all of them (``code_scorer.py``)."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """The sandbox pool the ``code`` scorer runs programs in (started on the first code
+    item; a machine that cannot sandbox fails that Score call, naming why). Its ``workers``
+    programs run at once, so a batch of code items is scored by that many threads."""
     score_workers: int = knob(1, ge=1)
     """Threads that score the items of one batch concurrently (1: score in the caller's
     thread). Was ``num_threads``, which elsewhere means torch threads (here: torch_threads)."""
@@ -160,6 +168,7 @@ class RewardConfig:
             ]
         )
         self.server.validate()
+        self.sandbox.validate("reward.sandbox")
 
     def _scorer_problems(self) -> list[str]:
         """Each user scorer: a non-empty data_source key and a ``module:function`` path."""

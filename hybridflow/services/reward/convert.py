@@ -61,7 +61,9 @@ def items_from_proto(msg: reward_pb2.ScoreRequest) -> list[ScoreItem]:
 def results_to_proto(results: Sequence[ScoreResult]) -> reward_pb2.ScoreResponse:
     return reward_pb2.ScoreResponse(
         results=[
-            reward_pb2.ScoreResult(score=r.score, error=r.error or "", components=r.components)
+            reward_pb2.ScoreResult(
+                score=r.score, error=r.error or "", components=r.components, outcome=r.outcome
+            )
             for r in results
         ],
         num_errors=sum(r.error is not None for r in results),
@@ -70,6 +72,11 @@ def results_to_proto(results: Sequence[ScoreResult]) -> reward_pb2.ScoreResponse
 
 def results_from_proto(msg: reward_pb2.ScoreResponse) -> list[ScoreResult]:
     return [
-        ScoreResult(score=r.score, error=r.error or None, components=dict(r.components))
+        ScoreResult(
+            score=r.score,
+            error=r.error or None,
+            components=dict(r.components),
+            outcome=r.outcome,
+        )
         for r in msg.results
     ]

@@ -2,7 +2,8 @@
 
 Built-in rule scorers (``arith``, ``gsm8k``, ``math``, ``math_verify``: Hugging Face's
 math-verify, in child processes with a deadline; ``reasoning_gym/<task>``: the task's own
-``score_answer``) plus verl's dataset names as aliases,
+``score_answer``; ``code``: the program run against its tests in the sandbox pool) plus verl's
+dataset names as aliases,
 the ground-truth-free ``sharegpt`` stand-in (``rules.score_plain_text``: form, not quality),
 and user scorers loaded from import paths at registration time, so a bad path fails when the
 service starts, not on the first batch. Lookup is exact first, then the longest registered
@@ -21,12 +22,14 @@ from hybridflow.config.import_path import load_callable
 from hybridflow.data.reasoning_gym import DATA_SOURCE_PREFIX as REASONING_GYM_SOURCE
 from hybridflow.data.sharegpt import SHAREGPT_DATA_SOURCE
 from hybridflow.services.reward import rules
+from hybridflow.services.reward.code_scorer import DATA_SOURCE as CODE_SOURCE
+from hybridflow.services.reward.code_scorer import CodeScorer
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.reward.math_verify_scorer import BoundedMathVerify
 from hybridflow.services.reward.reasoning_gym_scorer import score_reasoning_gym
 
 ScorerFn = Callable[[str, str | None, dict[str, Any]], Any]
-"""(response, ground_truth, extra_info) -> float | bool."""
+"""(response, ground_truth, extra_info) -> float | bool | Verdict."""
 
 BUILTIN_ALIASES: dict[str, str] = {
     "openai/gsm8k": "gsm8k",
@@ -49,6 +52,8 @@ class Scorer:
     """Items without a ground truth are errors instead of calls."""
     origin: str
     """"builtin" or the import path it was loaded from."""
+    threads: int = 1
+    """Calls of it worth running at once (the code scorer: its sandbox pool's slots)."""
 
 
 def _rule(score: Callable[..., float], **kwargs: Any) -> ScorerFn:
@@ -86,6 +91,8 @@ class ScorerRegistry:
             config.score_workers, config.math_verify_timeout_s, fmt
         )
         """math-verify's child processes (started on first use); ``close`` kills them."""
+        self.code = CodeScorer(config.sandbox, all_or_nothing=config.code_score == "all")
+        """The sandbox pool of the ``code`` scorer (started on first use); ``close`` stops it."""
         builtins: dict[str, ScorerFn] = {
             "arith": _rule(rules.score_arith, format_score=fmt),
             "gsm8k": _rule(rules.score_gsm8k, method=config.gsm8k_method, format_score=fmt),
@@ -103,6 +110,13 @@ class ScorerRegistry:
         self.register(SHAREGPT_DATA_SOURCE, _plain_text, origin="builtin")
         # every reasoning_gym/<task>: the task's own score_answer (the entry in extra_info)
         self.register(REASONING_GYM_SOURCE, score_reasoning_gym, origin="builtin")
+        self.register(
+            CODE_SOURCE,
+            self.code,
+            requires_ground_truth=True,
+            origin="builtin",
+            threads=self.code.threads,
+        )
         for data_source, path in config.scorers.items():
             self.register_import_path(data_source, path)
 
@@ -113,13 +127,14 @@ class ScorerRegistry:
         *,
         requires_ground_truth: bool = False,
         origin: str = "python",
+        threads: int = 1,
     ) -> None:
         """Register (or replace) the scorer for ``data_source``."""
         if not data_source:
             raise ValueError("data_source must be a non-empty string")
         if not callable(fn):
             raise ValueError(f"scorer for data_source {data_source!r} is not callable")
-        self._scorers[data_source] = Scorer(data_source, fn, requires_ground_truth, origin)
+        self._scorers[data_source] = Scorer(data_source, fn, requires_ground_truth, origin, threads)
 
     def register_import_path(self, data_source: str, path: str) -> None:
         """Import a user scorer now (ValueError naming data_source and path if it is bad).
@@ -139,10 +154,16 @@ class ScorerRegistry:
         prefixes = [name for name in self._scorers if data_source.startswith(name)]
         return self._scorers[max(prefixes, key=len)] if prefixes else None
 
+    def threads(self) -> dict[str, int]:
+        """Registered name -> calls of its scorer worth running at once."""
+        return {name: scorer.threads for name, scorer in self._scorers.items()}
+
     def names(self) -> list[str]:
         """Registered data_source names, sorted."""
         return sorted(self._scorers)
 
     def close(self) -> None:
-        """Stops the built-ins' child processes (math-verify's; idempotent)."""
+        """Stops the built-ins' child processes (math-verify's, the sandbox pool's;
+        idempotent)."""
         self.math_verify.close()
+        self.code.close()

@@ -2,9 +2,16 @@
 
 ``RewardScorer.score_batch`` never fails because of one item: an unknown data_source, a
 missing ground truth (for scorers that need one), an exception in the scorer, a return value
-that is not a number, or a non-finite score gives *that* item ``ScoreResult(0.0, error=...)``
-with a message naming the item index and the problem, and bumps a per-kind error counter.
-Only a malformed request (more items than ``max_batch_size``) raises ValueError.
+that is not a number (or a ``Verdict``), or a non-finite score gives *that* item
+``ScoreResult(0.0, error=...)`` with a message naming the item index and the problem, and
+bumps a per-kind error counter. Only a malformed request (more items than ``max_batch_size``)
+raises ValueError, and a scorer that cannot work on this machine at all (the code scorer
+without its sandbox) raises ``FailedPrecondition``: scoring every item 0 would hide it.
+
+A scorer may return a ``Verdict`` (a score with a named outcome, kept in
+``ScoreResult.outcome``). Items are scored in this thread, or by ``score_workers`` threads,
+or, for a batch with items of a scorer that runs several calls at once (``Scorer.threads``:
+the code scorer's sandbox slots), by that many.
 
 With ``reward.components`` each item's score is the weighted sum of the components that apply
 to it (a rule scorer or a reward model, see ``RewardComponent``), and ``ScoreResult.components``
@@ -26,11 +33,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from hybridflow.errors import FailedPrecondition
 from hybridflow.services.reward.config import RewardComponent, RewardConfig
 from hybridflow.services.reward.item_error import ItemError
 from hybridflow.services.reward.model_scorer import ModelScorer, ScoreOrError
 from hybridflow.services.reward.registry import ScorerRegistry
-from hybridflow.types import ScoreItem, ScoreResult
+from hybridflow.types import ScoreItem, ScoreResult, Verdict
 
 ERROR_KINDS = (
     "unknown_data_source",
@@ -64,8 +72,9 @@ class RewardScorer:
         self._errors: Counter[str] = Counter()
         self._num_scored = 0
         self._pool: ThreadPoolExecutor | None = None
-        if self.config.score_workers > 1:
-            self._pool = ThreadPoolExecutor(self.config.score_workers, "reward-scorer")
+        most = max([self.config.score_workers, *self.registry.threads().values()])
+        if most > 1:
+            self._pool = ThreadPoolExecutor(most, "reward-scorer")
         self._models: dict[str, ModelScorer] = {}
         for i, component in enumerate(self.config.components):
             key = f"reward.components[{i}]"
@@ -89,18 +98,25 @@ class RewardScorer:
         return self._map(self.score_item, range(len(items)), items)
 
     def _map(self, fn: Callable[..., Any], *args: Sequence[Any]) -> list[Any]:
-        """``fn`` over ``args`` in the scoring threads (in this thread when there are none)."""
-        if self._pool is not None and len(args[0]) > 1:
+        """``fn`` over ``args`` (the last holds the items) in the scoring threads, or in this
+        thread when the batch's scorers need none."""
+        if self._pool is not None and len(args[0]) > 1 and self._threads_for(args[-1]) > 1:
             return list(self._pool.map(fn, *args))
         return [fn(*a) for a in zip(*args)]
+
+    def _threads_for(self, items: Sequence[ScoreItem]) -> int:
+        """Threads worth scoring ``items`` with: ``score_workers``, or more for a scorer
+        that runs several calls at once."""
+        scorers = [self.registry.resolve(s) for s in {self._data_source(it) for it in items}]
+        return max([self.config.score_workers, *(s.threads for s in scorers if s is not None)])
 
     def score_item(self, index: int, item: ScoreItem) -> ScoreResult:
         """Score one item with its data_source's rule; ``index`` only labels error messages."""
         try:
-            score = self._rule_score(item, None)
+            score, outcome = self._rule_score(item, None)
         except ItemError as err:
             return self._failed(index, err.kind, str(err))
-        return self._scored(ScoreResult(score=score))
+        return self._scored(ScoreResult(score=score, outcome=outcome))
 
     def _failed(self, index: int, kind: str, message: str) -> ScoreResult:
         with self._lock:
@@ -137,11 +153,11 @@ class RewardScorer:
         model = self._models.get(component.name)
         if model is not None:
             return model.score(items)
-        return self._map(self._rule_outcome, items, [component.scorer] * len(items))
+        return self._map(self._rule_outcome, [component.scorer] * len(items), items)
 
-    def _rule_outcome(self, item: ScoreItem, scorer_name: str | None) -> ScoreOrError:
+    def _rule_outcome(self, scorer_name: str | None, item: ScoreItem) -> ScoreOrError:
         try:
-            return self._rule_score(item, scorer_name)
+            return self._rule_score(item, scorer_name)[0]
         except ItemError as err:
             return err
 
@@ -167,8 +183,9 @@ class RewardScorer:
         total = sum(weights[name] * score for name, score in scores.items())
         return self._scored(ScoreResult(score=total, components=scores))
 
-    def _rule_score(self, item: ScoreItem, scorer_name: str | None) -> float:
-        """The rule score of one item: the named scorer's, else its data_source's."""
+    def _rule_score(self, item: ScoreItem, scorer_name: str | None) -> tuple[float, str]:
+        """The rule score of one item and its named outcome ("" when the scorer names
+        none): the named scorer's, else its data_source's."""
         data_source = item.data_source or self.config.default_data_source
         if scorer_name is not None:
             scorer = self.registry.resolve(scorer_name)
@@ -196,19 +213,24 @@ class RewardScorer:
         label = f"scorer {scorer.name!r} ({scorer.origin}) for data_source {data_source!r}"
         try:
             raw: Any = scorer.fn(item.response, item.ground_truth, dict(item.extra_info or {}))
+        except FailedPrecondition:
+            raise  # the scorer cannot work here at all: the call fails, naming why
         except Exception as exc:  # user code: any failure belongs to this item only
             raise ItemError(
                 "scorer_exception", f"{label} raised {type(exc).__name__}: {exc}"
             ) from exc
+        outcome = ""
+        if isinstance(raw, Verdict):
+            raw, outcome = raw.score, str(raw.outcome)
         if not isinstance(raw, numbers.Real):
             raise ItemError(
                 "bad_return_type",
-                f"{label} returned {type(raw).__name__} {raw!r}, expected float or bool",
+                f"{label} returned {type(raw).__name__} {raw!r}, expected float, bool or Verdict",
             )
         score = float(raw)
         if not math.isfinite(score):
             raise ItemError("non_finite_score", f"{label} returned non-finite score {score}")
-        return score
+        return score, outcome
 
     @property
     def error_counts(self) -> dict[str, int]:
