@@ -1,7 +1,7 @@
 """How the built-in policies are built from their specs (``hybridflow/models/builtin_policy.py``
 says what they are): a seeded initialisation, then the supervised warm start on the
-``builtin:arith`` format, clean labels first, noisy ones after. ``builtin:tiny-tools`` is built
-by ``tools.py``.
+``builtin:arith`` format (``builtin:tiny-code``: the ``builtin:code`` format), clean labels
+first, noisy ones after. ``builtin:tiny-tools`` is built by ``tools.py``.
 
 The caller's global torch RNG state is left untouched. This module knows nothing about
 services, RL or rewards.
@@ -10,11 +10,14 @@ services, RL or rewards.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridflow.builtins_build.tools import build_tools_checkpoint, qwen3_config
 from hybridflow.data.arith import arith_ground_truth, arith_prompt
+from hybridflow.data.code_task import all_problems, warmup_solution
+from hybridflow.models.builtin_code import CodeBuiltinSpec
 from hybridflow.models.builtin_policy import BuiltinSpec, Qwen3BuiltinSpec
 from hybridflow.models.builtin_tools import ToolsBuiltinSpec
 
@@ -42,7 +45,31 @@ def warmup_example(
     return arith_prompt(a, b), str(answer)
 
 
-def build_checkpoint(spec: BuiltinSpec | ToolsBuiltinSpec, out_dir: Path) -> None:
+Example = Callable[[random.Random, float], tuple[str, str]]
+"""(rng, probability of a right target) -> one warm-start (prompt, target) pair."""
+
+
+def arith_example(spec: BuiltinSpec) -> Example:
+    """``builtin:arith`` pairs: operands 0..max_operand, near misses off by
+    1..label_max_offset."""
+
+    def example(rng: random.Random, correct_prob: float) -> tuple[str, str]:
+        a, b = rng.randint(0, spec.max_operand), rng.randint(0, spec.max_operand)
+        return warmup_example(a, b, correct_prob, spec.label_max_offset, rng)
+
+    return example
+
+
+def code_example(rng: random.Random, correct_prob: float) -> tuple[str, str]:
+    """``builtin:code`` pairs: any problem of the task (``warmup_solution``)."""
+    problem = rng.choice(_CODE_PROBLEMS)
+    return problem.prompt, warmup_solution(problem, correct_prob, rng)
+
+
+_CODE_PROBLEMS = all_problems()
+
+
+def build_checkpoint(spec: BuiltinSpec | ToolsBuiltinSpec | CodeBuiltinSpec, out_dir: Path) -> None:
     """Initialise, warm-start and save the model and tokenizer of ``spec`` into ``out_dir``.
 
     The caller's global torch RNG state is left untouched.
@@ -54,19 +81,28 @@ def build_checkpoint(spec: BuiltinSpec | ToolsBuiltinSpec, out_dir: Path) -> Non
     from transformers import AutoModelForCausalLM
 
     tokenizer, config = _tokenizer_and_config(spec)
+    example = code_example if isinstance(spec, CodeBuiltinSpec) else arith_example(spec)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.init_seed)
         model = AutoModelForCausalLM.from_config(config).float()
-        _supervised_steps(model, tokenizer, spec, spec.clean_steps, spec.clean_lr, 1.0)
+        _supervised_steps(model, tokenizer, spec, example, spec.clean_steps, spec.clean_lr, 1.0)
         _supervised_steps(
-            model, tokenizer, spec, spec.noisy_steps, spec.noisy_lr, spec.label_correct_prob
+            model,
+            tokenizer,
+            spec,
+            example,
+            spec.noisy_steps,
+            spec.noisy_lr,
+            spec.label_correct_prob,
         )
     model.eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
 
 
-def _tokenizer_and_config(spec: BuiltinSpec) -> tuple[PreTrainedTokenizerBase, Any]:
+def _tokenizer_and_config(
+    spec: BuiltinSpec | CodeBuiltinSpec,
+) -> tuple[PreTrainedTokenizerBase, Any]:
     """The tokenizer and the model config of ``spec``."""
     if not isinstance(spec, Qwen3BuiltinSpec):
         from hybridflow.models.tiny_llama import tiny_llama_config
@@ -89,12 +125,13 @@ def _grid(spec: BuiltinSpec) -> list[tuple[int, int]]:
 def _supervised_steps(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    spec: BuiltinSpec,
+    spec: BuiltinSpec | CodeBuiltinSpec,
+    example: Example,
     num_steps: int,
     lr: float,
     correct_prob: float,
 ) -> None:
-    """``num_steps`` AdamW steps on arithmetic examples; loss on the answer and EOS only."""
+    """``num_steps`` AdamW steps on ``example``'s pairs; loss on the target and EOS only."""
     import torch
 
     rng = random.Random(f"{spec.init_seed}-{correct_prob}")
@@ -106,8 +143,7 @@ def _supervised_steps(
         seqs: list[list[int]] = []
         labels: list[list[int]] = []
         for _ in range(spec.warmup_batch_size):
-            a, b = rng.randint(0, spec.max_operand), rng.randint(0, spec.max_operand)
-            prompt, target = warmup_example(a, b, correct_prob, spec.label_max_offset, rng)
+            prompt, target = example(rng, correct_prob)
             prompt_ids = tokenizer.encode(
                 render_prompt(tokenizer, prompt), add_special_tokens=False
             )

@@ -12,6 +12,10 @@
   (``tools_quality.py``): it calls the calculator in some episodes but not all, its calls are
   well formed, it copies a result it got, it cannot do the arithmetic without the tool, and it
   wins most games, in more turns than binary search needs: room for RL on every count.
+- ``tiny-code``: on every ``builtin:code`` problem, the greedy function is the right one
+  (``greedy_exact``) and compiles (``greedy_compiles``: Python's ``compile``, nothing run), and
+  the probability of sampling exactly the right function then EOS at temperature 1
+  (``sampled_exact``, computed) stays near its warm start's ``label_correct_prob``.
 - ``tiny-random`` is a seeded random initialisation; it promises nothing but its bytes.
 
 ``measure(name, path)`` returns the numbers; ``shortfalls(name, numbers)`` names every gate
@@ -47,6 +51,11 @@ GATES: dict[str, dict[str, tuple[float, float]]] = {
         "greedy_accuracy": (0.85, 1.0),
         "greedy_format": (1.0, 1.0),
         "sampled_accuracy": (0.25, 0.65),
+    },
+    "tiny-code": {
+        "greedy_exact": (0.85, 1.0),
+        "greedy_compiles": (0.95, 1.0),
+        "sampled_exact": (0.2, 0.65),
     },
     "tiny-tools": {
         "calc_tool_rate": (0.25, 0.7),
@@ -86,6 +95,8 @@ def measure(name: str, path: Path) -> dict[str, float]:
         return tools_numbers(path)
     if not GATES[name]:
         return {}
+    if name == "tiny-code":
+        return _code_numbers(path)
     return _policy_numbers(path)
 
 
@@ -129,6 +140,43 @@ def _policy_numbers(path: Path) -> dict[str, float]:
         "greedy_format": greedy_formed / n,
         "sampled_accuracy": sampled / n,
     }
+
+
+def _code_numbers(path: Path) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hybridflow.data.code_task import all_problems
+
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    eos = int(tok.eos_token_id)
+    problems = all_problems()
+    exact = compiles = 0
+    sampled = 0.0
+    with torch.no_grad():
+        for problem in problems:
+            prompt = tok.encode(problem.prompt, add_special_tokens=False)
+            answer = tok.encode(problem.solution, add_special_tokens=False) + [eos]
+            logp = _log_probs(model, prompt + answer)[len(prompt) - 1 : -1]
+            sampled += float(logp.gather(-1, torch.tensor(answer).unsqueeze(-1)).sum().exp())
+            greedy = _greedy(model, prompt, eos, max_new=len(answer) + 8)
+            exact += greedy == answer
+            compiles += _compiles(str(tok.decode(greedy[:-1] if greedy[-1:] == [eos] else greedy)))
+    n = len(problems)
+    return {
+        "greedy_exact": exact / n,
+        "greedy_compiles": compiles / n,
+        "sampled_exact": sampled / n,
+    }
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<greedy>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _log_probs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:

@@ -45,10 +45,14 @@ BUILTIN_DATASETS = (
     "builtin:arith",
     "builtin:arith:train",
     "builtin:arith:test",
+    "builtin:code",
+    "builtin:code:train",
+    "builtin:code:test",
     "builtin:calc",
     "builtin:guess",
 )
-"""``builtin:calc`` and ``builtin:guess`` are the built-in environments' tasks
+"""``builtin:code`` is the built-in code task (``code_task.py``: functions checked by tests in
+the sandbox); ``builtin:calc`` and ``builtin:guess`` are the built-in environments' tasks
 (``hybridflow.envs.builtin``): chat prompts, for multi-turn episodes."""
 DEFAULT_BUILTIN_NUM = 1024
 """Rows generated for a builtin dataset when ``num`` is None."""
@@ -292,13 +296,17 @@ def _iter_rows(
 
 
 def _builtin_rows(spec: str, num: int, seed: int, chat: bool) -> list[dict[str, Any]]:
-    """Rows of a builtin dataset. arith's plain prompts become one user message for a chat
-    tokenizer; the environments' rows are chat messages always (their openings)."""
-    if spec.startswith("builtin:arith"):
+    """Rows of a builtin dataset. arith's and code's plain prompts become one user message for
+    a chat tokenizer; the environments' rows are chat messages always (their openings)."""
+    if spec.startswith(("builtin:arith", "builtin:code")):
         from hybridflow.data.arith import DEFAULT_MAX_OPERAND, make_arith_rows
+        from hybridflow.data.code_task import make_code_rows
 
-        split = spec.removeprefix("builtin:arith").removeprefix(":") or "all"
-        rows = make_arith_rows(num, seed, DEFAULT_MAX_OPERAND, split)
+        task, _, split = spec.removeprefix("builtin:").partition(":")
+        if task == "arith":
+            rows = make_arith_rows(num, seed, DEFAULT_MAX_OPERAND, split or "all")
+        else:
+            rows = make_code_rows(num, seed, split or "all")
         if chat:
             rows = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
         return rows

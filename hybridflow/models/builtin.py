@@ -1,5 +1,5 @@
 """The built-in models (``builtin:tiny``, ``builtin:tiny-random``, ``builtin:tiny-qwen3``,
-``builtin:tiny-tools``, ``builtin:tiny-rm``): shipped weights, pinned by sha256, and the cache users load them from.
+``builtin:tiny-tools``, ``builtin:tiny-code``, ``builtin:tiny-rm``): shipped weights, pinned by sha256, and the cache users load them from.
 
 Training a model gives different floats on different CPUs (vector widths, oneDNN and MKL code
 paths), and a few hundred steps amplify the difference: a reward model built on one machine
@@ -33,11 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hybridflow.models.builtin_code import CodeBuiltinSpec
 from hybridflow.models.builtin_policy import POLICY_SPECS, BuiltinSpec
 from hybridflow.models.builtin_rm import REWARD_SPECS, RewardModelSpec
 from hybridflow.models.builtin_tools import ToolsBuiltinSpec
 
-AnySpec = BuiltinSpec | ToolsBuiltinSpec | RewardModelSpec
+AnySpec = BuiltinSpec | ToolsBuiltinSpec | CodeBuiltinSpec | RewardModelSpec
 """A spec of any built-in kind."""
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridflow.data.arith import DEFAULT_MAX_OPERAND
+from hybridflow.models.builtin_code import CodeBuiltinSpec
 from hybridflow.models.builtin_tools import ToolsBuiltinSpec
 
 
@@ -82,13 +83,15 @@ class Qwen3BuiltinSpec(BuiltinSpec):
     (rows no token uses; vLLM pads to 64 as well)."""
 
 
-POLICY_SPECS: dict[str, BuiltinSpec | ToolsBuiltinSpec] = {
+POLICY_SPECS: dict[str, BuiltinSpec | ToolsBuiltinSpec | CodeBuiltinSpec] = {
     "tiny": BuiltinSpec(),
     "tiny-random": BuiltinSpec(clean_steps=0, noisy_steps=0),
     "tiny-qwen3": Qwen3BuiltinSpec(),
     "tiny-tools": ToolsBuiltinSpec(),
+    "tiny-code": CodeBuiltinSpec(),
 }
 """Built-in model names and their specs. ``tiny-random`` is ``tiny`` without the warm start
 (the seeded random initialisation): the cold-start comparison of the algorithm suite.
 ``tiny-qwen3`` is warm-started like ``tiny`` with its prompts in ChatML. ``tiny-tools`` plays
-the built-in environments (``builtin_tools.py``)."""
+the built-in environments (``builtin_tools.py``); ``tiny-code`` writes the functions of
+``builtin:code`` (``builtin_code.py``)."""

@@ -7,12 +7,18 @@ One run is one ``bwrap`` process:
   its own processes, and runs as uid/gid 65534;
 - files: ``/usr`` read-only (with ``/bin``, ``/lib``, ``/lib64`` as links into it), a fresh
   ``/proc`` and ``/dev``, an empty ``/tmp``, and a private scratch directory ``/box`` (the
-  working directory) holding the files given, on a read-only root of its own; nothing else of the host (no run directory,
-  no token file, no home), an empty environment but ``PATH``;
-- limits: ``setrlimit`` before ``bwrap`` starts, as uid 65534 also when the caller is root
-  (CPU seconds, address space, processes, open files, file size, no core files), a wall-time deadline and an output cap enforced
-  here; past either, the whole process group is killed, and with it the PID namespace
-  (``--die-with-parent``: its init dies with bwrap, so nothing it started outlives it).
+  working directory) holding the files given, on a read-only root of its own; nothing else
+  of the host (no run directory, no token file, no home), an empty environment but ``PATH``;
+- the program is the namespace's pid 1 (``--as-pid-1``): bwrap's own init would be left a
+  zombie by bwrap, which exits on its exit code before reaping it; where the host's pid 1
+  does not reap orphans (a container's init) those zombies count against the uid's process
+  limit, and after ``processes`` runs every run failed to fork. As pid 1 the program's exit
+  ends the namespace, every process in it killed;
+- limits: ``setrlimit`` before ``bwrap`` starts, as the sandbox's host uid also when the
+  caller is root (CPU seconds, address space, processes, open files, file size, no core
+  files), a wall-time deadline and an output cap enforced here; past either, the whole
+  process group is killed, and with it the PID namespace (``--die-with-parent``: its pid 1
+  dies with bwrap, so nothing it started outlives it).
 
 The interpreter inside is the system's (``/usr/bin/python3``), not the project's venv: the
 program gets the standard library only.
@@ -70,6 +76,7 @@ class BubblewrapSandbox:
             "--unshare-all",
             "--die-with-parent",
             "--new-session",
+            "--as-pid-1",  # no init of bwrap's own, left a zombie (module docstring)
             "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID),
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin",
