@@ -92,6 +92,12 @@ class CoordinatorConfig:
     Costs the learner one copy of its parameter shards while a publish is on the wire.
     false: every publish ends before the next step starts. Synchronous runs always publish
     before the next generation."""
+    overlap_scoring: bool = True
+    """Each replica's completions are scored while it generates its next request (one
+    request scoring beside one generating, per replica), so a slow scorer (code run in the
+    sandbox) adds to a step only what it takes beyond generation. false: a replica waits for
+    its request's scores before it generates again. timing_s/score is the scoring time per
+    step either way."""
     admission: AdmissionPolicy = "pace"
     """When generation may start, within max_staleness: pace (just in time to keep the
     learner busy, so samples are as fresh as the overlap allows: about 1 version stale when

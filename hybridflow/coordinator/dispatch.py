@@ -16,6 +16,14 @@ prompts under the same weights sample the same completions (a resumed run repeat
 uninterrupted one). When the learner's estimator needs greedy baselines (ReMax), each request
 also generates one greedy response per prompt on the same replica, scored in the same reward
 call; either generate call failing fails the request.
+
+Scoring overlaps generation (``overlap_scoring``): a request's groups are scored on the
+dispatcher's scoring lane (one thread) while the replica generates the next request, at
+most one request scoring while one generates, so a slow scorer (programs run in a sandbox)
+costs the step its excess over generation, not its whole time. The lane hands groups to the
+buffer in the order they were generated; a scoring failure re-queues that request's prompts
+and, at the next hand-off, the prompts generated meanwhile, then ends the dispatcher as a
+failure in its own thread does.
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ class ReplicaDispatcher(threading.Thread):
         rejoin_interval_s: float = 2.0,
         request_size: Callable[[], int] | None = None,
         episodes: EpisodeRunner | None = None,
+        overlap_scoring: bool = False,
     ) -> None:
         """``rejoin(index, timeout_s)``: the weights version replica ``index`` holds once it
         is healthy again and has the current weights, None while it is not back (waiting
@@ -84,7 +93,8 @@ class ReplicaDispatcher(threading.Thread):
         step among the replicas serving, so one left alone takes whole steps.
         ``episodes``: multi-turn rollouts (``coordinator.multi_turn``): each request runs
         its prompts' episodes on this replica and the environment's rewards are the scores
-        (the reward service is not called)."""
+        (the reward service is not called). ``overlap_scoring``: score each request on the
+        scoring lane while the next one generates (module docstring)."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.replica_name = f"replica {index}" + (f" ({name})" if name else "")
@@ -115,6 +125,11 @@ class ReplicaDispatcher(threading.Thread):
         self._published_version = 0
         self.busy_s = 0.0
         """Seconds spent generating (greedy baselines included)."""
+        self.score_s = 0.0
+        """Seconds spent in reward calls (on the scoring lane when it overlaps)."""
+        self._lane = (
+            _ScoringLane(self._score_and_put, f"score-{index}") if overlap_scoring else None
+        )
         self.num_requeued = 0
         self.episodes = episodes
         self.num_episodes_restarted = 0
@@ -173,6 +188,13 @@ class ReplicaDispatcher(threading.Thread):
             self.error = exc
 
     def _serve(self) -> None:
+        try:
+            self._serve_requests()
+        finally:
+            if self._lane is not None:
+                self._lane.drain()  # its request's groups reach the buffer, or are re-queued
+
+    def _serve_requests(self) -> None:
         request = 0
         while not self.stop_event.is_set():
             if self.failed and not self._wait_for_rejoin():
@@ -242,15 +264,37 @@ class ReplicaDispatcher(threading.Thread):
             if episodes is not None:  # the environment scored them
                 self.buffer.put(episodes.scored(prompts))
                 continue
+            if self._lane is None:
+                self._score_and_put(prompts, groups, greedy)
+                continue
             try:
-                results = self._score(score_items(prompts, groups, self.decode, greedy))
+                self._lane.hand(prompts, groups, greedy)
             except Exception:
-                self.buffer.requeue(prompts)  # fatal (run() reports it); nothing lost
+                self.buffer.requeue(prompts)  # the lane failed earlier: fatal, nothing lost
+                self.num_requeued += len(prompts)
                 raise
-            self.events.record(
-                "score", gen_end, time.time(), replica=self.index, num_items=len(results)
-            )
-            self.buffer.put(attach_scores(prompts, groups, results, greedy is not None))
+
+    def _score_and_put(
+        self,
+        prompts: list[Prompt],
+        groups: list[list[Completion]],
+        greedy: list[list[Completion]] | None,
+    ) -> None:
+        """Scores one request's groups and hands them to the buffer; on failure its prompts
+        are re-queued (nothing lost) and the error raised."""
+        wall_start, start = time.time(), time.perf_counter()
+        try:
+            results = self._score(score_items(prompts, groups, self.decode, greedy))
+        except Exception:
+            self.buffer.requeue(prompts)  # fatal (run() reports it); nothing lost
+            self.num_requeued += len(prompts)
+            raise
+        finally:
+            self.score_s += time.perf_counter() - start
+        self.events.record(
+            "score", wall_start, time.time(), replica=self.index, num_items=len(results)
+        )
+        self.buffer.put(attach_scores(prompts, groups, results, greedy is not None))
 
     def _request(
         self, prompts: list[Prompt], params: SamplingParams, request_id: str
@@ -380,6 +424,30 @@ class ReplicaDispatcher(threading.Thread):
     def idle_ratio(self) -> float:
         wall = time.perf_counter() - self.started_at
         return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
+
+
+class _ScoringLane:
+    """One thread that runs ``score_and_put`` for one request at a time, in the order the
+    requests are handed to it; its failure is raised on the dispatcher's thread at the next
+    ``hand`` or at ``drain``."""
+
+    def __init__(self, score_and_put: Callable[..., None], name: str) -> None:
+        self._score_and_put = score_and_put
+        self._name = name
+        self._call: _Call | None = None
+
+    def hand(self, *request: Any) -> None:
+        """Waits for the request before to be scored (raising its failure), then starts
+        scoring this one."""
+        self.drain()
+        self._call = _Call(partial(self._score_and_put, *request), self._name)
+
+    def drain(self) -> None:
+        """Waits for the request being scored, if any; raises its failure."""
+        call, self._call = self._call, None
+        if call is not None:
+            call.done.wait()
+            call.result()
 
 
 class _Call:

@@ -222,6 +222,7 @@ class TrainingJob:
                 name=services.weight_targets[i],
                 stall_timeout_s=cfg.replica_stall_timeout_s,
                 request_size=None if cfg.prompts_per_request else self._request_size,
+                overlap_scoring=cfg.overlap_scoring,
             )
             for i, r in enumerate(services.rollouts)
         ]
@@ -391,13 +392,15 @@ class TrainingJob:
         st.learner_busy_s += t3 - t1
         wall = run.wall_before + t3 - run.start
         gen_s = sum(d.busy_s for d in self.dispatchers)
+        score_s = sum(d.score_s for d in self.dispatchers)
         metrics = {
             **rollout_metrics(batch),
             **result.metrics,
             **step_timings(train_batch, t0, t1, t2, t3, gen_s - run.gen_s_seen),
+            "timing_s/score": score_s - run.score_s_seen,
             **self._schedule_metrics(lead, wall),
         }
-        run.gen_s_seen = gen_s
+        run.gen_s_seen, run.score_s_seen = gen_s, score_s
         write_audit(run.audit, step, batch, version)
         filtered = self.buffer.take_filtered()
         write_audit(run.audit, step, filtered, version, filtered=True)

@@ -74,6 +74,8 @@ class RunState:
     wall_end: float = 0.0
     gen_s_seen: float = 0.0
     """Generation seconds already reported (``timing_s/gen`` is per step)."""
+    score_s_seen: float = 0.0
+    """Scoring seconds already reported (``timing_s/score`` is per step)."""
     first_step_s: float | None = None
     checkpoint: str = ""
     last_checkpoint: str = ""

@@ -77,6 +77,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.max_staleness+": ("coordinator.max_staleness=2",),
     "coordinator.admission": ("coordinator.admission=greedy",),
     "coordinator.overlap_publish": ("coordinator.overlap_publish=false",),
+    "coordinator.overlap_scoring": ("coordinator.overlap_scoring=false",),
     "coordinator.dynamic_sampling": ("coordinator.dynamic_sampling=true",),
     "coordinator.dynamic_sampling_max_rounds": (
         "coordinator.dynamic_sampling=true",  # without it the key has nothing to act on
@@ -335,6 +336,10 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
     ),
     "coordinator.overlap_publish": Observer(
         "publishes run in the background", lambda r: bool(r.learner.background)
+    ),
+    "coordinator.overlap_scoring": Observer(
+        "the dispatchers score on a lane",
+        lambda r: one(d._lane is not None for d in r.training.dispatchers),
     ),
     "coordinator.dynamic_sampling": Observer(
         "dynamic_sampling/* in metrics.jsonl",
