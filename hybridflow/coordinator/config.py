@@ -42,6 +42,9 @@ class MultiTurnConfig:
     max_total_tokens: int = knob(256, ge=2)
     """Response tokens per trajectory (the policy's and the observations') at most; a turn
     that would pass it is cut to fit, an observation that would is not appended."""
+    env_concurrency: int = knob(8, ge=1, le=256)
+    """Environment steps one request runs at once (its episodes' answers to one turn), so
+    slow ones (tool calls run in the sandbox) take the longest one's time, not the sum."""
 
     @property
     def enabled(self) -> bool:

@@ -9,7 +9,8 @@ dataset and the exactly-once audit).
 All episodes of one request advance turn by turn: each turn is one ``Generate`` call holding
 every live episode's whole context (its prompt, its earlier turns and observations) with
 ``n = 1``, so the engine batches them and vLLM's prefix cache serves what an episode already
-read. A trajectory is built by appending only (``hybridflow.envs.chat_tokens``): the ids the
+read; then the environment answers every episode's turn, ``env_concurrency`` of them at once
+(each on one thread; the tokens are handled on the caller's). A trajectory is built by appending only (``hybridflow.envs.chat_tokens``): the ids the
 engine sampled, then the observation's ids, each tokenised once. The loss mask is 1 exactly
 on the sampled ids; their log-probs and versions come from the engine, the observation's are
 0 and -1. An episode ends when the environment says done, at ``max_turns`` policy turns, or
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -183,8 +185,15 @@ class EpisodeRunner:
                         f"rollout answered {[len(a) for a in answers]} completions for "
                         f"{len(live)} episode contexts (one each expected)"
                     )
-                for episode, (completion,) in zip(live, answers, strict=True):
-                    self._after_turn(episode, completion)
+                acting = [
+                    (episode, *taken)
+                    for episode, (completion,) in zip(live, answers, strict=True)
+                    if (taken := self._policy_turn(episode, completion)) is not None
+                ]
+                answered = self._map(self._step, [(e, action) for e, action, _ in acting])
+                for (episode, _, ended_with_eos), result in zip(acting, answered, strict=True):
+                    if result is not None:
+                        self._after_step(episode, result, ended_with_eos)
                 live = [e for e in live if not e.record.finish]
                 turn += 1
         except BaseException:
@@ -223,18 +232,29 @@ class EpisodeRunner:
         episode.record.env_calls += 1
         return episode
 
-    def _after_turn(self, episode: _Episode, completion: Completion) -> None:
-        cfg, record = self.config, episode.record
-        take = min(completion.token_ids.size, cfg.max_total_tokens - episode.used)
+    def _policy_turn(self, episode: _Episode, completion: Completion) -> tuple[str, bool] | None:
+        """Appends the policy's turn; (its text for the environment, whether it ended with
+        EOS), or None when the episode already ended with an error."""
+        take = min(completion.token_ids.size, self.config.max_total_tokens - episode.used)
         ended_with_eos = completion.finish_reason == "stop" and take == completion.token_ids.size
         episode.add_policy(completion, take)
         if episode.error is not None:
-            record.finish = "error"
-            return
-        action = self.chat.decode_turn(completion.token_ids[:take])
-        result = self._step(episode, action)
-        if result is None:
-            return
+            episode.record.finish = "error"
+            return None
+        return self.chat.decode_turn(completion.token_ids[:take]), ended_with_eos
+
+    def _map(
+        self, step: Callable[[_Episode, str], StepResult | None], calls: list[tuple[_Episode, str]]
+    ) -> list[StepResult | None]:
+        """``step`` over the calls, ``env_concurrency`` at once (in order)."""
+        if len(calls) <= 1 or self.config.env_concurrency <= 1:
+            return [step(*call) for call in calls]
+        workers = min(len(calls), self.config.env_concurrency)
+        with ThreadPoolExecutor(workers, thread_name_prefix="env-step") as pool:
+            return list(pool.map(lambda call: step(*call), calls))
+
+    def _after_step(self, episode: _Episode, result: StepResult, ended_with_eos: bool) -> None:
+        cfg, record = self.config, episode.record
         episode.reward += float(result.reward)
         episode.rewarded.append((episode.used - 1, float(result.reward)))
         record.tool_calls += int(result.info.get("tool_calls", 0))

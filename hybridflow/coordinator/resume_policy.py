@@ -111,6 +111,7 @@ RULES: dict[str, Rule] = {
     ),
     "coordinator.multi_turn.max_turns": _SCHEDULE,
     "coordinator.multi_turn.max_total_tokens": _SCHEDULE,
+    "coordinator.multi_turn.env_concurrency": _SCHEDULE,
     "coordinator.rollout_addresses": _ADDRESS,
     "coordinator.reward_address": _ADDRESS,
     "coordinator.environment_address": _ADDRESS,

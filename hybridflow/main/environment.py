@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def main(argv: list[str] | None = None) -> int:
     from hybridflow.utils.startup_marks import mark, mark_process_start
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     job = load_job_config(args.config, args.set)
     mark("environment", "imported")  # and the config loaded
     cfg = job.environment
+    from hybridflow.sandbox import shared as shared_sandbox
+
+    shared_sandbox.configure(cfg.sandbox)  # the python tool's pool, made on its first call
     host = EpisodeHost(cfg, cfg.server.concurrency_limit)
     servicer = EnvironmentServicer(host)
     serve(
@@ -41,9 +46,14 @@ def main(argv: list[str] | None = None) -> int:
             f"environment service ready on {address} "
             f"(envs: {cfg.envs or 'none'}; max_episodes {cfg.max_episodes})"
         ),
-        on_stop=host.shutdown,
+        on_stop=lambda: _stop(host.shutdown, shared_sandbox.close),
     )
     return 0
+
+
+def _stop(*closers: Callable[[], None]) -> None:
+    for close in closers:
+        close()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ One run is one ``bwrap`` process:
   does not reap orphans (a container's init) those zombies count against the uid's process
   limit, and after ``processes`` runs every run failed to fork. As pid 1 the program's exit
   ends the namespace, every process in it killed;
-- limits: ``setrlimit`` before ``bwrap`` starts, as the sandbox's host uid also when the
+- limits: set by util-linux's ``prlimit`` before it execs ``bwrap``, as the sandbox's host uid also when the
   caller is root (CPU seconds, address space, processes, open files, file size, no core
   files), a wall-time deadline and an output cap enforced here; past either, the whole
   process group is killed, and with it the PID namespace (``--die-with-parent``: its pid 1
@@ -27,7 +27,6 @@ program gets the standard library only.
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -61,6 +60,16 @@ class BubblewrapSandbox:
                 "(apt-get install bubblewrap); nothing runs unsandboxed"
             )
         self.bwrap = found
+        tools = {name: shutil.which(name) for name in ("prlimit", "setpriv")}
+        missing = [name for name, path in tools.items() if path is None]
+        if missing:
+            raise SandboxUnavailable(
+                f"{missing} not installed: the code sandbox sets its uid and limits with "
+                "util-linux's setpriv and prlimit (apt-get install util-linux); nothing runs "
+                "unsandboxed"
+            )
+        self.prlimit, self.setpriv = str(tools["prlimit"]), str(tools["setpriv"])
+        self._root = os.geteuid() == 0
         probe = self.run(["/usr/bin/true"], {}, SandboxLimits(wall_s=30))
         if probe.outcome != "ok":
             raise SandboxUnavailable(
@@ -105,12 +114,32 @@ class BubblewrapSandbox:
         scratch = Path(tempfile.mkdtemp(prefix="hybridflow-sandbox-"))
         try:
             _write_files(scratch, files)
-            if os.geteuid() == 0:  # bwrap runs as self.uid (``_set_limits``): the scratch is its
+            if self._root:  # bwrap runs as self.uid (``prefix``): the scratch is its
                 for path in (scratch, *scratch.rglob("*")):
                     os.chown(path, self.uid, self.uid)
-            return self._run(self.command(argv, scratch), limits, stdin)
+            return self._run([*self.prefix(limits), *self.command(argv, scratch)], limits, stdin)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def prefix(self, limits: SandboxLimits) -> list[str]:
+        """What runs before bwrap, each exec'ing the next: for a root caller ``setpriv``
+        becoming ``self.uid`` (root's processes are exempt from RLIMIT_NPROC, and bwrap needs
+        no privilege), then ``prlimit`` setting the limits bwrap and the program inherit.
+        Programs, not Popen's ``preexec_fn`` or ``user=``: either makes Popen fork instead of
+        vfork, and in a process with grpc's threads its fork handlers crashed the child
+        (SIGSEGV, SIGABRT)."""
+        become = [self.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        return [
+            *(become if self._root else []),
+            self.prlimit,
+            f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",  # SIGXCPU, then SIGKILL a second later
+            f"--as={limits.memory_bytes}",
+            f"--nproc={limits.processes}",
+            f"--nofile={limits.open_files}",
+            f"--fsize={limits.file_bytes}",
+            "--core=0",
+            "--",
+        ]
 
     def _run(self, cmd: list[str], limits: SandboxLimits, stdin: bytes) -> SandboxResult:
         start = time.monotonic()
@@ -122,7 +151,6 @@ class BubblewrapSandbox:
                 stderr=subprocess.PIPE,
                 env={"PATH": "/usr/bin:/bin"},
                 start_new_session=True,
-                preexec_fn=lambda: _set_limits(limits, self.uid),  # noqa: PLW1509 (no threads here after fork)
             )
         except OSError as exc:
             return SandboxResult("error", None, b"", b"", 0.0, f"bwrap did not start: {exc}")
@@ -192,26 +220,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # bwrap and, with it, the PID namespace
     except ProcessLookupError:
         pass
-
-
-def _set_limits(limits: SandboxLimits, uid: int) -> None:
-    """In the forked child, before exec: the limits ``bwrap`` and the program inherit. A
-    root caller's child becomes ``uid`` first: root's processes are exempt from
-    RLIMIT_NPROC (a fork bomb would fill the machine), and bwrap needs no privilege."""
-    if os.geteuid() == 0:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    for which, value in (
-        (resource.RLIMIT_CPU, limits.cpu_s),
-        (resource.RLIMIT_AS, limits.memory_bytes),
-        (resource.RLIMIT_NPROC, limits.processes),
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_FSIZE, limits.file_bytes),
-        (resource.RLIMIT_CORE, 0),
-    ):
-        hard = value + 1 if which == resource.RLIMIT_CPU else value
-        resource.setrlimit(which, (value, hard))
 
 
 def _write_files(scratch: Path, files: Mapping[str, str | bytes]) -> None:

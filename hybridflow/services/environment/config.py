@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.ranges import raise_problems
 from hybridflow.rpc.config import ServerConfig
+from hybridflow.sandbox.config import SandboxConfig
 
 
 @dataclass
@@ -38,6 +39,9 @@ class EnvironmentConfig:
     """Seconds an environment's reset or step may run (in a thread of the service); one that
     takes longer ends that episode with an error while its thread runs on. Keep it below
     the client's deadline (coordinator.channel.timeout_s)."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """The sandbox pool environments run programs in (the ``python`` tool of
+    ``hybridflow.envs.python_tool``), made on first use; keep wall_s below step_timeout_s."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Listening socket and transport limits of the environment service."""
 
@@ -60,5 +64,12 @@ class EnvironmentConfig:
             elif path in seen:
                 found.append(f"environment.envs[{i}]: {path!r} is listed twice")
             seen.add(str(path))
+        if self.sandbox.wall_s >= self.step_timeout_s:
+            found.append(
+                f"environment.sandbox.wall_s ({self.sandbox.wall_s:g}) must be below "
+                f"environment.step_timeout_s ({self.step_timeout_s:g}): a tool call that runs to "
+                "its limit would end its episode as hung"
+            )
         raise_problems(found)
         self.server.validate()
+        self.sandbox.validate("environment.sandbox")

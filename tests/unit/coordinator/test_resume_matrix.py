@@ -86,6 +86,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.multi_turn.env": ("coordinator.multi_turn.env=m:Env",),
     "coordinator.multi_turn.max_turns": ("coordinator.multi_turn.max_turns=2",),
     "coordinator.multi_turn.max_total_tokens": ("coordinator.multi_turn.max_total_tokens=64",),
+    "coordinator.multi_turn.env_concurrency": ("coordinator.multi_turn.env_concurrency=2",),
     "coordinator.rollout_addresses": ("coordinator.rollout_addresses=[h:1]",),
     "coordinator.reward_address": ("coordinator.reward_address=h:2",),
     "coordinator.learner_address": ("coordinator.learner_address=h:3",),
@@ -400,6 +401,10 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
 
 _IN_PROCESS = "the matrix's services are in process: no gRPC channel, no socket"
 NOT_OBSERVED: dict[str, str] = {
+    "coordinator.multi_turn.env_concurrency": (
+        "how many environment steps of one turn run at once, not what any of them does "
+        "(test_episodes_concurrency.py: a turn's steps run together, up to the bound)"
+    ),
     "coordinator.eval.before_training": (
         "acts at step 0 only, which a resumed run never starts at (test_evaluation.py: a "
         "fresh run evaluates step 0)"
