@@ -129,6 +129,10 @@ class RewardConfig:
     code_score: Literal["fraction", "all"] = "fraction"
     """What the ``code`` scorer gives a program: the fraction of its tests it passes, or 1
     only when it passes all of them (``code_scorer.py``)."""
+    code_cache_size: int = knob(4096, ge=0)
+    """Verdicts the ``code`` scorer keeps, so an identical program against identical tests
+    is run once (0: run every one); verdicts from a limit (timeout, cpu, memory, output) are
+    never kept."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     """The sandbox pool the ``code`` scorer runs programs in (started on the first code
     item; a machine that cannot sandbox fails that Score call, naming why). Its ``workers``

@@ -91,7 +91,7 @@ class ScorerRegistry:
             config.score_workers, config.math_verify_timeout_s, fmt
         )
         """math-verify's child processes (started on first use); ``close`` kills them."""
-        self.code = CodeScorer(config.sandbox, all_or_nothing=config.code_score == "all")
+        self.code = CodeScorer(config.sandbox, config.code_score == "all", config.code_cache_size)
         """The sandbox pool of the ``code`` scorer (started on first use); ``close`` stops it."""
         builtins: dict[str, ScorerFn] = {
             "arith": _rule(rules.score_arith, format_score=fmt),
