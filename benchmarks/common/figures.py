@@ -77,6 +77,9 @@ def run_figures(run_dir: Path, warmup_steps: int) -> dict[str, Any]:
         ),
         "mean_sync_s": mean([m.get("timing_s/update_weights", 0.0) for m in timed]),
         "mean_step_s": mean([m["timing_s/step"] for m in timed]),
+        # Reward calls' seconds per step (all replicas; beside generation when
+        # coordinator.overlap_scoring is on).
+        "mean_score_s_per_step": mean([m.get("timing_s/score", 0.0) for m in timed]),
         "mean_learner_compute_s": mean([m.get("timing_s/learner_compute", 0.0) for m in timed]),
         # Per-step medians: one launch's typical step, whatever a few stalled steps did.
         "median_gen_s_per_step": median([m["timing_s/gen"] for m in timed]),

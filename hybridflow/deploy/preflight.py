@@ -64,6 +64,7 @@ def check_job(
         *_model_problems(job.model),
         *_reward_model_problems(job),
         *_environment_problems(job),
+        *_sandbox_problems(job),
         *_tls_problems(job),
         *_exposure_problems(job),
         *(dataset_problems(job) if dataset else []),
@@ -286,6 +287,34 @@ def _environment_problems(job: JobConfig) -> list[str]:
         except ValueError as exc:
             found.append(f"config error: environment.envs[{i}]: {exc}")
     return found
+
+
+def _sandbox_problems(job: JobConfig) -> list[str]:
+    """A job whose rewards or tools run the policy's code (``builtin:code``, the ``python``
+    tool) needs its sandbox on this machine: refused here, naming what is missing, instead of
+    failing at the first Score. (A file whose rows are ``code`` is caught by the reward
+    service itself, which fails that Score naming why.)"""
+    from hybridflow.data.code_task import DATA_SOURCE
+    from hybridflow.envs.python_tool import ENV_PATH as PYTHON_TOOL
+
+    specs = [job.coordinator.data, *(s.data for s in job.coordinator.eval.sets)]
+    needs = []
+    if not job.coordinator.multi_turn.enabled and any(
+        s.startswith(f"builtin:{DATA_SOURCE}") for s in specs
+    ):
+        needs.append("reward.sandbox")
+    if PYTHON_TOOL in job.environment.envs:
+        needs.append("environment.sandbox")
+    if not needs:
+        return []
+    from hybridflow.sandbox.bubblewrap import BubblewrapSandbox
+    from hybridflow.sandbox.types import SandboxUnavailable
+
+    try:
+        BubblewrapSandbox()
+    except SandboxUnavailable as exc:
+        return [f"config error: {' and '.join(needs)}: {exc}"]
+    return []
 
 
 def _exposure_problems(job: JobConfig) -> list[str]:

@@ -97,7 +97,7 @@ def test_a_free_fixed_port_passes_and_shared_ports_are_refused():
 def test_model_must_be_a_known_builtin_or_a_checkpoint_dir(tmp_path):
     assert problems(QUICKSTART, ["model=builtin:huge"]) == [
         "config error: model: unknown builtin model 'huge'; known: "
-        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random', 'tiny-tools']"
+        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-code', 'tiny-qwen3', 'tiny-random', 'tiny-tools']"
     ]
     assert problems(QUICKSTART, ["model=builtin:qwen2.5-0.5b-shape"]) == []
     assert "is not a directory" in problems(QUICKSTART, [f"model={tmp_path / 'x'}"])[0]
@@ -125,7 +125,7 @@ def test_reward_model_components_need_a_known_builtin_or_a_checkpoint_dir(tmp_pa
     ]
     assert problems(QUICKSTART, ["model=builtin:tiny-rm"]) == [
         "config error: model: unknown builtin model 'tiny-rm'; known: "
-        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-qwen3', 'tiny-random', 'tiny-tools']"
+        "['qwen2.5-0.5b-shape', 'tiny', 'tiny-code', 'tiny-qwen3', 'tiny-random', 'tiny-tools']"
     ]
 
 
@@ -154,16 +154,17 @@ def test_good_dataset_file_passes(tmp_path):
 def test_missing_empty_and_unknown_datasets(tmp_path):
     assert data_problems(tmp_path / "none.jsonl") == [
         f"data error: dataset '{tmp_path / 'none.jsonl'}': no such file "
-        "(expected builtin:arith, builtin:arith:train, builtin:arith:test, builtin:calc, "
-        "builtin:guess, .jsonl, .parquet or sharegpt:PATH)"
+        "(expected builtin:arith, builtin:arith:train, builtin:arith:test, builtin:code, "
+        "builtin:code:train, builtin:code:test, builtin:calc, builtin:guess, .jsonl, .parquet "
+        "or sharegpt:PATH)"
     ]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
     assert data_problems(empty) == [f"data error: {empty}: the dataset has no rows"]
     assert problems(QUICKSTART, ["coordinator.data=builtin:nope"]) == [
         "config error: coordinator.data: unknown builtin dataset 'builtin:nope'; "
-        "known: ['builtin:arith', 'builtin:arith:train', 'builtin:arith:test', 'builtin:calc', "
-        "'builtin:guess']"
+        "known: ['builtin:arith', 'builtin:arith:train', 'builtin:arith:test', 'builtin:code', "
+        "'builtin:code:train', 'builtin:code:test', 'builtin:calc', 'builtin:guess']"
     ]
 
 
@@ -322,3 +323,16 @@ def test_preflight_imports_no_torch_transformers_or_grpc():
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert (out.returncode, out.stdout) == (0, "[]\n"), out.stderr
+
+
+def test_a_code_job_needs_its_sandbox_here(monkeypatch):
+    code_job = str(REPO / "deploy" / "configs" / "code.yaml")
+    assert problems(code_job) == []  # bubblewrap is installed here (CI installs it)
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: None)  # as on a bare machine
+    found = problems(code_job)
+    assert len(found) == 1 and "reward.sandbox" in found[0] and "bubblewrap" in found[0]
+    python_tool = "hybridflow.envs.python_tool:PythonToolEnv"
+    tool = [f"environment.envs=[{python_tool}]", f"coordinator.multi_turn.env={python_tool}"]
+    found = problems(QUICKSTART, [*tool, "coordinator.data=builtin:code"])
+    assert len(found) == 1 and "environment.sandbox" in found[0]
+    assert problems(QUICKSTART) == []  # a job without code never asks

@@ -1,0 +1,36 @@
+"""Code RL with the sandboxed code scorer: seconds per step with scoring beside generation
+(``overlap_on``, coordinator.overlap_scoring) against after it (``overlap_off``), in one run.
+
+    python benchmarks/code_rl/run_benchmark.py        # 40 steps, 2 variants x 2 runs
+
+results/YYYYMMDD_HHMMSS/summary.json: per variant the shared runner's figures (mean_step_s,
+mean_score_s_per_step, mean_gen_s_per_step, mean_learner_compute_s, reward_start/end);
+``ratios``: on over off seconds per step, and per variant the share of a step the reward
+calls would take if nothing overlapped them (score seconds over step seconds). Run nothing
+else on the machine meanwhile.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common.runner import main  # noqa: E402
+
+
+def ratios(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    on, off = figures.get("overlap_on"), figures.get("overlap_off")
+    if on and off and off.get("mean_step_s"):
+        out["overlap_on_over_off_step_s"] = on["mean_step_s"] / off["mean_step_s"]
+    for name, fig in figures.items():
+        if fig.get("mean_step_s"):
+            out[f"{name}_score_s_over_step_s"] = fig["mean_score_s_per_step"] / fig["mean_step_s"]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main("benchmarks/code_rl/config.yaml", ratios))
