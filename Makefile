@@ -13,10 +13,23 @@ LOCK := requirements/$(DEVICE).lock
 
 SUITE ?= throughput
 
-.PHONY: setup device-check lock lock-check proto builtins lint test test-slow run bench \
+.PHONY: setup sandbox-tools device-check lock lock-check proto builtins lint test test-slow run bench \
 	bench-compare bench-overhead clean
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox-tools
+
+# The code sandbox (docs/sandbox.md) runs on Debian's bubblewrap: installed here as root where
+# apt-get is; elsewhere a note says how. Jobs that run no code never need it, and one that
+# does is refused by preflight where it is missing (never run unsandboxed).
+sandbox-tools:
+	@command -v bwrap >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing bubblewrap (the code sandbox)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; \
+	else \
+	  echo "note: the code sandbox needs bubblewrap (sudo apt-get install bubblewrap);" \
+	    "jobs that run no code do not"; \
+	fi
 
 # torch 2.13.0+cpu (cpu.lock) is on PyTorch's CPU wheel index, not on the registry: the CPU
 # install adds that index, unless pip's own configuration already finds the wheel without any
