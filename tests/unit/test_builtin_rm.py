@@ -32,7 +32,14 @@ def test_tiny_rm_resolves_to_a_one_logit_classifier(
     config = AutoConfig.from_pretrained(tiny_rm_path)
     assert config.architectures == ["LlamaForSequenceClassification"]
     assert config.num_labels == 1 and config.pad_token_id == 0
-    assert builtin_names() == ["tiny", "tiny-qwen3", "tiny-random", "tiny-rm", "tiny-tools"]
+    assert builtin_names() == [
+        "tiny",
+        "tiny-code",
+        "tiny-qwen3",
+        "tiny-random",
+        "tiny-rm",
+        "tiny-tools",
+    ]
 
 
 def test_training_data_never_holds_a_held_out_problem_or_a_right_negative() -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.ranges import raise_problems
+from hybridflow.envs.python_tool import ENV_PATH as PYTHON_TOOL_ENV
 from hybridflow.rpc.config import ServerConfig
 from hybridflow.sandbox.config import SandboxConfig
 
@@ -64,7 +65,7 @@ class EnvironmentConfig:
             elif path in seen:
                 found.append(f"environment.envs[{i}]: {path!r} is listed twice")
             seen.add(str(path))
-        if self.sandbox.wall_s >= self.step_timeout_s:
+        if PYTHON_TOOL_ENV in self.envs and self.sandbox.wall_s >= self.step_timeout_s:
             found.append(
                 f"environment.sandbox.wall_s ({self.sandbox.wall_s:g}) must be below "
                 f"environment.step_timeout_s ({self.step_timeout_s:g}): a tool call that runs to "
