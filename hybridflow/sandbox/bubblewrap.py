@@ -132,7 +132,9 @@ class BubblewrapSandbox:
         return [
             *(become if self._root else []),
             self.prlimit,
-            f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",  # SIGXCPU, then SIGKILL a second later
+            # soft = hard: SIGKILL at the limit (the program, the namespace's pid 1, ignores
+            # SIGXCPU, so a soft limit below the hard one would let it run a second more)
+            f"--cpu={limits.cpu_s}:{limits.cpu_s}",
             f"--as={limits.memory_bytes}",
             f"--nproc={limits.processes}",
             f"--nofile={limits.open_files}",

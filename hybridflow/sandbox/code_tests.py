@@ -51,9 +51,10 @@ MAX_TESTS = 256
 MAX_PROGRAM_CHARS = 64 * 1024
 """Longest program run (longer ones fail as ``no_code``, unrun)."""
 
-_LIMIT_NAMES = {"MemoryError": "memory", "SIGXCPU": "cpu", "SIGXFSZ": "output"}
+_LIMIT_NAMES = {"MemoryError": "memory", "SIGXCPU": "cpu", "SIGKILL": "cpu", "SIGXFSZ": "output"}
 """What a test's error name says of a limit its process hit (stdin/stdout cases run the
-program as a child of the harness: its limits end the child, not the run)."""
+program as a child of the harness: its limits end the child, not the run; the CPU limit's
+soft and hard values are one, so it ends with SIGKILL)."""
 _FENCE = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 

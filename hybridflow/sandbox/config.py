@@ -29,8 +29,7 @@ class SandboxConfig:
     wall_s: float = knob(5.0, gt=0, le=600)
     """Wall time of one run (the program and all its tests); past it the run is killed."""
     cpu_s: int = knob(2, ge=1, le=600)
-    """CPU seconds of each process of a run (the program runs as its namespace's pid 1, which
-    ignores SIGXCPU: it is killed at the hard limit, one second later)."""
+    """CPU seconds of each process of a run (killed at the limit)."""
     memory_mb: int = knob(512, ge=16, le=1024 * 1024)
     """Address space of each process of a run (MiB)."""
     processes: int = knob(32, ge=1, le=4096)
