@@ -99,11 +99,18 @@ class JobConfig:
                 "when learner.overlong.buffer > 0 (the penalty counts from the sampling limit)"
             )
         multi_turn = self.coordinator.multi_turn
-        if (
-            multi_turn.enabled
-            and self.environment.envs
-            and multi_turn.env not in self.environment.envs
-        ):
+        if multi_turn.env and multi_turn.agent:
+            raise ValueError(
+                "coordinator.multi_turn: set env (an environment class) or agent (an agent "
+                "callable), not both"
+            )
+        if multi_turn.agent and multi_turn.agent not in self.environment.envs:
+            raise ValueError(
+                f"coordinator.multi_turn.agent {multi_turn.agent!r} is not in environment.envs "
+                f"{list(self.environment.envs)}: agents run in the environment service, beside "
+                "the endpoint they call (add it there)"
+            )
+        if multi_turn.env and self.environment.envs and multi_turn.env not in self.environment.envs:
             raise ValueError(
                 f"coordinator.multi_turn.env {multi_turn.env!r} is not in environment.envs "
                 f"{list(self.environment.envs)}: the environment service runs only the classes "

@@ -105,7 +105,8 @@ class AgentEndpoint:
         self._tools: dict[str, list[dict[str, Any]] | None] = {}
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
-        self.host, self.port = self._server.server_address[:2]
+        bound = self._server.server_address
+        self.host, self.port = str(bound[0]), int(bound[1])
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -265,7 +266,9 @@ class AgentEndpoint:
                     chat, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
                 )
             except Exception as exc:  # noqa: BLE001 — the template's own error (jinja's)
-                raise CaptureRefused(f"the chat template cannot render the messages: {exc}") from exc
+                raise CaptureRefused(
+                    f"the chat template cannot render the messages: {exc}"
+                ) from exc
             return str(text)
 
         return render

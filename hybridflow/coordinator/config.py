@@ -37,6 +37,11 @@ class MultiTurnConfig:
 
     env: str = knob("", free="an import path, checked when the environment loads")
     """The environment class, ``module:Class`` or ``file.py:Class`` (reset / step)."""
+    agent: str = knob("", free="an import path, checked when the environment service loads it")
+    """Instead of ``env``: an agent, any callable ``module:function`` of (task, OpenAI
+    client) that runs its own loop against its episode's OpenAI-compatible endpoint and
+    returns its reward (docs/agents.md); runs in the environment service (list it in
+    environment.envs), its trajectories captured token-exact."""
     max_turns: int = knob(4, ge=1)
     """Policy turns per episode at most."""
     max_total_tokens: int = knob(256, ge=2)
@@ -48,7 +53,12 @@ class MultiTurnConfig:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.env)
+        return bool(self.env or self.agent)
+
+    @property
+    def path(self) -> str:
+        """The environment class's or the agent's import path (whichever is set)."""
+        return self.env or self.agent
 
 
 @dataclass

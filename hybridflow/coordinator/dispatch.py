@@ -41,7 +41,7 @@ from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, attach_scores, score_items
-from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, EpisodeRunner
+from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, EpisodeSource
 from hybridflow.coordinator.events import EventLog
 from hybridflow.coordinator.liveness import Reading, ReplicaStalled, StallWatch, probe_timing
 from hybridflow.errors import DeliveryFailed, ResourceExhausted, ServiceError, Unavailable
@@ -77,7 +77,7 @@ class ReplicaDispatcher(threading.Thread):
         probe_interval_s: float | None = None,
         rejoin_interval_s: float = 2.0,
         request_size: Callable[[], int] | None = None,
-        episodes: EpisodeRunner | None = None,
+        episodes: EpisodeSource | None = None,
         overlap_scoring: bool = False,
     ) -> None:
         """``rejoin(index, timeout_s)``: the weights version replica ``index`` holds once it
@@ -98,6 +98,9 @@ class ReplicaDispatcher(threading.Thread):
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.replica_name = f"replica {index}" + (f" ({name})" if name else "")
+        self.address = name
+        """The replica's address (agent episodes generate on it from the environment
+        service)."""
         self.rollout = rollout
         self.reward = reward
         self.decode = decode
@@ -311,7 +314,7 @@ class ReplicaDispatcher(threading.Thread):
         self, prompts: list[Prompt], params: SamplingParams, request_id: str
     ) -> EpisodeBatch:
         assert self.episodes is not None
-        return self.episodes.run(prompts, params, self.rollout.generate, request_id)
+        return self.episodes.run(prompts, params, self.rollout.generate, request_id, self.address)
 
     def _wait_for_environment(self, exc: EnvironmentDown) -> None:
         """After the environment service failed a request: fatal once it has been down for

@@ -24,6 +24,9 @@ class EpisodeRecord:
     total_tokens: int = 0
     finish: str = ""
     """``done``, ``max_turns``, ``max_total_tokens`` or ``error``."""
+    segment_breaks: int = 0
+    """Agent episodes: requests that did not extend the episode's context (its segments
+    minus one, under ``on_break: split``)."""
 
 
 def episode_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
@@ -54,4 +57,5 @@ def episode_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
             sum(r.policy_tokens for r in records) / total if total else 1.0
         ),
         **{f"episode/finish/{name}": count / n for name, count in finishes.items()},
+        "episode/segment_breaks/mean": sum(r.segment_breaks for r in records) / n,
     }

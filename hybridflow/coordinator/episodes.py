@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -44,6 +44,20 @@ from hybridflow.errors import ServiceError
 from hybridflow.types import Completion, SamplingParams, ScoreResult
 
 Generate = Callable[[list[TokenArray], SamplingParams, str], list[list[Completion]]]
+
+
+class EpisodeSource(Protocol):
+    """What runs a request's multi-turn episodes: the coordinator's own loop
+    (``EpisodeRunner``, over environment classes) or agent episodes (``AgentRunner``)."""
+
+    def run(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams,
+        generate: Generate,
+        request_id: str,
+        replica_address: str = "",
+    ) -> EpisodeBatch: ...
 
 
 class EnvironmentDown(RuntimeError):
@@ -162,7 +176,10 @@ class EpisodeRunner:
         params: SamplingParams,
         generate: Generate,
         request_id: str,
+        replica_address: str = "",
     ) -> EpisodeBatch:
+        """The request's episodes on the replica ``generate`` reaches (``replica_address``
+        names it for agent episodes; this loop does not need it)."""
         episodes: list[_Episode] = []
         live = episodes
         turn = 0
@@ -305,27 +322,3 @@ class EpisodeRunner:
             self.envs.close(episode_id)
         except Exception:  # noqa: BLE001 — closing is best effort; the service drops it anyway
             pass
-
-
-def episode_runner(
-    config: MultiTurnConfig, services: Any, greedy_baseline: bool
-) -> EpisodeRunner | None:
-    """The job's multi-turn loop over ``services`` (``coordinator.services.Services``: its
-    environment client and tokenizer), None for single-turn rollouts; ValueError when the
-    job cannot run episodes (ReMax, a bad environment path, no client)."""
-    if not config.enabled:
-        return None
-    if greedy_baseline:
-        raise ValueError(
-            "coordinator.multi_turn: ReMax (a greedy baseline per prompt) is not supported "
-            "for multi-turn episodes; use grpo, rloo or gae"
-        )
-    if services.environments is None or services.tokenizer is None:
-        raise ValueError(
-            "coordinator.multi_turn.env is set but the job has no environment client or "
-            "tokenizer to run episodes with"
-        )
-    from hybridflow.envs.runner import load_environment_class
-
-    load_environment_class(config.env)  # a bad path fails here, before any work
-    return EpisodeRunner(services.environments, ChatTokens(services.tokenizer), config)

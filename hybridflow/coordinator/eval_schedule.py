@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridflow.coordinator.config import CoordinatorConfig
-from hybridflow.coordinator.episodes import EpisodeRunner
+from hybridflow.coordinator.episodes import EpisodeSource
 from hybridflow.coordinator.evaluation import EvalServices, EvalSet, Evaluator, eval_params
 from hybridflow.coordinator.publish import WeightPublisher
 
@@ -50,7 +50,7 @@ class EvalSchedule:
         self._evaluated_through = 0
         """Publishes up to this step were looked at for a due evaluation."""
 
-    def open(self, step: int, episodes: EpisodeRunner | None) -> None:
+    def open(self, step: int, episodes: EpisodeSource | None) -> None:
         """The job starts (or resumes) at ``step``: the records the restore rewound are
         read, and ``step`` is evaluated when due and not already recorded."""
         self.evaluator.episodes = episodes

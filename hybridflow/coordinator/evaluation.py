@@ -40,7 +40,7 @@ from typing import Protocol
 from hybridflow.arrays import TokenArray
 from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, attach_scores, score_items
-from hybridflow.coordinator.episodes import EpisodeRunner
+from hybridflow.coordinator.episodes import EpisodeSource
 from hybridflow.coordinator.eval_config import EvalConfig
 from hybridflow.coordinator.eval_metrics import set_metrics
 from hybridflow.errors import ServiceError
@@ -64,6 +64,11 @@ class EvalServices(Protocol):
 
     @property
     def decode(self) -> Callable[[TokenArray], str]: ...
+
+    @property
+    def weight_targets(self) -> Sequence[str]:
+        """Each replica's address (agent episodes generate on it by address)."""
+        ...
 
 
 class EvalHold:
@@ -179,7 +184,7 @@ class Evaluator:
         params: SamplingParams,
         run_dir: Path,
         stop: threading.Event,
-        episodes: EpisodeRunner | None = None,
+        episodes: EpisodeSource | None = None,
     ) -> None:
         """``params``: the evaluation's sampling (``n`` = k); ``episodes``: the multi-turn
         runner when the job's rollouts are episodes."""
@@ -354,7 +359,8 @@ class Evaluator:
         request_id = f"eval-{next(self._requests)}"
         rollout = self.services.rollouts[replica]
         if self.episodes is not None:
-            batch = self.episodes.run(prompts, self.params, rollout.generate, request_id)
+            address = self.services.weight_targets[replica]  # agents generate on it by address
+            batch = self.episodes.run(prompts, self.params, rollout.generate, request_id, address)
             return batch.scored(prompts)
         groups = rollout.generate([p.prompt_ids for p in prompts], self.params, request_id)
         results = self.services.reward.score_batch(

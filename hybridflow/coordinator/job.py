@@ -59,7 +59,7 @@ from hybridflow.coordinator.cursor import PromptCursor
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup, rollout_metrics, train_samples
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.dynamic_sampling import GroupFilter, dynamic_sampling_metrics
-from hybridflow.coordinator.episodes import episode_runner
+from hybridflow.coordinator.episode_sources import episode_runner
 from hybridflow.coordinator.eval_schedule import EvalSchedule
 from hybridflow.coordinator.evaluation import EvalSet
 from hybridflow.coordinator.events import EventLog

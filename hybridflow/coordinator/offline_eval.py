@@ -30,7 +30,7 @@ from typing import Any
 from hybridflow.arrays import TokenArray
 from hybridflow.clients import RewardClient, RolloutClient
 from hybridflow.coordinator.dataflow import ScoredGroup
-from hybridflow.coordinator.episodes import EpisodeRunner
+from hybridflow.coordinator.episodes import EpisodeSource
 from hybridflow.coordinator.eval_config import EvalConfig
 from hybridflow.coordinator.evaluation import EvalResult, EvalSet, Evaluator, eval_params
 from hybridflow.coordinator.report import OFFLINE_EVAL_FILE
@@ -47,6 +47,8 @@ class EvalClients:
     """Multi-turn: the environment service's client the episodes step."""
     tokenizer: Any = None
     """Multi-turn: the tokenizer whose chat template renders the observations."""
+    weight_targets: Sequence[str] = ()
+    """Each replica's address (agent episodes generate on it by address)."""
 
 
 @dataclass
@@ -76,7 +78,7 @@ def evaluate_once(
     model: str,
     step: int,
     policy_version: int,
-    episodes: EpisodeRunner | None = None,
+    episodes: EpisodeSource | None = None,
 ) -> OfflineResult:
     """Evaluates what the replicas serve on every set, as the job's evaluation of ``step``
     would (``max_new_tokens`` and ``seed``: the job's sampling limit and seed); the result

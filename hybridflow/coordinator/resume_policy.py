@@ -109,6 +109,9 @@ RULES: dict[str, Rule] = {
     "coordinator.multi_turn.env": _refuse(
         "the run's rewards and trajectories belong to the environment it was trained with"
     ),
+    "coordinator.multi_turn.agent": _refuse(
+        "the run's rewards and trajectories belong to the agent it was trained with"
+    ),
     "coordinator.multi_turn.max_turns": _SCHEDULE,
     "coordinator.multi_turn.max_total_tokens": _SCHEDULE,
     "coordinator.multi_turn.env_concurrency": _SCHEDULE,

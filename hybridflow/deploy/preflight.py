@@ -278,12 +278,16 @@ def _tls_problems(job: JobConfig) -> list[str]:
 def _environment_problems(job: JobConfig) -> list[str]:
     """Each ``environment.envs`` path names a class with reset and step (imported here, as
     the service would at an episode's reset): a typo is refused before anything starts."""
+    from hybridflow.agents.runner import load_agent
     from hybridflow.envs.runner import load_environment_class
 
     found = []
     for i, path in enumerate(job.environment.envs):
         try:
-            load_environment_class(path)
+            if path == job.coordinator.multi_turn.agent:
+                load_agent(path)
+            else:
+                load_environment_class(path)
         except ValueError as exc:
             found.append(f"config error: environment.envs[{i}]: {exc}")
     return found

@@ -209,7 +209,7 @@ def _job(target: _Target) -> JobConfig:
 
 def _evaluate(target: _Target, job: JobConfig) -> tuple[OfflineResult, Any]:
     """Starts the eval plan's services in the output directory, evaluates, stops them."""
-    from hybridflow.coordinator.episodes import episode_runner
+    from hybridflow.coordinator.episode_sources import episode_runner
     from hybridflow.coordinator.offline_eval import evaluate_once
     from hybridflow.deploy.launcher import ServiceGroup
     from hybridflow.deploy.lifeline import launcher_env
@@ -298,21 +298,25 @@ def _clients(job: JobConfig, addresses: dict[str, str], tokenizer: Any) -> tuple
     from hybridflow.services.rollout.client import GrpcRolloutClient
 
     channel = job.coordinator.channel
-    rollouts = [
-        GrpcRolloutClient(a, channel) for n, a in addresses.items() if n.startswith("rollout")
-    ]
+    replicas = [a for n, a in addresses.items() if n.startswith("rollout")]
+    rollouts = [GrpcRolloutClient(a, channel) for a in replicas]
     reward = GrpcRewardClient(addresses["reward"], channel)
     environments = None
     if job.coordinator.multi_turn.enabled:
         from hybridflow.services.environment.factory import make_environment_client
 
-        environments = make_environment_client(addresses.get("environment", ""), channel)
+        environments = make_environment_client(
+            addresses.get("environment", ""),
+            channel,
+            agent_timeout_s=job.environment.agent_timeout_s,
+        )
     clients = EvalClients(
         rollouts,
         reward,
         lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
         environments=environments,
         tokenizer=tokenizer,
+        weight_targets=replicas,
     )
 
     def close() -> None:

@@ -259,7 +259,9 @@ def _environments(job: JobConfig) -> Any:
         )
     from hybridflow.services.environment.factory import make_environment_client
 
-    return make_environment_client(cfg.environment_address, cfg.channel)
+    return make_environment_client(
+        cfg.environment_address, cfg.channel, agent_timeout_s=job.environment.agent_timeout_s
+    )
 
 
 def _serve_control(prepared: _Prepared) -> tuple[JobControl, Any]:

@@ -16,6 +16,7 @@ import numpy as np
 from google.protobuf.message import DecodeError, Message
 
 from hybridflow.arrays import FLOAT_DTYPE, TOKEN_DTYPE, FloatArray, TokenArray, as_floats, as_tokens
+from hybridflow.types import SamplingParams
 from hybridflow.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -280,3 +281,33 @@ def receive_message(
     except DecodeError as exc:
         raise ValueError(f"payload is not a valid {msg_type.__name__}: {exc}") from exc
     return msg
+
+
+# ---------------------------------------------------------------- sampling
+def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        max_new_tokens=params.max_new_tokens,
+        n=params.n,
+        has_seed=params.seed is not None,
+        seed=params.seed or 0,
+        stop_token_ids=list(params.stop_token_ids),
+        return_routed_experts=params.return_routed_experts,
+    )
+
+
+def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
+    params = SamplingParams(
+        temperature=msg.temperature,
+        top_p=msg.top_p,
+        top_k=msg.top_k,
+        max_new_tokens=msg.max_new_tokens,
+        n=msg.n,
+        seed=msg.seed if msg.has_seed else None,
+        stop_token_ids=tuple(msg.stop_token_ids),
+        return_routed_experts=msg.return_routed_experts,
+    )
+    params.validate()
+    return params

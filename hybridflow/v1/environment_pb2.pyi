@@ -98,3 +98,60 @@ class EnvironmentInfo(_message.Message):
     num_hung: int
     instance: str
     def __init__(self, envs: _Optional[_Iterable[str]] = ..., num_live: _Optional[int] = ..., max_episodes: _Optional[int] = ..., num_started: _Optional[int] = ..., num_finished: _Optional[int] = ..., num_errored: _Optional[int] = ..., num_hung: _Optional[int] = ..., instance: _Optional[str] = ...) -> None: ...
+
+class RunAgentRequest(_message.Message):
+    __slots__ = ("episode_id", "agent", "task", "replica_address", "sampling")
+    EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    episode_id: str
+    agent: str
+    task: EpisodeTask
+    replica_address: str
+    sampling: _common_pb2.SamplingParams
+    def __init__(self, episode_id: _Optional[str] = ..., agent: _Optional[str] = ..., task: _Optional[_Union[EpisodeTask, _Mapping]] = ..., replica_address: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+
+class AgentTrajectory(_message.Message):
+    __slots__ = ("prompt_ids", "token_ids", "logprobs", "token_versions", "loss_mask", "finish_reason")
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_MASK_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    prompt_ids: bytes
+    token_ids: bytes
+    logprobs: bytes
+    token_versions: bytes
+    loss_mask: bytes
+    finish_reason: str
+    def __init__(self, prompt_ids: _Optional[bytes] = ..., token_ids: _Optional[bytes] = ..., logprobs: _Optional[bytes] = ..., token_versions: _Optional[bytes] = ..., loss_mask: _Optional[bytes] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class RunAgentResponse(_message.Message):
+    __slots__ = ("reward", "info_json", "trajectories", "num_requests", "breaks", "error", "replica_error", "instance")
+    class BreaksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    INFO_JSON_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
+    NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    BREAKS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ERROR_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    reward: float
+    info_json: str
+    trajectories: _containers.RepeatedCompositeFieldContainer[AgentTrajectory]
+    num_requests: int
+    breaks: _containers.ScalarMap[str, int]
+    error: str
+    replica_error: str
+    instance: str
+    def __init__(self, reward: _Optional[float] = ..., info_json: _Optional[str] = ..., trajectories: _Optional[_Iterable[_Union[AgentTrajectory, _Mapping]]] = ..., num_requests: _Optional[int] = ..., breaks: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., replica_error: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...

@@ -50,6 +50,11 @@ class EnvironmentServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_environment__pb2.CloseRequest.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.RunAgent = channel.unary_unary(
+                '/hybridflow.v1.EnvironmentService/RunAgent',
+                request_serializer=hybridflow_dot_v1_dot_environment__pb2.RunAgentRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_environment__pb2.RunAgentResponse.FromString,
+                _registered_method=True)
         self.GetInfo = channel.unary_unary(
                 '/hybridflow.v1.EnvironmentService/GetInfo',
                 request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
@@ -81,6 +86,16 @@ class EnvironmentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunAgent(self, request, context):
+        """Runs one agent episode whole: an allow-listed agent callable, given the task and an
+        OpenAI client on the episode's own endpoint (in this service, in front of the replica
+        named), loops until it returns its reward; the answer holds the token-exact trajectories
+        its requests made. An agent that raises or hangs is answered OK with `error` set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetInfo(self, request, context):
         """Allowed environment classes, bounds and episode counters.
         """
@@ -105,6 +120,11 @@ def add_EnvironmentServiceServicer_to_server(servicer, server):
                     servicer.Close,
                     request_deserializer=hybridflow_dot_v1_dot_environment__pb2.CloseRequest.FromString,
                     response_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'RunAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunAgent,
+                    request_deserializer=hybridflow_dot_v1_dot_environment__pb2.RunAgentRequest.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_environment__pb2.RunAgentResponse.SerializeToString,
             ),
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
@@ -193,6 +213,33 @@ class EnvironmentService:
             '/hybridflow.v1.EnvironmentService/Close',
             hybridflow_dot_v1_dot_environment__pb2.CloseRequest.SerializeToString,
             hybridflow_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.EnvironmentService/RunAgent',
+            hybridflow_dot_v1_dot_environment__pb2.RunAgentRequest.SerializeToString,
+            hybridflow_dot_v1_dot_environment__pb2.RunAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,16 +17,22 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from hybridflow.agents.runner import AgentEpisode
 from hybridflow.envs.base import Message, StepResult, Task
 from hybridflow.envs.runner import EnvironmentUnavailable, EpisodeError
 from hybridflow.errors import Unavailable
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.client_errors import translate_errors
+from hybridflow.rpc.codec import sampling_to_proto
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.services.environment import convert
+from hybridflow.types import SamplingParams
 from hybridflow.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
 F = TypeVar("F", bound=Callable[..., Any])
+AGENT_CALL_MARGIN_S = 30.0
+"""A RunAgent call's deadline past the service's agent_timeout_s (its answer after a hung
+agent is given up, and the transfer)."""
 
 
 def _unavailable_as_environment(method: F) -> F:
@@ -54,8 +60,13 @@ class EnvironmentServiceClient:
     service = "environment"
     """Names the service in failed calls' messages."""
 
-    def __init__(self, address: str, config: ChannelConfig | None = None) -> None:
+    def __init__(
+        self, address: str, config: ChannelConfig | None = None, agent_timeout_s: float = 600.0
+    ) -> None:
+        """``agent_timeout_s``: the service's ``environment.agent_timeout_s`` (a RunAgent
+        call waits that long and a margin)."""
         self.address = address
+        self.agent_timeout_s = agent_timeout_s
         self._config = config or ChannelConfig()
         self._channel = make_channel(address, self._config)
         self._stub = environment_pb2_grpc.EnvironmentServiceStub(self._channel)
@@ -96,6 +107,39 @@ class EnvironmentServiceClient:
         if result.done:
             self._forget(episode_id)
         return result
+
+    @_unavailable_as_environment
+    @translate_errors
+    def run_agent(
+        self,
+        episode_id: str,
+        agent: str,
+        task: Task,
+        replica_address: str,
+        params: SamplingParams,
+    ) -> AgentEpisode:
+        """One agent episode whole (``RunAgent``), with the deadline the service's
+        ``agent_timeout_s`` plus ``AGENT_CALL_MARGIN_S``."""
+        request = environment_pb2.RunAgentRequest(
+            episode_id=episode_id,
+            agent=agent,
+            task=convert.task_to_proto(task),
+            replica_address=replica_address,
+            sampling=sampling_to_proto(params),
+        )
+        reply = self._stub.RunAgent(request, timeout=self.agent_timeout_s + AGENT_CALL_MARGIN_S)
+        return AgentEpisode(
+            reward=reply.reward,
+            info=convert.json_object(reply.info_json, "info_json"),
+            trajectories=[
+                convert.trajectory_from_proto(t, f"trajectories[{i}]")
+                for i, t in enumerate(reply.trajectories)
+            ],
+            num_requests=reply.num_requests,
+            breaks=dict(reply.breaks),
+            error=reply.error,
+            replica_error=reply.replica_error,
+        )
 
     @_unavailable_as_environment
     @translate_errors

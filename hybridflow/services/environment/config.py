@@ -8,12 +8,42 @@ This module only describes and validates settings; it never imports an environme
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.ranges import raise_problems
 from hybridflow.envs.python_tool import ENV_PATH as PYTHON_TOOL_ENV
 from hybridflow.rpc.config import ServerConfig
 from hybridflow.sandbox.config import SandboxConfig
+
+
+@dataclass
+class AgentEndpointConfig:
+    """The OpenAI-compatible HTTP endpoint of agent episodes (each its own base URL and key),
+    served by the environment service when the job has an agent
+    (``coordinator.multi_turn.agent``)."""
+
+    host: str = knob("127.0.0.1", free="an interface address (loopback by default)")
+    """Interface the endpoint listens on; agents run in this service, so loopback serves
+    them."""
+    port: int = knob(0, ge=0, le=65535)
+    """Port (0: the OS picks)."""
+    max_requests: int = knob(64, ge=1)
+    """Chat requests one episode may make; one more ends the episode with an error."""
+    max_response_tokens: int = knob(4096, ge=1)
+    """Tokens after the prompts (generated and the template's for the agent's messages) of
+    one episode over all its segments."""
+    max_body_kb: int = knob(4096, ge=1)
+    """Largest request body (KiB)."""
+    max_request_chars: int = knob(256 * 1024, ge=1)
+    """Characters of one request's messages and tools together."""
+    on_break: Literal["split", "refuse"] = "split"
+    """A request that does not extend its episode's context (edited history, a template that
+    drops reasoning): split (a new segment, trained on its own) or refuse (the episode ends
+    with an error); docs/agents.md."""
+
+    def validate(self) -> None:
+        raise_problems(list(field_problems(self, "environment.endpoint")))
 
 
 @dataclass
@@ -40,6 +70,12 @@ class EnvironmentConfig:
     """Seconds an environment's reset or step may run (in a thread of the service); one that
     takes longer ends that episode with an error while its thread runs on. Keep it below
     the client's deadline (coordinator.channel.timeout_s)."""
+    agent_timeout_s: float = knob(600.0, gt=0)
+    """Seconds an agent episode (``RunAgent``: the agent's whole loop) may run; past it the
+    episode ends with an error and its endpoint refuses further requests. Keep it below the
+    client's deadline (coordinator.channel.timeout_s)."""
+    endpoint: AgentEndpointConfig = field(default_factory=AgentEndpointConfig)
+    """The OpenAI-compatible endpoint agent episodes talk to (``hybridflow/agents/``)."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     """The sandbox pool environments run programs in (the ``python`` tool of
     ``hybridflow.envs.python_tool``), made on first use; keep wall_s below step_timeout_s."""
@@ -74,3 +110,4 @@ class EnvironmentConfig:
         raise_problems(found)
         self.server.validate()
         self.sandbox.validate("environment.sandbox")
+        self.endpoint.validate()

@@ -6,11 +6,14 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast, get_args
 
+import numpy as np
+
 from hybridflow.envs.base import Message, Role, StepResult, Task
+from hybridflow.types import Completion
 from hybridflow.v1 import environment_pb2
 
 
-def _json_object(text: str, field: str) -> dict[str, Any]:
+def json_object(text: str, field: str) -> dict[str, Any]:
     """The JSON object in ``text`` ({} when empty); ValueError naming ``field``."""
     if not text:
         return {}
@@ -38,7 +41,7 @@ def task_from_proto(msg: environment_pb2.EpisodeTask) -> Task:
         prompt=msg.prompt,
         ground_truth=msg.ground_truth if msg.has_ground_truth else None,
         data_source=msg.data_source,
-        extra_info=_json_object(msg.extra_info_json, "task.extra_info_json"),
+        extra_info=json_object(msg.extra_info_json, "task.extra_info_json"),
     )
 
 
@@ -71,5 +74,42 @@ def step_from_proto(msg: environment_pb2.StepResponse) -> StepResult:
         observation=messages_from_proto(msg.messages),
         reward=msg.reward,
         done=msg.done,
-        info=_json_object(msg.info_json, "info_json"),
+        info=json_object(msg.info_json, "info_json"),
+    )
+
+
+def trajectory_to_proto(c: Completion) -> environment_pb2.AgentTrajectory:
+    assert c.prompt_ids is not None and c.loss_mask is not None and c.token_versions is not None
+    return environment_pb2.AgentTrajectory(
+        prompt_ids=np.ascontiguousarray(c.prompt_ids, "<i4").tobytes(),
+        token_ids=np.ascontiguousarray(c.token_ids, "<i4").tobytes(),
+        logprobs=np.ascontiguousarray(c.logprobs, "<f4").tobytes(),
+        token_versions=np.ascontiguousarray(c.token_versions, "<i4").tobytes(),
+        loss_mask=np.ascontiguousarray(c.loss_mask, np.uint8).tobytes(),
+        finish_reason=c.finish_reason,
+    )
+
+
+def trajectory_from_proto(msg: environment_pb2.AgentTrajectory, where: str) -> Completion:
+    """ValueError naming ``where`` when the arrays disagree in length or the finish is not
+    stop or length."""
+    ids = np.frombuffer(msg.token_ids, "<i4")
+    arrays = {
+        "logprobs": np.frombuffer(msg.logprobs, "<f4"),
+        "token_versions": np.frombuffer(msg.token_versions, "<i4"),
+        "loss_mask": np.frombuffer(msg.loss_mask, np.uint8),
+    }
+    bad = [name for name, a in arrays.items() if a.size != ids.size]
+    if bad or msg.finish_reason not in ("stop", "length") or ids.size == 0:
+        raise ValueError(f"{where}: a malformed trajectory ({bad or msg.finish_reason or 'empty'})")
+    mask = arrays["loss_mask"]
+    versions = arrays["token_versions"]
+    return Completion(
+        token_ids=ids,
+        logprobs=arrays["logprobs"],
+        finish_reason=cast(Any, msg.finish_reason),
+        policy_version=int(versions[mask == 1].min()) if mask.any() else -1,
+        token_versions=versions,
+        loss_mask=mask,
+        prompt_ids=np.frombuffer(msg.prompt_ids, "<i4"),
     )

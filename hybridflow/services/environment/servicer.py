@@ -8,13 +8,16 @@ set, never an RPC failure, so one episode never fails the caller's others."""
 
 from __future__ import annotations
 
+import json
 import secrets
 
 import grpc
 
 from hybridflow.envs.runner import EpisodeError
+from hybridflow.rpc.codec import sampling_from_proto
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.services.environment import convert
+from hybridflow.services.environment.agent_episodes import AgentHost
 from hybridflow.services.environment.episodes import EpisodeHost
 from hybridflow.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
@@ -43,8 +46,10 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
     """The environment service over gRPC. ``instance`` (random per servicer, so per process)
     is in every answer: a client that sees it change knows the episodes it started are gone."""
 
-    def __init__(self, host: EpisodeHost) -> None:
+    def __init__(self, host: EpisodeHost, agents: AgentHost | None = None) -> None:
+        """``agents``: the agent episodes' host (None: the job has no agent)."""
         self._host = host
+        self._agents = agents
         self.instance = secrets.token_hex(8)
 
     def add_to_server(self, server: grpc.Server) -> None:
@@ -83,6 +88,40 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
         except EpisodeError as exc:
             return environment_pb2.StepResponse(error=str(exc), instance=self.instance)
         return convert.step_to_proto(result, self.instance)
+
+    @handle_errors
+    def RunAgent(
+        self, request: environment_pb2.RunAgentRequest, context: grpc.ServicerContext
+    ) -> environment_pb2.RunAgentResponse:
+        check_episode_id(request.episode_id)
+        check_task_limits(request.task, self._host.config.max_message_chars)
+        if self._agents is None:
+            raise ValueError(
+                "this environment service runs no agents: set coordinator.multi_turn.agent "
+                "(and list it in environment.envs)"
+            )
+        if not request.replica_address:
+            raise ValueError("replica_address: must be non-empty")
+        run = self._agents.run(
+            request.episode_id,
+            request.agent,
+            convert.task_from_proto(request.task),
+            request.replica_address,
+            sampling_from_proto(request.sampling),
+        )
+        captured = run.captured
+        return environment_pb2.RunAgentResponse(
+            reward=run.reward,
+            info_json=json.dumps(run.info) if run.info else "",
+            trajectories=[convert.trajectory_to_proto(t) for t in captured.trajectories]
+            if captured
+            else [],
+            num_requests=captured.num_requests if captured else 0,
+            breaks=captured.breaks if captured else {},
+            error=run.error,
+            replica_error=run.replica_error,
+            instance=self.instance,
+        )
 
     @handle_errors
     def Close(

@@ -12,6 +12,8 @@ from hybridflow.rpc import wire
 from hybridflow.rpc.codec import (
     pack_ints,
     pack_tokens,
+    sampling_from_proto,
+    sampling_to_proto,
     split_by,
     token_buffer,
     unpack_floats,
@@ -26,35 +28,6 @@ _FINISH_TO_PROTO = {
     "length": common_pb2.FINISH_REASON_LENGTH,
 }
 _FINISH_FROM_PROTO = {v: k for k, v in _FINISH_TO_PROTO.items()}
-
-
-def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
-    return common_pb2.SamplingParams(
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
-        max_new_tokens=params.max_new_tokens,
-        n=params.n,
-        has_seed=params.seed is not None,
-        seed=params.seed or 0,
-        stop_token_ids=list(params.stop_token_ids),
-        return_routed_experts=params.return_routed_experts,
-    )
-
-
-def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
-    params = SamplingParams(
-        temperature=msg.temperature,
-        top_p=msg.top_p,
-        top_k=msg.top_k,
-        max_new_tokens=msg.max_new_tokens,
-        n=msg.n,
-        seed=msg.seed if msg.has_seed else None,
-        stop_token_ids=tuple(msg.stop_token_ids),
-        return_routed_experts=msg.return_routed_experts,
-    )
-    params.validate()
-    return params
 
 
 def completion_pieces(completions: Sequence[Completion]) -> list[wire.Piece]:

@@ -84,6 +84,10 @@ CHANGES: dict[str, tuple[str, ...]] = {
         "coordinator.dynamic_sampling_max_rounds=3",
     ),
     "coordinator.multi_turn.env": ("coordinator.multi_turn.env=m:Env",),
+    "coordinator.multi_turn.agent": (
+        "coordinator.multi_turn.agent=m:agent",
+        "environment.envs=[m:agent]",  # agents run in the environment service
+    ),
     "coordinator.multi_turn.max_turns": ("coordinator.multi_turn.max_turns=2",),
     "coordinator.multi_turn.max_total_tokens": ("coordinator.multi_turn.max_total_tokens=64",),
     "coordinator.multi_turn.env_concurrency": ("coordinator.multi_turn.env_concurrency=2",),
