@@ -54,3 +54,42 @@ def test_kill_mid_episode_loses_nothing(victim: str, tmp_path: Path) -> None:
     assert any(e["event"] == "restarted" and e["service"].startswith(victim) for e in supervisor)
     restarted = metrics[-1]["episode/restarted"] + metrics[-1]["async/requeued"]
     assert restarted >= 1, "the kill interrupted no episode"
+
+
+AGENT = "hybridflow.envs.calc_agent:calc_agent"
+AGENT_JOB = (
+    f"coordinator.num_steps={NUM_STEPS}",
+    "model=builtin:tiny-tools",
+    "coordinator.data=builtin:calc",
+    f"coordinator.multi_turn.agent={AGENT}",
+    f"environment.envs=[{AGENT}]",
+    "coordinator.sampling.max_new_tokens=48",
+    "environment.endpoint.max_response_tokens=320",
+    "environment.agent_timeout_s=60",
+    "coordinator.eval.sets=[]",
+)
+
+
+@pytest.mark.parametrize(
+    "victim", ["environment", pytest.param("coordinator", marks=pytest.mark.slow)]
+)
+def test_kill_mid_agent_episode_loses_nothing(victim: str, tmp_path: Path) -> None:
+    """Agent episodes (the OpenAI-compatible endpoint and the agents live in the environment
+    service): SIGKILL that process while agents talk to it, or the coordinator (then
+    ``--resume``); the run completes, each task trained once."""
+    trial = Trial(victim, 3, tmp_path / victim, extra=AGENT_JOB)
+    run_trial(trial)
+    resumed = victim == "coordinator"
+    assert trial.exit_codes[-1] == 0 and len(trial.exit_codes) == 1 + resumed, trial.output
+    counts = audit(trial.run_dir, NUM_STEPS)
+    assert counts["lost"] == 0 and counts["doubled"] == 0
+    metrics = read_step_lines(trial.run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, NUM_STEPS + 1))
+    assert max(m["episode/turns/max"] for m in metrics) >= 2  # agents did call the tool
+    if resumed:
+        return
+    supervisor = [
+        json.loads(x) for x in (trial.run_dir / "supervisor.jsonl").read_text().splitlines()
+    ]
+    assert any(e["event"] == "restarted" and e["service"] == "environment" for e in supervisor)
+    assert metrics[-1]["episode/restarted"] + metrics[-1]["async/requeued"] >= 1
