@@ -173,8 +173,14 @@ def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
 
     learner.train_step = train
     data = records(80)
+    # No stall watch: the held request is silent until the learner reaches v3, which on a
+    # loaded machine took longer than the default 20 s; the replica was then taken for
+    # stalled, its prompts regenerated fresh elsewhere, and nothing came back stale.
     job = TrainingJob(
-        config(num_steps=10, max_staleness=1, prompts_per_request=2), svc, data, tmp_path
+        config(num_steps=10, max_staleness=1, prompts_per_request=2, replica_stall_timeout_s=0),
+        svc,
+        data,
+        tmp_path,
     )
     put = job.buffer.put
 
