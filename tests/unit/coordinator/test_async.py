@@ -141,12 +141,15 @@ class SlowRollout(FakeRollout):
         self.calls = 0
         self.held: set[int] = set()
         """First token of each prompt of the held request."""
+        self.holding = threading.Event()
+        """Set once the held request has begun (under the weights it started with)."""
 
     def generate(self, prompts, params, request_id=""):
         self.calls += 1
         version = self.version
         if self.calls == 1:
             self.held = {int(p[0]) for p in prompts}
+            self.holding.set()
             assert self.release.wait(30)
         out = super().generate(prompts, params, request_id)
         for g in out:
@@ -164,6 +167,10 @@ def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
     original = learner.train_step
 
     def train(samples):
+        # The held request starts under v0 before any step trains: on a loaded machine the
+        # other replica could fill the first steps first, and a request begun under v2 came
+        # back within the bound, so nothing was stale (ordering, not time).
+        assert slow.holding.wait(30)
         result = original(samples)
         if learner.version == 3:
             release.set()  # the slow replica's version-0 groups now are 3 behind
@@ -173,14 +180,8 @@ def test_stale_groups_are_regenerated_not_trained_and_not_lost(tmp_path):
 
     learner.train_step = train
     data = records(80)
-    # No stall watch: the held request is silent until the learner reaches v3, which on a
-    # loaded machine took longer than the default 20 s; the replica was then taken for
-    # stalled, its prompts regenerated fresh elsewhere, and nothing came back stale.
     job = TrainingJob(
-        config(num_steps=10, max_staleness=1, prompts_per_request=2, replica_stall_timeout_s=0),
-        svc,
-        data,
-        tmp_path,
+        config(num_steps=10, max_staleness=1, prompts_per_request=2), svc, data, tmp_path
     )
     put = job.buffer.put
 
