@@ -3,7 +3,8 @@ agents that talk to it live here together, so an agent reaches its episode's end
 loopback and a trajectory leaves the process only once, whole.
 
 One run: the episode is opened on the ``AgentEndpoint`` with a ``generate`` bound to the
-replica the coordinator named; the allow-listed agent runs in a thread of this host with
+replica the coordinator named (the concurrent episodes' requests to one replica sent
+together: ``agents.batching``); the allow-listed agent runs in a thread of this host with
 the task and an OpenAI client on the episode's URL and key, for at most
 ``environment.agent_timeout_s`` (past it the episode ends with an error, its endpoint
 closed, while the thread runs on holding its place); the episode is closed and what it
@@ -22,6 +23,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridflow.agents.batching import CoalescingGenerate
 from hybridflow.agents.endpoint import AgentEndpoint, EpisodeResult
 from hybridflow.agents.runner import AgentOutcome, load_agent, run_agent
 from hybridflow.arrays import TokenArray
@@ -56,6 +58,7 @@ class AgentHost:
         self.allowed = tuple(config.envs)
         self.endpoint = endpoint
         self._rollout_for = rollout_for
+        self._batchers: dict[str, CoalescingGenerate] = {}
         self._pool = futures.ThreadPoolExecutor(config.max_episodes, thread_name_prefix="agent")
         self._lock = threading.Lock()
         self._running = 0
@@ -88,11 +91,11 @@ class AgentHost:
         self, episode_id: str, fn: Any, task: Task, replica_address: str, params: SamplingParams
     ) -> AgentRun:
         run = AgentRun()
-        rollout = self._rollout_for(replica_address)
+        batched = self._batcher(replica_address)
 
         def generate(context: TokenArray, sampling: SamplingParams) -> Completion:
             try:
-                ((completion,),) = rollout.generate([context], sampling, f"{episode_id}-r")
+                completion = batched(context, sampling)
             except Exception as exc:
                 run.replica_error = run.replica_error or f"replica {replica_address}: {exc}"
                 raise
@@ -124,6 +127,16 @@ class AgentHost:
         if run.error:
             run.reward = 0.0
         return run
+
+    def _batcher(self, address: str) -> CoalescingGenerate:
+        """The replica's generate, the concurrent episodes' requests sent together."""
+        with self._lock:
+            if address not in self._batchers:
+                window = self.config.endpoint.batch_window_ms / 1000
+                self._batchers[address] = CoalescingGenerate(
+                    self._rollout_for(address), window, name=address
+                )
+            return self._batchers[address]
 
     def _release_hung(self) -> None:
         with self._lock:

@@ -37,6 +37,9 @@ class AgentEndpointConfig:
     """Largest request body (KiB)."""
     max_request_chars: int = knob(256 * 1024, ge=1)
     """Characters of one request's messages and tools together."""
+    batch_window_ms: float = knob(10.0, ge=0, le=1000)
+    """How long the first of the episodes' requests to one replica waits for others before
+    they are sent as one Generate (agents ask one completion at a time, many at once)."""
     on_break: Literal["split", "refuse"] = "split"
     """A request that does not extend its episode's context (edited history, a template that
     drops reasoning): split (a new segment, trained on its own) or refuse (the episode ends
