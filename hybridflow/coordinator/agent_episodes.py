@@ -1,10 +1,10 @@
 """Agent episodes (``coordinator.multi_turn.agent``): each of a request's prompts runs
-``group_size`` episodes of the agent in the environment service (all at once), against the replica that
-serves the request; what they captured are the request's groups, their agents' rewards the
+``group_size`` episodes of the agent in the environment service (``env_concurrency`` at once), against the replica
+that serves the request; what they captured are the request's groups, their agents' rewards the
 scores.
 
 The agent drives its own loop (through its episode's OpenAI-compatible endpoint, in the
-environment service), so the coordinator only starts the episodes (all of the request's at
+environment service), so the coordinator only starts the episodes (``env_concurrency`` at
 once) and collects them: each episode's segments (one unless a request broke its context,
 ``hybridflow/agents/capture.py``) are completions of its prompt's group, each scored with the
 episode's reward. Failures: an agent that raised or hung ends its own episode (reward 0,
@@ -70,10 +70,11 @@ class AgentRunner:
             except ServiceError as exc:
                 raise EnvironmentDown(f"environment service: {exc}") from exc
 
-        # Every episode of the request at once (the service bounds them, environment.
-        # max_episodes): agents ask one completion at a time, and the service sends the
-        # requests that meet on a replica together.
-        with ThreadPoolExecutor(max(1, len(calls)), thread_name_prefix="agent") as pool:
+        # env_concurrency at once (within the service's concurrency limit: the job config
+        # checks): agents ask one completion at a time, and the service sends the requests
+        # that meet on a replica together.
+        workers = max(1, min(len(calls), self.config.env_concurrency))
+        with ThreadPoolExecutor(workers, thread_name_prefix="agent") as pool:
             episodes = list(pool.map(one, calls))
         failed = next((e.replica_error for e in episodes if e.replica_error), "")
         if failed:
