@@ -59,6 +59,8 @@ class CaptureRefused(ValueError):
 
 @dataclass(frozen=True)
 class CaptureLimits:
+    """One episode's bounds: its requests and its response tokens."""
+
     max_requests: int = 64
     """Chat requests one episode may make."""
     max_response_tokens: int = 4096

@@ -52,6 +52,9 @@ _PATH = re.compile(r"^/episodes/([A-Za-z0-9_.:-]{1,128})/v1/(chat/completions|mo
 
 @dataclass(frozen=True)
 class EndpointLimits:
+    """The endpoint's bounds: live episodes, request bodies, an episode's wall time, its
+    capture's and its requests' bounds, and the rule for a request that breaks its context."""
+
     max_episodes: int = 1024
     max_body_bytes: int = 4 * 1024 * 1024
     episode_wall_s: float = 600.0

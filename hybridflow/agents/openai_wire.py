@@ -32,6 +32,8 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True)
 class ChatRequest:
+    """A checked chat request's values."""
+
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     temperature: float
@@ -43,6 +45,8 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class Bounds:
+    """What one chat request may hold."""
+
     max_messages: int = 256
     max_chars: int = 256 * 1024
     """Characters of all message contents and tool definitions together."""

@@ -31,6 +31,8 @@ Agent = Callable[[Task, Any], Any]
 
 @dataclass(frozen=True)
 class AgentOutcome:
+    """What an agent returned: its reward and the rest of its answer (``info``)."""
+
     reward: float
     info: dict[str, Any] = field(default_factory=dict)
 
