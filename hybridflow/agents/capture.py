@@ -231,7 +231,7 @@ class EpisodeCapture:
     # ------------------------------------------------------------------ inside
     def _new_segment(self, messages: list[dict[str, Any]]) -> TokenArray:
         text = self.render(messages, True)
-        prompt = self.chat._encode(text)  # noqa: SLF001 — the same tokenisation as observations
+        prompt = self.chat.encode(text)  # as the observations are tokenised
         if prompt.size == 0:
             raise CaptureRefused("the request's messages render to zero tokens")
         self.segments.append(_Segment(prompt))

@@ -67,14 +67,15 @@ class ChatTokens:
         )
         return str(text)
 
-    def _encode(self, text: str) -> TokenArray:
+    def encode(self, text: str) -> TokenArray:
+        """Rendered text as ids (no special tokens added: the template wrote its own)."""
         return as_tokens(self.tokenizer.encode(text, add_special_tokens=False))
 
     def opening(self, messages: Sequence[Message]) -> TokenArray:
         """The episode's prompt: the opening messages with the generation prompt."""
         if not messages:
             raise ValueError("an episode's opening has no messages")
-        ids = self._encode(self._render(messages, True))
+        ids = self.encode(self._render(messages, True))
         if ids.size == 0:
             raise ValueError("an episode's opening renders to zero tokens")
         return ids
@@ -90,7 +91,7 @@ class ChatTokens:
                 "the chat template is not prefix-stable: rendering the observation changed the "
                 "text of the turns before it, so it cannot be appended token-exactly"
             )
-        ids = self._encode(self._after_eos + full[len(self._with_turn) :])
+        ids = self.encode(self._after_eos + full[len(self._with_turn) :])
         if turn_ended_with_eos:
             return ids
         return as_tokens([self.eos_token_id, *ids.tolist()])
