@@ -48,7 +48,12 @@ BreakRule = Literal["split", "refuse"]
 Render = Callable[[Sequence[dict[str, Any]], bool], str]
 """(messages as chat dicts, with the generation prompt) -> the template's text."""
 
-BREAK_CHECKS = ("history_changed", "assistant_in_new_messages", "template_not_prefix")
+BREAK_CHECKS = (
+    "history_changed",
+    "assistant_in_new_messages",
+    "template_not_prefix",
+    "text_changed",
+)
 """Why a request broke its segment (``EpisodeCapture.breaks``)."""
 
 
@@ -156,6 +161,8 @@ class EpisodeCapture:
         self.history: list[dict[str, Any]] = []
         """The conversation the current segment's context holds, as chat dicts."""
         self._history_keys: list[str] = []
+        self._text: str | None = None
+        """``/v1/completions``: the text the current segment's context holds."""
         self._ended_with_eos = True
         self.num_requests = 0
         self.breaks: Counter[str] = Counter()
@@ -166,12 +173,7 @@ class EpisodeCapture:
         conversation). ``CaptureRefused`` past a bound or on a break under ``refuse``."""
         if not messages:
             raise CaptureRefused("messages: the request has no messages")
-        if self.num_requests >= self.limits.max_requests:
-            raise CaptureRefused(
-                f"the episode made {self.num_requests} requests, its bound is "
-                f"max_requests={self.limits.max_requests}"
-            )
-        self.num_requests += 1
+        self._count_request()
         messages = list(messages)
         if not self.segments:
             return self._new_segment(messages)
@@ -181,27 +183,43 @@ class EpisodeCapture:
             ids = self.chat.observation(
                 [Message(m["role"], _text(m)) for m in new], self._ended_with_eos
             )
-            segment = self.segments[-1]
-            self._check_room(ids.size)
-            segment.ids.append(ids)
-            segment.logprobs.append(np.zeros(ids.size, dtype=np.float32))
-            segment.versions.append(np.full(ids.size, -1, dtype=np.int32))
-            segment.mask.append(np.zeros(ids.size, dtype=np.uint8))
+            self._append_template(ids)
             self._remember(new)
-            return segment.context()
-        self.breaks[broken] += 1
-        if self.on_break == "refuse":
-            raise CaptureRefused(
-                f"the request does not extend the episode's conversation ({broken}): "
-                "on_break is refuse"
-            )
+            return self.segments[-1].context()
+        self._broken(broken)
         return self._new_segment(messages)
 
-    def add_generated(self, completion: Completion, returned: dict[str, Any], take: int) -> None:
+    def context_for_text(self, prompt: str) -> TokenArray:
+        """``/v1/completions``: the ids the engine generates from for the prompt text. It
+        extends the segment when it starts with the segment's text (its prompt, each
+        completion as returned, what the agent added since): the added text is tokenised
+        alone and appended (mask 0); otherwise it breaks (``text_changed``)."""
+        if not prompt:
+            raise CaptureRefused("prompt: the request has no prompt")
+        self._count_request()
+        if self.segments and self._text is not None:
+            if len(prompt) > len(self._text) and prompt.startswith(self._text):
+                ids = self.chat.encode(prompt[len(self._text) :])
+                self._append_template(ids)
+                self._text = prompt
+                return self.segments[-1].context()
+        if self.segments:
+            self._broken("text_changed")
+        ids = self.chat.encode(prompt)
+        if ids.size == 0:
+            raise CaptureRefused("the prompt encodes to zero tokens")
+        self.segments.append(_Segment(ids))
+        self.history, self._history_keys, self._text = [], [], prompt
+        self._ended_with_eos = True
+        return ids
+
+    def add_generated(
+        self, completion: Completion, returned: dict[str, Any] | str, take: int
+    ) -> None:
         """The engine's answer to the request just begun: its first ``take`` ids (the rest
         past the episode's token bound are dropped), with their log-probs and versions;
-        ``returned`` is the assistant message the endpoint sends back (what the next
-        request's history must hold)."""
+        ``returned`` is what the endpoint sends back (the assistant message, or the text of
+        a ``/v1/completions`` answer): what the next request must hold."""
         segment = self.segments[-1]
         ids = completion.token_ids[:take]
         versions = (
@@ -217,7 +235,10 @@ class EpisodeCapture:
             completion.finish_reason == "stop" and take == completion.token_ids.size
         )
         segment.finish = "stop" if self._ended_with_eos else "length"
-        self._remember([returned])
+        if isinstance(returned, str):
+            self._text = (self._text or "") + returned
+        else:
+            self._remember([returned])
 
     def room(self) -> int:
         """Response tokens the episode may still add."""
@@ -235,7 +256,7 @@ class EpisodeCapture:
         if prompt.size == 0:
             raise CaptureRefused("the request's messages render to zero tokens")
         self.segments.append(_Segment(prompt))
-        self.history, self._history_keys = [], []
+        self.history, self._history_keys, self._text = [], [], None
         self._ended_with_eos = True
         self._remember(messages)
         return prompt
@@ -250,6 +271,32 @@ class EpisodeCapture:
         if not self.render(messages, True).startswith(self.render(self.history, False)):
             return "template_not_prefix"
         return None
+
+    def _count_request(self) -> None:
+        if self.num_requests >= self.limits.max_requests:
+            raise CaptureRefused(
+                f"the episode made {self.num_requests} requests, its bound is "
+                f"max_requests={self.limits.max_requests}"
+            )
+        self.num_requests += 1
+
+    def _append_template(self, ids: TokenArray) -> None:
+        """Ids of what the agent added (mask 0, log-prob 0, version -1)."""
+        self._check_room(ids.size)
+        segment = self.segments[-1]
+        segment.ids.append(ids)
+        segment.logprobs.append(np.zeros(ids.size, dtype=np.float32))
+        segment.versions.append(np.full(ids.size, -1, dtype=np.int32))
+        segment.mask.append(np.zeros(ids.size, dtype=np.uint8))
+
+    def _broken(self, check: str) -> None:
+        """Counts a break; ``CaptureRefused`` under ``on_break: refuse``."""
+        self.breaks[check] += 1
+        if self.on_break == "refuse":
+            raise CaptureRefused(
+                f"the request does not extend the episode's conversation ({check}): "
+                "on_break is refuse"
+            )
 
     def _remember(self, messages: Sequence[dict[str, Any]]) -> None:
         self.history.extend(dict(m) for m in messages)

@@ -4,7 +4,8 @@ its own base URL and key, in front of a ``generate`` that reaches a rollout repl
 ``open`` registers an episode (its id, the replica-bound ``generate``, the job's sampling,
 its deadline) and returns ``(base_url, api_key)``: ``http://host:port/episodes/<id>/v1``
 and a random key, so concurrent agents never mix and none can reach another's episode.
-Under it: ``POST chat/completions`` (``openai_wire``), ``GET models``. Each chat request
+Under it: ``POST chat/completions`` and ``POST completions`` (``openai_wire``), ``GET
+models``. Each chat request
 goes through the episode's ``EpisodeCapture`` (the ids the engine generates from, then what
 it generated), one request of an episode at a time. ``close`` ends the episode and returns
 its trajectories; the episode's key stops working.
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 Generate = Callable[[TokenArray, SamplingParams], Completion]
 """(context ids, sampling) -> one completion, on the episode's replica."""
 
-_PATH = re.compile(r"^/episodes/([A-Za-z0-9_.:-]{1,128})/v1/(chat/completions|models)$")
+_PATH = re.compile(r"^/episodes/([A-Za-z0-9_.:-]{1,128})/v1/(chat/completions|completions|models)$")
 
 
 @dataclass(frozen=True)
@@ -186,47 +187,91 @@ class AgentEndpoint:
         finally:
             episode.lock.release()
 
-    def _chat(self, episode_id: str, episode: _Episode, body: Any) -> tuple[int, dict[str, Any]]:
+    def serve_completion(self, episode_id: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """``/v1/completions``: the prompt text extends the episode's text or starts a
+        segment (``EpisodeCapture.context_for_text``)."""
+        episode = self._authorized(episode_id, key)
+        if episode is None:
+            return HTTPStatus.UNAUTHORIZED, wire.error(
+                "unknown episode or wrong key", "authentication_error"
+            )
+        if not episode.lock.acquire(blocking=False):
+            return HTTPStatus.CONFLICT, wire.error(
+                "this episode is serving another request: one at a time"
+            )
+        try:
+            refused = self._refused(episode)
+            if refused is not None:
+                return refused
+            try:
+                request = wire.parse_completion(body, self.limits.wire)
+                context = episode.capture.context_for_text(request.prompt)
+                completion, take, text, finish = self._generate(episode, context, request)
+            except wire.BadRequest as exc:
+                return HTTPStatus.BAD_REQUEST, wire.error(str(exc))
+            except CaptureRefused as exc:
+                return self._fail(episode, str(exc))
+            episode.capture.add_generated(completion, text, take)
+            answer = wire.text_completion(
+                f"cmpl-{episode_id}-{episode.capture.num_requests}",
+                self.model_name,
+                text,
+                finish,
+                int(context.size),
+                take,
+            )
+            return HTTPStatus.OK, answer
+        finally:
+            episode.lock.release()
+
+    def _refused(self, episode: _Episode) -> tuple[int, dict[str, Any]] | None:
+        """The answer to any request of an episode that is closed, failed or past its
+        deadline; None when it may go on."""
         if episode.closed:
             return HTTPStatus.GONE, wire.error("the episode is closed")
         if episode.error is not None:
             return HTTPStatus.BAD_REQUEST, wire.error(f"the episode ended: {episode.error}")
         if self.clock() > episode.deadline:
-            return self._fail(
-                episode, f"the episode passed its wall time ({self.limits.episode_wall_s:g}s)"
-            )
+            wall = self.limits.episode_wall_s
+            return self._fail(episode, f"the episode passed its wall time ({wall:g}s)")
+        return None
+
+    def _generate(
+        self, episode: _Episode, context: TokenArray, request: Any
+    ) -> tuple[Completion, int, str, str]:
+        """(the completion, the ids kept, the text returned, its finish reason): the job's
+        sampling with the request's token budget, stop strings and seed."""
+        room = episode.capture.room()
+        if room < 1:
+            raise CaptureRefused("the episode has no room for more tokens")
+        limit = min(episode.params.max_new_tokens, request.max_tokens or room, room)
+        params = replace(episode.params, n=1, max_new_tokens=limit, seed=request.seed)
+        completion = episode.generate(context, params)
+        take, text = self._cut(completion, request.stop)
+        stopped = completion.finish_reason == "stop" or take < completion.token_ids.size
+        return completion, take, text, "stop" if stopped else "length"
+
+    def _chat(self, episode_id: str, episode: _Episode, body: Any) -> tuple[int, dict[str, Any]]:
+        refused = self._refused(episode)
+        if refused is not None:
+            return refused
         try:
             request = wire.parse_chat(body, self.limits.wire)
             with self._lock:
                 self._tools[episode_id] = request.tools
             context = episode.capture.context_for(request.messages)
+            completion, take, text, finish = self._generate(episode, context, request)
         except wire.BadRequest as exc:
             return HTTPStatus.BAD_REQUEST, wire.error(str(exc))  # the episode goes on
         except CaptureRefused as exc:
             return self._fail(episode, str(exc))
-        room = episode.capture.room()
-        if room < 1:
-            return self._fail(episode, "the episode has no room for more tokens")
-        limit = min(episode.params.max_new_tokens, request.max_tokens or room, room)
-        params = replace(episode.params, n=1, max_new_tokens=limit, seed=request.seed)
-        completion = episode.generate(context, params)
-        take, text = self._cut(completion, request.stop)
         message, calls = wire.assistant_message(text)
         episode.capture.add_generated(completion, message, take)
-        finish = (
-            "tool_calls"
-            if calls
-            else (
-                "stop"
-                if completion.finish_reason == "stop" or take < completion.token_ids.size
-                else "length"
-            )
-        )
         answer = wire.chat_completion(
             f"chatcmpl-{episode_id}-{episode.capture.num_requests}",
             self.model_name,
             message,
-            finish,
+            "tool_calls" if calls else finish,
             int(context.size),
             take,
         )
@@ -300,7 +345,7 @@ def _handler(endpoint: AgentEndpoint) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             match = _PATH.match(self.path)
             length = int(self.headers.get("Content-Length") or 0)
-            if match is None or match.group(2) != "chat/completions":
+            if match is None or match.group(2) == "models":
                 self._drain(length)
                 self._send(HTTPStatus.NOT_FOUND, wire.error(f"no route {self.path}"))
                 return
@@ -319,7 +364,12 @@ def _handler(endpoint: AgentEndpoint) -> type[BaseHTTPRequestHandler]:
                 self._send(HTTPStatus.BAD_REQUEST, wire.error(f"the body is not JSON: {exc}"))
                 return
             try:
-                status, answer = endpoint.serve_chat(match.group(1), self._key(), body)
+                serve = (
+                    endpoint.serve_chat
+                    if match.group(2) == "chat/completions"
+                    else endpoint.serve_completion
+                )
+                status, answer = serve(match.group(1), self._key(), body)
             except Exception as exc:  # noqa: BLE001 — the replica failed: a 503 for the agent
                 log.warning("episode %s: generation failed: %s", match.group(1), exc)
                 status, answer = (

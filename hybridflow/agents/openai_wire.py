@@ -1,7 +1,8 @@
 """The OpenAI chat API's wire format, as the agent endpoint speaks it: requests checked and
 bounded into plain values, answers built from what the engine generated.
 
-A chat request's ``messages`` (system, user, assistant with ``tool_calls``, tool with
+``/v1/completions`` takes one string ``prompt`` with the same ``max_tokens``, ``stop``,
+``seed`` and ``n``. A chat request's ``messages`` (system, user, assistant with ``tool_calls``, tool with
 ``tool_call_id``), ``tools`` (passed to the chat template), ``temperature``, ``top_p``,
 ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``seed`` and ``n`` (1: an episode is
 one line of conversation; its group's other samples are episodes of their own) are read;
@@ -101,6 +102,59 @@ def parse_chat(body: Any, bounds: Bounds) -> ChatRequest:
         stop=stops,
         seed=seed,
     )
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A checked ``/v1/completions`` request's values."""
+
+    prompt: str
+    max_tokens: int | None
+    stop: tuple[str, ...]
+    seed: int | None
+
+
+def parse_completion(body: Any, bounds: Bounds) -> CompletionRequest:
+    """A completions request's values, checked (one string prompt, n=1, no stream);
+    ``BadRequest`` naming the field."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    if body.get("stream"):
+        raise BadRequest("stream: streaming is not supported by this endpoint")
+    if body.get("n", 1) != 1:
+        raise BadRequest(f"n: an episode's request takes n=1, got {body.get('n')!r}")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt: one non-empty string is required")
+    if len(prompt) > bounds.max_chars:
+        raise BadRequest(f"prompt: {len(prompt)} characters, the bound is {bounds.max_chars}")
+    chat = parse_chat({**body, "messages": [{"role": "user", "content": "x"}]}, bounds)
+    return CompletionRequest(prompt, chat.max_tokens, chat.stop, chat.seed)
+
+
+def text_completion(
+    request_id: str,
+    model: str,
+    text: str,
+    finish: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
+    """A ``text_completion`` object with one choice."""
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 def assistant_message(text: str) -> tuple[dict[str, Any], bool]:

@@ -133,3 +133,24 @@ def test_every_trained_id_is_generated_or_rendered_and_a_retokenised_path_is_not
     assert naive[len(prompt) :] != ids, "the re-tokenised path matched the engine's ids"
     first_turn = turns[0][1]
     assert naive[len(prompt) : len(prompt) + len(first_turn)] != first_turn
+
+
+def test_text_completions_extend_their_text_token_exactly(served):
+    endpoint, tokenizer, generate, generated = served
+    generated.clear()
+    base_url, key = endpoint.open("text-1", generate, SamplingParams(max_new_tokens=8, seed=3))
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    first = client.completions.create(model="tiny-tools", prompt="What is 2 + 2?")
+    prompt = "What is 2 + 2?" + first.choices[0].text + "\nAnd 3 + 3?"
+    client.completions.create(model="tiny-tools", prompt=prompt)
+    client.completions.create(model="tiny-tools", prompt="Something else")  # breaks
+    result = endpoint.close("text-1")
+    assert result.breaks == {"text_changed": 1} and len(result.trajectories) == 2
+    first_segment = result.trajectories[0]
+    ids, mask = first_segment.token_ids.tolist(), first_segment.loss_mask.tolist()
+    (context_1, sampled_1), (context_2, sampled_2), _ = generated
+    added = tokenizer.encode("\nAnd 3 + 3?", add_special_tokens=False)
+    assert context_1 == tokenizer.encode("What is 2 + 2?", add_special_tokens=False)
+    assert ids == [*sampled_1, *added, *sampled_2]  # the engine's ids, the agent's text's
+    assert mask == [1] * len(sampled_1) + [0] * len(added) + [1] * len(sampled_2)
+    assert context_2 == context_1 + sampled_1 + added
