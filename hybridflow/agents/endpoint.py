@@ -173,23 +173,23 @@ class AgentEndpoint:
 
     # ------------------------------------------------------------------ one request
     def serve_chat(self, episode_id: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
-        episode = self._authorized(episode_id, key)
-        if episode is None:
-            return HTTPStatus.UNAUTHORIZED, wire.error(
-                "unknown episode or wrong key", "authentication_error"
-            )
-        if not episode.lock.acquire(blocking=False):
-            return HTTPStatus.CONFLICT, wire.error(
-                "this episode is serving another request: one at a time"
-            )
-        try:
-            return self._chat(episode_id, episode, body)
-        finally:
-            episode.lock.release()
+        """``/v1/chat/completions``: (HTTP status, the answer's JSON)."""
+        return self._serve(episode_id, key, body, self._chat)
 
     def serve_completion(self, episode_id: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
         """``/v1/completions``: the prompt text extends the episode's text or starts a
         segment (``EpisodeCapture.context_for_text``)."""
+        return self._serve(episode_id, key, body, self._completion)
+
+    def _serve(
+        self,
+        episode_id: str,
+        key: str,
+        body: Any,
+        handle: Callable[[str, _Episode, Any], tuple[int, dict[str, Any]]],
+    ) -> tuple[int, dict[str, Any]]:
+        """The key checked, one request of the episode at a time, a closed, failed or late
+        episode refused, then ``handle``."""
         episode = self._authorized(episode_id, key)
         if episode is None:
             return HTTPStatus.UNAUTHORIZED, wire.error(
@@ -200,29 +200,31 @@ class AgentEndpoint:
                 "this episode is serving another request: one at a time"
             )
         try:
-            refused = self._refused(episode)
-            if refused is not None:
-                return refused
-            try:
-                request = wire.parse_completion(body, self.limits.wire)
-                context = episode.capture.context_for_text(request.prompt)
-                completion, take, text, finish = self._generate(episode, context, request)
-            except wire.BadRequest as exc:
-                return HTTPStatus.BAD_REQUEST, wire.error(str(exc))
-            except CaptureRefused as exc:
-                return self._fail(episode, str(exc))
-            episode.capture.add_generated(completion, text, take)
-            answer = wire.text_completion(
-                f"cmpl-{episode_id}-{episode.capture.num_requests}",
-                self.model_name,
-                text,
-                finish,
-                int(context.size),
-                take,
-            )
-            return HTTPStatus.OK, answer
+            return self._refused(episode) or handle(episode_id, episode, body)
         finally:
             episode.lock.release()
+
+    def _completion(
+        self, episode_id: str, episode: _Episode, body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        try:
+            request = wire.parse_completion(body, self.limits.wire)
+            context = episode.capture.context_for_text(request.prompt)
+            completion, take, text, finish = self._generate(episode, context, request)
+        except wire.BadRequest as exc:
+            return HTTPStatus.BAD_REQUEST, wire.error(str(exc))  # the episode goes on
+        except CaptureRefused as exc:
+            return self._fail(episode, str(exc))
+        episode.capture.add_generated(completion, text, take)
+        answer = wire.text_completion(
+            f"cmpl-{episode_id}-{episode.capture.num_requests}",
+            self.model_name,
+            text,
+            finish,
+            int(context.size),
+            take,
+        )
+        return HTTPStatus.OK, answer
 
     def _refused(self, episode: _Episode) -> tuple[int, dict[str, Any]] | None:
         """The answer to any request of an episode that is closed, failed or past its
@@ -252,9 +254,6 @@ class AgentEndpoint:
         return completion, take, text, "stop" if stopped else "length"
 
     def _chat(self, episode_id: str, episode: _Episode, body: Any) -> tuple[int, dict[str, Any]]:
-        refused = self._refused(episode)
-        if refused is not None:
-            return refused
         try:
             request = wire.parse_chat(body, self.limits.wire)
             with self._lock:
