@@ -143,18 +143,8 @@ def text_completion(
     completion_tokens: int,
 ) -> dict[str, Any]:
     """A ``text_completion`` object with one choice."""
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+    choice = {"text": text, "finish_reason": finish}
+    return _answer("text_completion", request_id, model, choice, prompt_tokens, completion_tokens)
 
 
 def assistant_message(text: str) -> tuple[dict[str, Any], bool]:
@@ -178,12 +168,24 @@ def chat_completion(
     completion_tokens: int,
 ) -> dict[str, Any]:
     """A ``chat.completion`` object with one choice."""
+    choice = {"message": message, "finish_reason": finish}
+    return _answer("chat.completion", request_id, model, choice, prompt_tokens, completion_tokens)
+
+
+def _answer(
+    kind: str,
+    request_id: str,
+    model: str,
+    choice: dict[str, Any],
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
     return {
         "id": request_id,
-        "object": "chat.completion",
+        "object": kind,
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "choices": [{"index": 0, **choice, "logprobs": None}],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
