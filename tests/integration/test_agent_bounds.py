@@ -5,6 +5,7 @@ well-behaved agent's episode beside them is whole; a replica that fails is told 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -28,7 +29,7 @@ RELEASE = threading.Event()
 
 
 def hangs(task: Task, client: openai.OpenAI) -> float:
-    RELEASE.wait(120)  # past the host's agent_timeout_s; let go at the test's end
+    RELEASE.wait(300)  # past the short host's agent_timeout_s; let go at the test's end
     return 1.0
 
 
@@ -79,24 +80,39 @@ AGENTS = ["hangs", "raises", "floods", "malformed", "long_context", "bad_reward"
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
+def parts(tmp_path_factory):
     path = ensure_builtin_model("tiny-tools", root=Path(tmp_path_factory.mktemp("models")))
     rollout = LocalRollout(HFEngine(path), "tiny-tools")
     config = EnvironmentConfig(
         envs=[f"{HERE}:{a}" for a in AGENTS] + ["hybridflow.envs.calc_agent:calc_agent"],
-        agent_timeout_s=3.0,
+        agent_timeout_s=120.0,  # generous: a busy machine never ends a good agent's episode
         max_episodes=8,
     )
     limits = EndpointLimits(
         max_episodes=8,
-        episode_wall_s=3.0,
+        episode_wall_s=120.0,
         capture=CaptureLimits(max_requests=4, max_response_tokens=120),
     )
     endpoint = AgentEndpoint(load_tokenizer(path), "tiny-tools", limits)
     endpoint.start()
-    yield AgentHost(config, endpoint, lambda address: rollout)
-    RELEASE.set()
+    yield config, endpoint, rollout
+    RELEASE.set()  # the hung agent's thread lets go before the endpoint stops
     endpoint.stop()
+
+
+@pytest.fixture(scope="module")
+def host(parts):
+    config, endpoint, rollout = parts
+    return AgentHost(config, endpoint, lambda address: rollout)
+
+
+@pytest.fixture(scope="module")
+def short_host(parts):
+    """The same endpoint with a short agent deadline: only the agent that hangs meets it."""
+    config, endpoint, rollout = parts
+    return AgentHost(
+        dataclasses.replace(config, agent_timeout_s=2.0), endpoint, lambda address: rollout
+    )
 
 
 def task() -> Task:
@@ -132,15 +148,15 @@ def test_malformed_requests_are_refused_and_the_episode_goes_on(host):
     assert result.captured.num_requests == 1 and len(result.captured.trajectories) == 1
 
 
-def test_a_hung_agent_is_given_up_at_its_deadline_and_another_episode_is_whole(host):
+def test_a_hung_agent_is_given_up_at_its_deadline_and_another_episode_is_whole(host, short_host):
     done: dict = {}
     worker = threading.Thread(
         target=lambda: done.update(ok=run(host, "hybridflow.envs.calc_agent:calc_agent", "ep-ok"))
     )
     worker.start()
-    hung = run(host, f"{HERE}:hangs", "ep-hangs")
-    worker.join(120)
-    assert "did not return within environment.agent_timeout_s=3s" in hung.error
+    hung = run(short_host, f"{HERE}:hangs", "ep-hangs")
+    worker.join(300)
+    assert "did not return within environment.agent_timeout_s=2s" in hung.error
     ok = done["ok"]
     assert ok.error == "" and ok.captured.trajectories and ok.captured.num_requests >= 1
     with pytest.raises(ValueError, match="not in environment.envs"):

@@ -106,3 +106,18 @@ def test_the_reward_is_the_tasks_own_score_on_the_same_entry():
         assert lost.score == 0.0 and "needs extra_info['reasoning_gym']" in (lost.error or "")
     finally:
         scorer.close()
+
+
+def test_a_prompt_function_renders_the_entry_and_the_score_is_unchanged():
+    fn = "hybridflow.data.reasoning_gym:expression_prompt"
+    plain = reasoning_gym_rows(SPEC, 8, seed=3, chat=False)
+    rendered = reasoning_gym_rows(f"{SPEC}&prompt={fn}", 8, seed=3, chat=False)
+    for row, other in zip(plain, rendered, strict=True):
+        expression = row["extra_info"]["reasoning_gym"]["entry"]["metadata"]["expression"]
+        assert other["prompt"] == expression.replace(" ", "") + "="  # "4 + 1" -> "4+1="
+        assert other["reward_model"] == row["reward_model"]  # the same entry, the same answer
+        assert other["extra_info"] == row["extra_info"]
+    problem = generated_problem(f"{SPEC}&prompt=nowhere.at_all:fn")
+    assert problem is not None and "cannot import 'nowhere.at_all'" in problem
+    no_expression = generated_problem(f"reasoning_gym:leg_counting?prompt={fn}")
+    assert no_expression is not None and "has no metadata.expression" in no_expression
