@@ -1,7 +1,8 @@
 """Prompt datasets in verl's format, tokenised once: ``builtin:arith`` (every problem;
 ``builtin:arith:train`` without the held-out ones, ``builtin:arith:test`` those alone), the
 built-in environments' ``builtin:calc``, ``builtin:guess``, reasoning-gym's tasks
-(``reasoning_gym:<task>[?options]``, ``reasoning_gym.py``), JSONL and parquet, plus
+(``reasoning_gym:<task>[?options]``, ``reasoning_gym.py``), verifiers tasksets
+(``verifiers:<module:Taskset>[?options]``, ``verifiers_tasks.py``), JSONL and parquet, plus
 ShareGPT conversations (``sharegpt:PATH``, converted to rows by ``sharegpt.py``).
 
 A row holds ``prompt`` (a list of chat messages ``{role, content}``, rendered with the
@@ -37,6 +38,7 @@ from typing import Any
 from hybridflow.arrays import TokenArray, as_tokens
 from hybridflow.data.reasoning_gym import REASONING_GYM_PREFIX, parse_spec, reasoning_gym_rows
 from hybridflow.data.sharegpt import SHAREGPT_PREFIX, iter_json_list, sharegpt_row
+from hybridflow.data.verifiers_tasks import VERIFIERS_PREFIX, verifiers_rows
 from hybridflow.types import arrays_equal
 
 logger = logging.getLogger(__name__)
@@ -101,7 +103,7 @@ class PromptDataset:
 def is_generated(spec: str) -> bool:
     """A dataset made from a seed rather than read from a file (a builtin, a reasoning-gym
     task): its size is the trainer's ``data_size`` (or an eval set's ``size``)."""
-    return spec.startswith(("builtin:", REASONING_GYM_PREFIX))
+    return spec.startswith(("builtin:", REASONING_GYM_PREFIX, VERIFIERS_PREFIX))
 
 
 def generated_problem(spec: str) -> str | None:
@@ -112,8 +114,11 @@ def generated_problem(spec: str) -> str | None:
             return f"unknown builtin dataset {spec!r}; known: {list(BUILTIN_DATASETS)}"
         return None
     try:
-        parse_spec(spec)
-        reasoning_gym_rows(spec, 1, 0, chat=False)
+        if spec.startswith(VERIFIERS_PREFIX):
+            verifiers_rows(spec, 1)
+        else:
+            parse_spec(spec)
+            reasoning_gym_rows(spec, 1, 0, chat=False)
     except ValueError as exc:
         return str(exc)
     return None
@@ -283,6 +288,9 @@ def _iter_rows(
         return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
     if spec.startswith(REASONING_GYM_PREFIX):
         rows = reasoning_gym_rows(spec, DEFAULT_BUILTIN_NUM if num is None else num, seed, chat)
+        return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
+    if spec.startswith(VERIFIERS_PREFIX):
+        rows = verifiers_rows(spec, DEFAULT_BUILTIN_NUM if num is None else num, chat)
         return ((f"{spec} row {i}", row) for i, row in enumerate(rows))
     if spec.startswith(SHAREGPT_PREFIX):
         return _iter_sharegpt(spec, max_line_bytes, keep_going)

@@ -21,9 +21,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from hybridflow.config.import_path import load_callable
+from hybridflow.data.spec_options import split_spec
 
 REASONING_GYM_PREFIX = "reasoning_gym:"
 PROMPT_OPTION = "prompt"
@@ -35,20 +34,7 @@ EXTRA_KEY = "reasoning_gym"
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """(task, options) of ``reasoning_gym:<task>[?key=value&...]``."""
-    body = spec.removeprefix(REASONING_GYM_PREFIX)
-    task, _, query = body.partition("?")
-    if not task:
-        raise ValueError(f"dataset {spec!r}: name a task, e.g. reasoning_gym:basic_arithmetic")
-    options: dict[str, Any] = {}
-    for pair in query.split("&") if query else []:  # no URL decoding: "+" stays a plus
-        key, eq, raw = pair.partition("=")
-        if not key or not eq:
-            raise ValueError(f"dataset {spec!r}: option {pair!r} is not key=value")
-        try:
-            options[key] = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError as exc:
-            raise ValueError(f"dataset {spec!r}: option {key}={raw!r} is not a value") from exc
-    return task, options
+    return split_spec(spec, REASONING_GYM_PREFIX, "a task, e.g. reasoning_gym:basic_arithmetic")
 
 
 def reasoning_gym_rows(spec: str, num: int, seed: int, chat: bool) -> list[dict[str, Any]]:

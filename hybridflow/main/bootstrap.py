@@ -42,6 +42,9 @@ def setup_logging(name: str) -> logging.Logger:
         stream=sys.stderr,
         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
     )
+    # an agent's OpenAI client logs every request at INFO: a line per episode turn
+    if level != "DEBUG":
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     return logging.getLogger(name)
 
 
