@@ -16,6 +16,7 @@ prompts are generated again).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -26,6 +27,8 @@ from hybridflow.coordinator.config import MultiTurnConfig
 from hybridflow.coordinator.dataflow import Prompt
 from hybridflow.coordinator.episode_record import EpisodeRecord
 from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, Generate, task_of
+
+log = logging.getLogger(__name__)
 from hybridflow.errors import ServiceError, Unavailable
 from hybridflow.types import Completion, SamplingParams, ScoreResult
 
@@ -106,6 +109,12 @@ def _batch(prompts: Sequence[Prompt], n: int, episodes: list[AgentEpisode]) -> E
                     else ScoreResult(episode.reward)
                 )
                 recs.append(record)
+        if not completions:
+            errors = sorted({e.error for e in episodes[p * n : (p + 1) * n]})
+            log.warning(
+                "every episode of a prompt failed before its first request (nothing to train; "
+                "the prompt is audited as filtered): %s", "; ".join(errors)[:2000]
+            )
         groups.append(completions)
         results.append(scores)
         records.append(recs)

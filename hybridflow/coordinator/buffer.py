@@ -184,7 +184,10 @@ class GroupBuffer:
         with self.lock:
             for g in groups:
                 self._in_flight.pop(id(g.prompt), None)
-                if self.group_filter is not None and not self.group_filter.keep(g):
+                # A group with nothing to train (every agent episode failed before its first
+                # request) is audited as filtered, as a filtered group is: its prompt ended.
+                empty = not g.completions
+                if empty or (self.group_filter is not None and not self.group_filter.keep(g)):
                     self._filtered.append(g)
                     self.admission.give_back(1)  # a new prompt takes its place
                     self._capacity_freed.notify_all()

@@ -17,6 +17,7 @@ it again. Bounded by ``environment.max_episodes`` agent episodes at once. No grp
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from concurrent import futures
@@ -31,6 +32,10 @@ from hybridflow.clients import RolloutClient
 from hybridflow.envs.base import Task
 from hybridflow.services.environment.config import EnvironmentConfig
 from hybridflow.types import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
+MAX_LOGGED_ERRORS = 100
+"""Distinct episode errors logged (each once, the first time it is seen)."""
 
 
 @dataclass
@@ -63,6 +68,7 @@ class AgentHost:
         self._lock = threading.Lock()
         self._running = 0
         self._hung = 0
+        self._logged: set[str] = set()
 
     def run(
         self, episode_id: str, agent: str, task: Task, replica_address: str, params: SamplingParams
@@ -115,6 +121,7 @@ class AgentHost:
         except Exception as exc:  # noqa: BLE001 — the agent's own failure: this episode's
             outcome = None
             run.error = f"the agent raised {type(exc).__name__}: {exc}"
+            self._log_first(episode_id, run.error, exc)
         run.captured = self.endpoint.close(episode_id)
         if outcome is not None:
             run.reward, run.info = outcome.reward, outcome.info
@@ -127,6 +134,14 @@ class AgentHost:
         if run.error:
             run.reward = 0.0
         return run
+
+    def _log_first(self, episode_id: str, error: str, exc: BaseException) -> None:
+        """The first episode that fails with each distinct error, with its traceback."""
+        with self._lock:
+            if error in self._logged or len(self._logged) >= MAX_LOGGED_ERRORS:
+                return
+            self._logged.add(error)
+        log.warning("agent episode %s failed: %s", episode_id, error, exc_info=exc)
 
     def _batcher(self, address: str) -> CoalescingGenerate:
         """The replica's generate, the concurrent episodes' requests sent together."""

@@ -57,6 +57,15 @@ def test_buffer_frees_the_slot_and_keeps_filtered_pending_until_audited():
     assert buf.take_filtered() == []
 
 
+def test_a_group_with_nothing_to_train_is_audited_as_filtered_not_a_crash():
+    """Every agent episode of a prompt failed before its first request: no completion."""
+    buf = GroupBuffer(Admission(2, StalenessBound(0)))  # no dynamic sampling
+    buf.admission.start(2)
+    buf.put([scored(0, []), scored(1, [1.0, 0.0])])
+    assert len(buf) == 1 and buf.admission.capacity() == 1
+    assert [g.prompt.index for g in buf.take_filtered()] == [0]
+
+
 class ParityReward:
     """Prompt ids divisible by 3: every completion scores 1 (no signal); else 1 for k = 0."""
 
