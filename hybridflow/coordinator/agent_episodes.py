@@ -27,10 +27,10 @@ from hybridflow.coordinator.config import MultiTurnConfig
 from hybridflow.coordinator.dataflow import Prompt
 from hybridflow.coordinator.episode_record import EpisodeRecord
 from hybridflow.coordinator.episodes import EnvironmentDown, EpisodeBatch, Generate, task_of
-
-log = logging.getLogger(__name__)
 from hybridflow.errors import ServiceError, Unavailable
 from hybridflow.types import Completion, SamplingParams, ScoreResult
+
+log = logging.getLogger(__name__)
 
 
 class AgentRunner:
@@ -113,7 +113,8 @@ def _batch(prompts: Sequence[Prompt], n: int, episodes: list[AgentEpisode]) -> E
             errors = sorted({e.error for e in episodes[p * n : (p + 1) * n]})
             log.warning(
                 "every episode of a prompt failed before its first request (nothing to train; "
-                "the prompt is audited as filtered): %s", "; ".join(errors)[:2000]
+                "the prompt is audited as filtered): %s",
+                "; ".join(errors)[:2000],
             )
         groups.append(completions)
         results.append(scores)
