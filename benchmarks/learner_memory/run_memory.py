@@ -8,7 +8,9 @@ tokens of seeded random prompt/response lengths. Each setting runs the learner's
 (``plan_step_micro_batches``, ``build_batch``, ``policy_forward``) with a token-mean loss of
 the log-probs and entropy, ``backward`` per micro-batch as the actor update does:
 
-* ``baseline``: ``--micro-batch-size`` right-padded rows, whole logits (today's default);
+* ``baseline``: ``--micro-batch-size`` right-padded rows, whole logits (``full_logits``: every
+  position's, as the learner computed them before the head ran on response positions only);
+* ``response_head``: the head on the response positions only, at once (the default now);
 * ``chunked``: ``logprob_chunk_tokens = --chunk``;
 * ``packed``: ``packing``;
 * ``token_budget``: ``max_tokens_per_micro_batch = --budget`` (padded rows);
@@ -45,7 +47,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 SETTINGS: dict[str, dict[str, bool]] = {
-    "baseline": {},
+    "baseline": {"full": True},
+    "response_head": {},
     "chunked": {"chunk": True},
     "packed": {"packing": True},
     "token_budget": {"budget": True},
@@ -125,7 +128,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         lengths,
         args.budget if flags.get("budget") else 0,
     )
-    chunk = args.chunk if flags.get("chunk") else 0
+    chunk: int | None = args.chunk if flags.get("chunk") else (None if flags.get("full") else 0)
     num_tokens = float(sum(response_lens))
 
     def step() -> float:

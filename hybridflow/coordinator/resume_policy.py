@@ -214,6 +214,9 @@ RULES: dict[str, Rule] = {
     "learner.memory.logprob_chunk_tokens": _apply(
         "a memory tool: how a step is held, not what it computes"
     ),
+    "learner.memory.full_logits": _apply(
+        "which positions' logits are computed, not the log-probs read from them"
+    ),
     "learner.memory.cpu_offload": _apply(
         "a memory tool: where state lives between uses, not what it is"
     ),

@@ -11,8 +11,13 @@ Two memory tools of ``learner.memory`` live here:
   position ids, restarting at 0 for each sequence, are what transformers reads to keep
   attention within each sequence (``masking_utils.find_packed_sequence_indices`` for sdpa
   and eager attention, varlen kernels for flash attention);
-* ``logprob_chunk_tokens > 0``: the output head runs on the response positions only,
-  ``chunk`` tokens at a time, each chunk's head + log-softmax + gather (+ entropy) under
+* the output head runs on the response positions only (as TRL's ``logits_to_keep``): a
+  prompt position's ``[vocab]`` logits are never computed. At the 0.5B shape (a 151,936-word
+  vocabulary) the head is a quarter of the model's FLOPs per position, and a GRPO batch's
+  prompts are most of its positions. ``learner.memory.full_logits`` computes them all, as the
+  model's own forward does (and a model that post-processes its logits after the head,
+  Gemma 2's soft-capping, always does);
+* ``logprob_chunk_tokens > 0``: the response positions' head runs ``chunk`` tokens at a time, each chunk's head + log-softmax + gather (+ entropy) under
   ``torch.utils.checkpoint``, so no more than one chunk's ``[chunk, vocab]`` logits exists at
   once, in the forward or the backward. The head is swapped for the call (as router replay
   swaps routers), so all of it runs inside the root module's call: under FSDP2 the root's
@@ -41,18 +46,21 @@ def policy_forward(
     batch: PaddedBatch,
     temperature: float,
     with_entropy: bool,
-    chunk_tokens: int = 0,
+    chunk_tokens: int | None = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs, entropy)`` of the response tokens, each ``[rows, resp]`` fp32.
 
     Entropy (of the temperature-scaled distribution) is None unless ``with_entropy``.
     Padded response slots hold meaningless values; callers mask them. A batch carrying
     ``routed_experts`` is run with the model's MoE routers replaying them.
-    ``chunk_tokens > 0``: the head's logits are computed that many response tokens at a
-    time (``learner.memory.logprob_chunk_tokens``; see the module doc).
+    ``chunk_tokens``: None computes the logits at every position (``full_logits``); 0 runs
+    the head on the response positions at once; ``> 0`` that many response tokens at a time
+    under recomputation (``learner.memory.logprob_chunk_tokens``; see the module doc).
     """
     t = effective_temperature(temperature)
-    if chunk_tokens > 0:
+    if chunk_tokens == 0 and not has_plain_head(model):
+        chunk_tokens = None  # logits post-processed after the head: the model's own forward
+    if chunk_tokens is not None:
         with _chunked_head(model, batch, t, with_entropy, chunk_tokens):
             scores = _run(model, batch).logits
         entropy = scores[..., 1] if with_entropy else None
@@ -88,6 +96,15 @@ def _run(model: nn.Module, batch: PaddedBatch) -> Any:
         )
 
 
+def has_plain_head(model: nn.Module) -> bool:
+    """Whether the head's output is the logits (``output_head`` would take it)."""
+    try:
+        output_head(model)
+    except ValueError:
+        return False
+    return True
+
+
 def output_head(model: nn.Module) -> nn.Module:
     """The head the chunked log-probs swap; ValueError where chunking would compute something
     else (no head, or logits post-processed after it: Gemma 2's final soft-capping)."""
@@ -111,7 +128,8 @@ def _chunked_head(
     model: nn.Module, batch: PaddedBatch, temperature: float, with_entropy: bool, chunk: int
 ) -> Iterator[None]:
     """Within the block the model's output head returns ``[rows, resp, 2]`` (log-prob,
-    entropy; entropy 0 unless ``with_entropy``) of the response tokens instead of logits."""
+    entropy; entropy 0 unless ``with_entropy``) of the response tokens instead of logits;
+    ``chunk`` 0: in one piece, with no recomputation."""
     head = output_head(model)
     original: Callable[[torch.Tensor], torch.Tensor] = head.forward
     index = batch.flat_response_index().reshape(-1)
@@ -120,6 +138,8 @@ def _chunked_head(
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         states = hidden.reshape(-1, hidden.shape[-1])[index]
+        if chunk == 0:
+            return _chunk_scores(original, states, labels, temperature, with_entropy).reshape(shape)
         pieces = []
         for start in range(0, states.shape[0], chunk):
             args = (states[start : start + chunk], labels[start : start + chunk])

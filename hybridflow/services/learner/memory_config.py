@@ -34,9 +34,23 @@ class LearnerMemoryConfig:
     logprob_chunk_tokens: int = knob(0, ge=0)
     """Compute log-probs and entropy this many response tokens at a time, so the
     ``[tokens, vocab]`` logits are never whole (recomputed in the backward); 0: at once."""
+    full_logits: bool = False
+    """Compute the output head's logits at every position, as the model's own forward does;
+    false: at the response positions only (what the log-probs read; the same values)."""
     cpu_offload: bool = False
     """Keep parameters, gradients and optimizer state in CPU memory between uses (FSDP2's
     CPUOffloadPolicy; on a CPU-only learner it changes nothing)."""
 
     def validate(self) -> None:
-        raise_problems(field_problems(self, "learner.memory"))
+        problems = list(field_problems(self, "learner.memory"))
+        if self.full_logits and self.logprob_chunk_tokens > 0:
+            problems.append(
+                "learner.memory: full_logits computes every position's logits at once, "
+                "logprob_chunk_tokens > 0 the response positions' a chunk at a time; set one"
+            )
+        raise_problems(problems)
+
+    @property
+    def head_chunk(self) -> int | None:
+        """``policy_forward``'s ``chunk_tokens``: None with ``full_logits``."""
+        return None if self.full_logits else self.logprob_chunk_tokens

@@ -259,7 +259,7 @@ def _build(
 
 def _logp(worker: PolicyModels, model: nn.Module, batch: PaddedBatch) -> torch.Tensor:
     """Response log-probs under ``model`` (chunked with ``learner.memory.logprob_chunk_tokens``)."""
-    chunk = worker.config.memory.logprob_chunk_tokens
+    chunk = worker.config.memory.head_chunk
     return policy_forward(model, batch, LOGPROB_TEMPERATURE, False, chunk)[0]
 
 

@@ -119,9 +119,7 @@ class UpdateContext:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``policy_forward`` at the configured temperature and log-prob chunk."""
         cfg = self.config
-        return policy_forward(
-            model, batch, cfg.temperature, with_entropy, cfg.memory.logprob_chunk_tokens
-        )
+        return policy_forward(model, batch, cfg.temperature, with_entropy, cfg.memory.head_chunk)
 
     def stack(
         self, per_sample: dict[int, torch.Tensor], micro: MicroBatch, width: int

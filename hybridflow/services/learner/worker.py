@@ -423,9 +423,7 @@ class LearnerWorker:
                 micro.weights,
                 packed=memory.packing,
             )
-            logprobs, _ = policy_forward(
-                self._actor, batch, temperature, False, memory.logprob_chunk_tokens
-            )
+            logprobs, _ = policy_forward(self._actor, batch, temperature, False, memory.head_chunk)
             for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):
                 if w > 0:
                     mine.append(logprobs[row, : len(responses[i])].float().cpu().numpy())

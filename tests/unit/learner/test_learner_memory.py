@@ -122,7 +122,7 @@ def test_token_budget_plan_fills_each_micro_batch_and_evens_out_the_ranks() -> N
 
 # ---------------------------------------------------------------- forward equality
 def _policy_run(
-    model: torch.nn.Module, batch: PaddedBatch, chunk: int
+    model: torch.nn.Module, batch: PaddedBatch, chunk: int | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Masked log-probs and entropies, a token-mean loss of both, and the parameter grads."""
     model.zero_grad(set_to_none=True)
@@ -135,14 +135,17 @@ def _policy_run(
     return (logp * mask).detach(), (entropy * mask).detach(), loss.detach(), grads
 
 
-@pytest.mark.parametrize(("packed", "chunk"), [(True, 0), (False, 3), (True, 2), (False, 1000)])
+@pytest.mark.parametrize(
+    ("packed", "chunk"), [(False, 0), (True, 0), (False, 3), (True, 2), (False, 1000)]
+)
 def test_packed_and_chunked_policy_forward_match_the_padded_whole_one(
     checkpoint: Path, packed: bool, chunk: int
 ) -> None:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     weights = [1.0, 1.0, 0.0, 1.0]  # a filler row too
-    want = _policy_run(model, build_padded_batch(PROMPTS, RESPONSES, 0, CPU, weights), 0)
+    # the model's own forward: every position's logits (learner.memory.full_logits)
+    want = _policy_run(model, build_padded_batch(PROMPTS, RESPONSES, 0, CPU, weights), None)
     got = _policy_run(model, build_batch(PROMPTS, RESPONSES, 0, CPU, weights, packed), chunk)
     for name, a, b in zip(("logp", "entropy", "loss"), got[:3], want[:3], strict=True):
         torch.testing.assert_close(a, b, atol=TOL, rtol=0, msg=name)
@@ -279,7 +282,7 @@ def test_dpo_step_with_memory_tools_matches_the_default(tiny_checkpoint: Path) -
 
 
 # ---------------------------------------------------------------- memory
-def _forward_backward(model: torch.nn.Module, batch: PaddedBatch, chunk: int) -> _OpShapes:
+def _forward_backward(model: torch.nn.Module, batch: PaddedBatch, chunk: int | None) -> _OpShapes:
     with _OpShapes() as shapes:
         logp, entropy = policy_forward(model, batch, 1.0, with_entropy=True, chunk_tokens=chunk)
         assert entropy is not None
@@ -292,8 +295,10 @@ def test_chunked_logprobs_never_hold_more_than_a_chunk_of_logits(tiny_checkpoint
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     batch = build_padded_batch(PROMPTS, RESPONSES, 0, CPU)
     rows, seq = batch.input_ids.shape
-    whole = _forward_backward(model, batch, 0)
-    assert whole.largest(vocab, hidden) == rows * seq * vocab  # today: every position's logits
+    whole = _forward_backward(model, batch, None)
+    assert whole.largest(vocab, hidden) == rows * seq * vocab  # full_logits: every position's
+    response_only = _forward_backward(model, batch, 0)  # the default: the response positions'
+    assert response_only.largest(vocab, hidden) == batch.response_ids.numel() * vocab
     for chunk in (1, 3):
         chunked = _forward_backward(model, batch, chunk)
         assert chunked.largest(vocab, hidden) == chunk * vocab, chunk
@@ -348,3 +353,19 @@ def test_chunking_refuses_logits_soft_capped_after_the_head(tmp_path: Path) -> N
         output_head(gemma2)
     with pytest.raises(ValueError, match="soft-caps its logits"):
         _worker(tmp_path, LearnerMemoryConfig(logprob_chunk_tokens=4))
+    # by default such a model runs its own forward (every position's logits, capped): the same
+    # log-probs as full_logits, the head left alone
+    batch = build_padded_batch(PROMPTS, RESPONSES, 0, CPU)
+    with torch.no_grad():
+        default = policy_forward(gemma2, batch, 1.0, False)[0]
+        full = policy_forward(gemma2, batch, 1.0, False, chunk_tokens=None)[0]
+    torch.testing.assert_close(default * batch.response_mask, full * batch.response_mask)
+    assert "forward" not in vars(gemma2.get_output_embeddings())
+
+
+def test_full_logits_and_chunks_are_one_choice() -> None:
+    assert LearnerMemoryConfig().head_chunk == 0
+    assert LearnerMemoryConfig(full_logits=True).head_chunk is None
+    assert LearnerMemoryConfig(logprob_chunk_tokens=8).head_chunk == 8
+    with pytest.raises(ValueError, match="set one"):
+        LearnerMemoryConfig(full_logits=True, logprob_chunk_tokens=8).validate()

@@ -35,7 +35,10 @@ def _step(worker: LearnerWorker, samples: list[Any]) -> dict[str, Any]:
     actor: Any = worker.actor
     seen: dict[str, Any] = {"linear": set(), "saved": 0, "in_layers": 0}
     inside = [0]
-    handles = [actor.lm_head.register_forward_hook(lambda m, i, o: seen["linear"].add(o.dtype))]
+    # a decoder layer's linear (the head's forward is swapped for one that returns log-probs,
+    # in float32, whatever it computed in: forward.py)
+    probe = actor.model.layers[-1].mlp.down_proj
+    handles = [probe.register_forward_hook(lambda m, i, o: seen["linear"].add(o.dtype))]
     for layer in actor.model.layers:
         handles.append(layer.register_forward_pre_hook(lambda *_: inside.__setitem__(0, 1)))
         handles.append(layer.register_forward_hook(lambda *_: inside.__setitem__(0, 0)))

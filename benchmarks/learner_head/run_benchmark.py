@@ -1,0 +1,128 @@
+"""The learner's train step at the 0.5B shape, with the output head on every position
+(``learner.memory.full_logits: true``, what the learner computed before) against the head on
+the response positions only (the default now), side by side, each repeat in a fresh process,
+the settings alternating.
+
+The workload is issue 45's: ``builtin:qwen2.5-0.5b-shape`` (Qwen2.5-0.5B's dims, random init,
+fp32), 8 ``builtin:arith`` prompts rendered by its chat template x 8 completions of 4 tokens,
+binary rewards, one GRPO train step (``deploy/configs/qwen2.5-0.5b-shape.yaml``'s learner:
+micro-batches of 4) in one process with ``--threads`` threads (the machine alone: 2).
+
+    python benchmarks/learner_head/run_benchmark.py [--repeats 3] [--steps 3] [--threads 2]
+
+Each process times ``--steps`` train steps after one warm-up step and reports their median
+and its peak RSS; the summary gives each setting's median over the repeats and the ratio.
+Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+SETTINGS = {"full_logits": True, "response_head": False}
+CONFIG = REPO / "deploy" / "configs" / "qwen2.5-0.5b-shape.yaml"
+
+
+def child(setting: str, steps: int, threads: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    from hybridflow.data.arith import make_arith_rows
+    from hybridflow.job_config import load_job_config
+    from hybridflow.models import resolve_model_path
+    from hybridflow.models.text_only import load_tokenizer
+    from hybridflow.services.learner.worker import LearnerWorker
+    from hybridflow.types import TrainSample
+
+    overrides = [f"learner.memory.full_logits={str(SETTINGS[setting]).lower()}"]
+    job = load_job_config(CONFIG, overrides)
+    path = resolve_model_path(job.model)
+    tokenizer = load_tokenizer(path)
+    rng = random.Random(0)
+    samples = []
+    for group, row in enumerate(make_arith_rows(8, seed=0)):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": row["prompt"]}], add_generation_prompt=True, tokenize=False
+        )
+        prompt = tokenizer.encode(text, add_special_tokens=False)
+        for k in range(8):
+            samples.append(
+                TrainSample(
+                    prompt_ids=prompt,
+                    response_ids=[rng.randrange(1000, 20000) for _ in range(4)],
+                    rollout_logprobs=[-5.0] * 4,
+                    reward=float((group + k) % 2),
+                    group_id=group,
+                    policy_version=0,
+                )
+            )
+    worker = LearnerWorker(job.learner, path)
+    worker.train_step(samples)  # warm-up
+    seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        worker.train_step(samples)
+        seconds.append(time.perf_counter() - start)
+    peak_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmHWM:")
+    )
+    return {
+        "setting": setting,
+        "step_s": statistics.median(seconds),
+        "steps_s": seconds,
+        "peak_rss_mb": peak_kb / 1024,
+        "prompt_tokens": len(samples[0].prompt_ids),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--child", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help="write the summary JSON here too")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.steps, args.threads)))
+        return
+    runs: list[dict[str, Any]] = []
+    for repeat in range(args.repeats):
+        for setting in SETTINGS:
+            command = [sys.executable, __file__, "--child", setting, "--steps", str(args.steps),
+                       "--threads", str(args.threads)]  # fmt: skip
+            out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
+            run = json.loads(out.stdout.strip().splitlines()[-1])
+            runs.append(run)
+            print(f"repeat {repeat + 1}/{args.repeats} {setting}: {run['step_s']:.2f} s/step, "
+                  f"peak RSS {run['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
+    summary: dict[str, Any] = {"runs": runs}
+    for setting in SETTINGS:
+        mine = [r for r in runs if r["setting"] == setting]
+        summary[setting] = {
+            "step_s_median": statistics.median(r["step_s"] for r in mine),
+            "peak_rss_mb_median": statistics.median(r["peak_rss_mb"] for r in mine),
+        }
+    summary["speedup"] = (
+        summary["full_logits"]["step_s_median"] / summary["response_head"]["step_s_median"]
+    )
+    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
