@@ -113,6 +113,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("learner.memory.max_tokens_per_micro_batch=256",),
     ),
     "learner.memory.logprob_chunk_tokens": ("ppo", ("learner.memory.logprob_chunk_tokens=2",)),
+    "learner.memory.full_logits": ("ppo", ("learner.memory.full_logits=true",)),
     "learner.dpo.beta": ("dpo", ("learner.dpo.beta=0.2",)),
     "learner.rft.threshold": ("rft", ("learner.rft.threshold=0.5",)),
     # Every resume here runs from a copy of the crashed run, whose checkpoint_dir is the copy's.
@@ -318,6 +319,11 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
     "learner.memory.packing": _arg("build_batch", "packed"),
     "learner.memory.max_tokens_per_micro_batch": _arg("plan_step_micro_batches", "max_tokens"),
     "learner.memory.logprob_chunk_tokens": _arg("policy_forward", "chunk_tokens"),
+    "learner.memory.full_logits": Observer(
+        "the train steps' policy_forward calls computed every position's logits "
+        "(`chunk_tokens` None)",
+        lambda r: r.calls.arg("policy_forward", "chunk_tokens") is None,
+    ),
     "learner.dpo.beta": Observer(
         "beta of the DPO steps' PreferenceConfig",
         lambda r: one(c["cfg"].beta for c in r.calls.by_name["preference_step"]),

@@ -191,6 +191,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "learner.memory.packing": ("learner.memory.packing=true",),
     "learner.memory.max_tokens_per_micro_batch": ("learner.memory.max_tokens_per_micro_batch=256",),
     "learner.memory.logprob_chunk_tokens": ("learner.memory.logprob_chunk_tokens=64",),
+    "learner.memory.full_logits": ("learner.memory.full_logits=true",),
     "learner.memory.cpu_offload": ("learner.memory.cpu_offload=true",),
     "learner.lora.rank": ("learner.lora.rank=8", "learner.algorithm=grpo"),
     "learner.lora.alpha": ("learner.lora.alpha=8",),
