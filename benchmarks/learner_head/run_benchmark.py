@@ -9,6 +9,7 @@ binary rewards, one GRPO train step (``deploy/configs/qwen2.5-0.5b-shape.yaml``'
 micro-batches of 4) in one process with ``--threads`` threads (the machine alone: 2).
 
     python benchmarks/learner_head/run_benchmark.py [--repeats 3] [--steps 3] [--threads 2]
+        [--settings full_logits,response_head] [--set learner.update.micro_batch_size=16]
 
 Each process times ``--steps`` train steps after one warm-up step and reports their median
 and its peak RSS; the summary gives each setting's median over the repeats and the ratio.
@@ -34,7 +35,7 @@ SETTINGS = {"full_logits": True, "response_head": False}
 CONFIG = REPO / "deploy" / "configs" / "qwen2.5-0.5b-shape.yaml"
 
 
-def child(setting: str, steps: int, threads: int) -> dict[str, Any]:
+def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
@@ -45,7 +46,7 @@ def child(setting: str, steps: int, threads: int) -> dict[str, Any]:
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.types import TrainSample
 
-    overrides = [f"learner.memory.full_logits={str(SETTINGS[setting]).lower()}"]
+    overrides = [f"learner.memory.full_logits={str(SETTINGS[setting]).lower()}", *extra]
     job = load_job_config(CONFIG, overrides)
     path = resolve_model_path(job.model)
     tokenizer = load_tokenizer(path)
@@ -95,30 +96,40 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--child", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help="write the summary JSON here too")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a job config override for both settings (learner.update.micro_batch_size=16)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--settings", default=",".join(SETTINGS), help="which settings to run (comma-separated)"
+    )
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.steps, args.threads)))
+        print(json.dumps(child(args.child, args.steps, args.threads, args.set)))
         return
     runs: list[dict[str, Any]] = []
+    settings = [s for s in args.settings.split(",") if s]
     for repeat in range(args.repeats):
-        for setting in SETTINGS:
+        for setting in settings:
             command = [sys.executable, __file__, "--child", setting, "--steps", str(args.steps),
                        "--threads", str(args.threads)]  # fmt: skip
+            command += [f"--set={kv}" for kv in args.set]
             out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
             run = json.loads(out.stdout.strip().splitlines()[-1])
             runs.append(run)
             print(f"repeat {repeat + 1}/{args.repeats} {setting}: {run['step_s']:.2f} s/step, "
                   f"peak RSS {run['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
-    summary: dict[str, Any] = {"runs": runs}
-    for setting in SETTINGS:
+    summary: dict[str, Any] = {"runs": runs, "overrides": args.set}
+    for setting in settings:
         mine = [r for r in runs if r["setting"] == setting]
         summary[setting] = {
             "step_s_median": statistics.median(r["step_s"] for r in mine),
             "peak_rss_mb_median": statistics.median(r["peak_rss_mb"] for r in mine),
         }
-    summary["speedup"] = (
-        summary["full_logits"]["step_s_median"] / summary["response_head"]["step_s_median"]
-    )
+    if set(SETTINGS) <= set(settings):
+        summary["speedup"] = (
+            summary["full_logits"]["step_s_median"] / summary["response_head"]["step_s_median"]
+        )
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1))
