@@ -22,12 +22,13 @@ played.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
 
 from hybridflow.config.import_path import load_callable
-from hybridflow.data.verifiers_tasks import EXTRA_KEY
+from hybridflow.data.verifiers_tasks import EXTRA_KEY, opening_messages
 from hybridflow.envs.base import Task
 
 AGENT_PATH = "hybridflow.agents.verifiers_env:verifiers_agent"
@@ -47,7 +48,7 @@ async def verifiers_agent(task: Task, client: Any) -> dict[str, Any]:
         task=vf.TraceTask(type=type(vtask).__name__, data=vtask.data, key=vtask.key),
         agent=vf.AgentInfo(config=vf.AgentConfig(model="policy")),
     )
-    messages = _opening(vtask.data)
+    messages = opening_messages(vtask.data)
     for message in messages:
         _append(trace, message, sampled=False)
     stops = vtask.hooks("stop")
@@ -62,7 +63,7 @@ async def verifiers_agent(task: Task, client: Any) -> dict[str, Any]:
             break
         for call in said["tool_calls"]:
             tool_calls += 1
-            result, failed = await toolbox.call(call["function"]["name"], call["function"])
+            result, failed = await toolbox.call(call["function"])
             tool_errors += failed
             answer = {"role": "tool", "tool_call_id": call["id"], "content": result}
             messages.append(answer)
@@ -103,17 +104,17 @@ def _load_class(path: str) -> Any:
     return load_callable(path, "verifiers class", [None], "(data or config)")
 
 
-def _opening(data: Any) -> list[dict[str, Any]]:
-    messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
-    if isinstance(data.prompt, str):
-        return [*messages, {"role": "user", "content": data.prompt}]
-    return messages + [m.model_dump(mode="json", exclude_none=True) for m in data.prompt or []]
+@functools.cache
+def _message_adapter() -> Any:
+    """verifiers' ``Message`` union's validator (built once: a TypeAdapter is costly)."""
+    from pydantic import TypeAdapter
+    from verifiers.v1.types import Message
+
+    return TypeAdapter(Message)
 
 
 def _append(trace: Any, message: dict[str, Any], sampled: bool) -> None:
-    from pydantic import TypeAdapter
     from verifiers.v1.graph import MessageNode
-    from verifiers.v1.types import Message
 
     if message.get("tool_calls"):  # OpenAI's nested function -> verifiers' flat ToolCall
         message = {
@@ -130,7 +131,7 @@ def _append(trace: Any, message: dict[str, Any], sampled: bool) -> None:
     parent = len(trace.nodes) - 1 if trace.nodes else None
     node = MessageNode(
         parent=parent,
-        message=TypeAdapter(Message).validate_python(_known_fields(message)),
+        message=_message_adapter().validate_python(_known_fields(message)),
         sampled=sampled,
     )
     trace.nodes.append(node)
@@ -188,9 +189,11 @@ class _Toolbox:
                 )
         return box
 
-    async def call(self, name: str, function: dict[str, Any]) -> tuple[str, bool]:
-        """(the tool message's content, whether the call failed). A bad call is the
-        policy's: it is answered with the error, not raised."""
+    async def call(self, function: dict[str, Any]) -> tuple[str, bool]:
+        """(the tool message's content, whether the call failed) of a tool call's
+        ``function`` (name, arguments). A bad call is the policy's: it is answered with the
+        error, not raised."""
+        name = function.get("name", "")
         if name not in self._dispatch:
             return f"error: no tool {name!r} (tools: {sorted(self._dispatch)})", True
         try:

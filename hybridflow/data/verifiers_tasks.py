@@ -34,11 +34,7 @@ def verifiers_rows(spec: str, num: int, chat: bool = True) -> list[dict[str, Any
     rows = []
     for task in itertools.islice(iter(taskset), num):
         data = task.data
-        messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
-        if isinstance(data.prompt, str):
-            messages.append({"role": "user", "content": data.prompt})
-        else:
-            messages += [m.model_dump(mode="json", exclude_none=True) for m in data.prompt or []]
+        messages = opening_messages(data)
         if not any(m["role"] == "user" for m in messages):
             raise ValueError(f"dataset {spec!r}: task {data.idx} has no user prompt")
         task_type = type(task)
@@ -60,6 +56,15 @@ def verifiers_rows(spec: str, num: int, chat: bool = True) -> list[dict[str, Any
     if not rows and num > 0:
         raise ValueError(f"dataset {spec!r}: the taskset yielded no task")
     return rows
+
+
+def opening_messages(data: Any) -> list[dict[str, Any]]:
+    """A task's opening as chat messages: its system prompt, then its prompt (a string is one
+    user message)."""
+    messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
+    if isinstance(data.prompt, str):
+        return [*messages, {"role": "user", "content": data.prompt}]
+    return messages + [m.model_dump(mode="json", exclude_none=True) for m in data.prompt or []]
 
 
 def load_taskset(spec: str) -> Any:
