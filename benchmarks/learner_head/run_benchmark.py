@@ -1,7 +1,12 @@
-"""The learner's train step at the 0.5B shape, with the output head on every position
-(``learner.memory.full_logits: true``, what the learner computed before) against the head on
-the response positions only (the default now), side by side, each repeat in a fresh process,
-the settings alternating.
+"""The learner's train step at the 0.5B shape under one setting against another, side by
+side, each repeat in a fresh process, the settings alternating. The settings:
+
+- ``full_logits``: the output head on every position (``learner.memory.full_logits: true``,
+  what the learner computed before), glibc's malloc as it comes;
+- ``response_head``: the head on the response positions only (the default), glibc's malloc
+  as it comes (``HYBRIDFLOW_MALLOC=system``);
+- ``keep_malloc``: the learner service as it runs: the response head and the allocator that
+  keeps freed memory (``hybridflow.utils.malloc``).
 
 The workload is issue 45's: ``builtin:qwen2.5-0.5b-shape`` (Qwen2.5-0.5B's dims, random init,
 fp32), 8 ``builtin:arith`` prompts rendered by its chat template x 8 completions of 4 tokens,
@@ -9,17 +14,19 @@ binary rewards, one GRPO train step (``deploy/configs/qwen2.5-0.5b-shape.yaml``'
 micro-batches of 4) in one process with ``--threads`` threads (the machine alone: 2).
 
     python benchmarks/learner_head/run_benchmark.py [--repeats 3] [--steps 3] [--threads 2]
-        [--settings full_logits,response_head] [--set learner.update.micro_batch_size=16]
+        [--settings response_head,keep_malloc] [--set learner.update.micro_batch_size=16]
 
-Each process times ``--steps`` train steps after one warm-up step and reports their median
-and its peak RSS; the summary gives each setting's median over the repeats and the ratio.
-Run it on an otherwise idle machine.
+Each process times ``--steps`` train steps after one warm-up step and reports their median,
+each step's page faults and kernel seconds, and its peak RSS; the summary gives each
+setting's median over the repeats and the ratios of the pairs that ran. Run it on an
+otherwise idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -31,14 +38,26 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-SETTINGS = {"full_logits": True, "response_head": False}
+MALLOC_ENV = "HYBRIDFLOW_MALLOC"
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    # the head on every position / on the response positions only (glibc's malloc as is)
+    "full_logits": {"set": ["learner.memory.full_logits=true"], "env": {MALLOC_ENV: "system"}},
+    "response_head": {"set": [], "env": {MALLOC_ENV: "system"}},
+    # the learner service's allocator: freed memory kept (hybridflow.utils.malloc)
+    "keep_malloc": {"set": [], "env": {MALLOC_ENV: "keep"}},
+}
+PAIRS = (("full_logits", "response_head"), ("response_head", "keep_malloc"))
+"""(before, after) pairs whose ratio the summary gives when both ran."""
 CONFIG = REPO / "deploy" / "configs" / "qwen2.5-0.5b-shape.yaml"
 
 
 def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str, Any]:
-    import torch
+    import resource
 
-    torch.set_num_threads(threads)
+    from hybridflow.main.bootstrap import setup_torch_process
+
+    setup_torch_process(threads)  # as the learner service: threads, allocator
     from hybridflow.data.arith import make_arith_rows
     from hybridflow.job_config import load_job_config
     from hybridflow.models import resolve_model_path
@@ -46,7 +65,9 @@ def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str,
     from hybridflow.services.learner.worker import LearnerWorker
     from hybridflow.types import TrainSample
 
-    overrides = [f"learner.memory.full_logits={str(SETTINGS[setting]).lower()}", *extra]
+    # The worker sets its threads from the config (learner.topology.num_threads): the shape
+    # config's 1, unless set here.
+    overrides = [f"learner.topology.num_threads={threads}", *SETTINGS[setting]["set"], *extra]
     job = load_job_config(CONFIG, overrides)
     path = resolve_model_path(job.model)
     tokenizer = load_tokenizer(path)
@@ -70,11 +91,15 @@ def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str,
             )
     worker = LearnerWorker(job.learner, path)
     worker.train_step(samples)  # warm-up
-    seconds = []
+    seconds, faults, kernel_s = [], [], []
     for _ in range(steps):
+        before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         worker.train_step(samples)
         seconds.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        faults.append(after.ru_minflt - before.ru_minflt)
+        kernel_s.append(after.ru_stime - before.ru_stime)
     peak_kb = next(
         int(line.split()[1])
         for line in Path("/proc/self/status").read_text().splitlines()
@@ -84,6 +109,8 @@ def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str,
         "setting": setting,
         "step_s": statistics.median(seconds),
         "steps_s": seconds,
+        "page_faults": faults,
+        "kernel_s": kernel_s,
         "peak_rss_mb": peak_kb / 1024,
         "prompt_tokens": len(samples[0].prompt_ids),
     }
@@ -101,7 +128,9 @@ def main() -> None:
         help="a job config override for both settings (learner.update.micro_batch_size=16)",
     )  # fmt: skip
     parser.add_argument(
-        "--settings", default=",".join(SETTINGS), help="which settings to run (comma-separated)"
+        "--settings",
+        default="response_head,keep_malloc",
+        help=f"which settings to run, comma-separated, of {', '.join(SETTINGS)}",
     )
     args = parser.parse_args()
     if args.child:
@@ -114,10 +143,14 @@ def main() -> None:
             command = [sys.executable, __file__, "--child", setting, "--steps", str(args.steps),
                        "--threads", str(args.threads)]  # fmt: skip
             command += [f"--set={kv}" for kv in args.set]
-            out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
+            env = {**os.environ, **SETTINGS[setting]["env"]}
+            out = subprocess.run(
+                command, check=True, capture_output=True, text=True, cwd=REPO, env=env
+            )
             run = json.loads(out.stdout.strip().splitlines()[-1])
             runs.append(run)
             print(f"repeat {repeat + 1}/{args.repeats} {setting}: {run['step_s']:.2f} s/step, "
+                  f"page faults {run['page_faults']}, kernel s {run['kernel_s']}, "
                   f"peak RSS {run['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
     summary: dict[str, Any] = {"runs": runs, "overrides": args.set}
     for setting in settings:
@@ -126,10 +159,11 @@ def main() -> None:
             "step_s_median": statistics.median(r["step_s"] for r in mine),
             "peak_rss_mb_median": statistics.median(r["peak_rss_mb"] for r in mine),
         }
-    if set(SETTINGS) <= set(settings):
-        summary["speedup"] = (
-            summary["full_logits"]["step_s_median"] / summary["response_head"]["step_s_median"]
-        )
+    for before, after in PAIRS:
+        if before in settings and after in settings:
+            summary[f"speedup {after} vs {before}"] = (
+                summary[before]["step_s_median"] / summary[after]["step_s_median"]
+            )
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1))

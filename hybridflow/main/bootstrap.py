@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from hybridflow.rpc.config import ServerConfig
     from hybridflow.rpc.server import RunningServer
 
-__all__ = ["serve", "service_arg_parser", "set_torch_threads", "setup_logging", "watch_parent"]
+__all__ = ["serve", "service_arg_parser", "setup_torch_process", "setup_logging", "watch_parent"]
 
 
 def service_arg_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -48,9 +48,15 @@ def setup_logging(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
-def set_torch_threads(num_threads: int) -> None:
-    """Services share the machine's cores; oversubscribed OpenMP threads run 10-60x slower."""
+def setup_torch_process(num_threads: int) -> None:
+    """What a process that runs torch compute sets first: its threads (services share the
+    machine's cores; oversubscribed OpenMP threads run 10-60x slower) and an allocator that
+    keeps freed memory for the next step (``hybridflow.utils.malloc``)."""
     import torch
+
+    from hybridflow.utils.malloc import keep_freed_memory
+
+    keep_freed_memory()
 
     if num_threads > 0:
         torch.set_num_threads(num_threads)

@@ -65,8 +65,8 @@ def _setup(
     log, named by rank."""
     from hybridflow.main.bootstrap import (
         service_arg_parser,
-        set_torch_threads,
         setup_logging,
+        setup_torch_process,
         watch_parent,
     )
     from hybridflow.utils.startup_gc import pause_collection
@@ -83,7 +83,7 @@ def _setup(
 
     job = load_job_config(args.config, args.set)
     cfg = job.learner
-    set_torch_threads(cfg.topology.num_threads)
+    setup_torch_process(cfg.topology.num_threads)
     mark(name, "torch_imported")  # and the config loaded
 
     from hybridflow.services.learner.distributed import init_from_env

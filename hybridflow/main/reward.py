@@ -10,8 +10,8 @@ def main(argv: list[str] | None = None) -> int:
     from hybridflow.main.bootstrap import (
         serve,
         service_arg_parser,
-        set_torch_threads,
         setup_logging,
+        setup_torch_process,
         watch_parent,
     )
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     mark("reward", "imported")  # and the config loaded
     cfg = job.reward
     if cfg.model_components():  # torch only when a reward model is configured
-        set_torch_threads(cfg.torch_threads)
+        setup_torch_process(cfg.torch_threads)
     scorer = RewardScorer(cfg)
     servicer = RewardServicer(scorer, cfg)
     components = [f"{c.name} ({c.kind}, weight {c.weight})" for c in cfg.components]

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: Any, engine_box: list[Any]) -> int:
     """Builds the engine (into ``engine_box``, so the caller closes it whatever happens),
     serves until a signal or the engine's death; returns the exit code."""
-    from hybridflow.main.bootstrap import serve, set_torch_threads, setup_logging, watch_parent
+    from hybridflow.main.bootstrap import serve, setup_logging, setup_torch_process, watch_parent
     from hybridflow.utils.startup_gc import resume_collection
     from hybridflow.utils.startup_marks import mark
 
@@ -73,7 +73,7 @@ def _serve(args: Any, engine_box: list[Any]) -> int:
 
     job = load_job_config(args.config, args.set)
     cfg = job.rollout
-    set_torch_threads(cfg.num_threads)
+    setup_torch_process(cfg.num_threads)
 
     from hybridflow.models import resolve_model_path
     from hybridflow.services.rollout.engines import build_engine

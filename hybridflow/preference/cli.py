@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from hybridflow.main.bootstrap import set_torch_threads, setup_logging, watch_parent
+    from hybridflow.main.bootstrap import setup_logging, setup_torch_process, watch_parent
 
     watch_parent()  # under deploy/launch.sh: end when the launcher does
     from hybridflow.config.loader import ConfigError
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pref.data:
         print("error: preference.data is empty: nothing to train", file=sys.stderr)
         return 2
-    set_torch_threads(job.learner.topology.num_threads)
+    setup_torch_process(job.learner.topology.num_threads)
     from hybridflow.config.loader import dump_yaml
     from hybridflow.preference.offline import train_offline
     from hybridflow.services.learner.distributed import init_from_env

@@ -1,0 +1,168 @@
+"""TRL's ``GRPOTrainer`` on the 0.5B-shape workload, timed per step, for ``run_benchmark.py``.
+
+    python benchmarks/vs_trl/trl_run.py --steps 5 --threads 2 --out results/trl.json
+
+The workload (``workload.py``): ``builtin:qwen2.5-0.5b-shape`` in fp32, ``builtin:arith``
+prompts rendered by its chat template, 8 prompts x 8 completions of 4 tokens a step at
+temperature 1, the binary reward of ``score_arith``; one optimizer step per batch, in
+micro-batches of 8 completions (TRL's default ``per_device_train_batch_size``, 8 of them
+accumulated). TRL generates with the model it trains (Hugging Face ``generate``), in one
+process of ``--threads`` threads.
+
+Settings, written down: TRL's defaults except where the workload fixes a value (batch,
+lengths, temperature, learning rate, clipping, no KL: ``beta`` 0 is TRL's default too), and
+``gradient_checkpointing: false`` (TRL's GRPO default is true; hybridflow's learner does not
+checkpoint by default, and at this size recomputing the forward only slows TRL down).
+
+Writes JSON: each step's wall seconds (from the trainer's step begin to its end) and the
+split of it (``generate``: ``_generate``; ``score``: the reward functions; ``train``: the
+rest, i.e. log-probs, loss, backward, optimizer), the seconds from process start to the end
+of the first step, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+PROCESS_START = time.time()
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.vs_trl.workload import WORKLOAD, peak_rss_bytes, process_start_time  # noqa: E402
+
+
+def run(steps: int, threads: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+    from hybridflow.data.datasets import read_prompt_dataset
+    from hybridflow.models import resolve_model_path
+    from hybridflow.services.reward.rules import score_arith
+
+    model_dir = resolve_model_path(WORKLOAD.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    records = read_prompt_dataset(WORKLOAD.data, tokenizer, 512, 0).records
+    prompt_ids = [list(map(int, r.prompt_ids)) for r in records]
+    phase: dict[str, float] = {"generate": 0.0, "score": 0.0, "gen_and_score": 0.0}
+
+    class Timed(GRPOTrainer):  # type: ignore[misc]
+        """TRL's trainer on our prompt ids, its generation and scoring timed."""
+
+        def _tokenize_prompts(self, prompts: list[str]) -> tuple[list[list[int]], None, dict]:
+            return [prompt_ids[int(p)] for p in prompts], None, {}
+
+        def _generate(self, prompts: list) -> Any:
+            start = time.perf_counter()
+            try:
+                return super()._generate(prompts)
+            finally:
+                phase["generate"] += time.perf_counter() - start
+
+        def _calculate_rewards(self, *args: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super()._calculate_rewards(*args)
+            finally:
+                phase["score"] += time.perf_counter() - start
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                phase["gen_and_score"] += time.perf_counter() - start
+
+    def reward(completions: list[str], ground_truth: list[str], **_: Any) -> list[float]:
+        return [score_arith(c, g, 0.0) for c, g in zip(completions, ground_truth)]
+
+    rows: list[dict[str, float]] = []
+
+    class StepClock(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.start = time.perf_counter()
+            phase.update(generate=0.0, score=0.0, gen_and_score=0.0)
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            wall = time.perf_counter() - self.start
+            rows.append({
+                "step_s": wall,
+                "generate_s": phase["generate"],
+                "score_s": phase["score"],
+                "train_s": wall - phase["gen_and_score"],
+                "end": time.time(),
+            })  # fmt: skip
+
+    micro = WORKLOAD.micro_batch_size
+    args = GRPOConfig(
+        output_dir=str(REPO / "results" / "vs_trl_trainer"),
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=WORKLOAD.completions_per_step // micro,
+        num_generations=WORKLOAD.group_size,
+        max_completion_length=WORKLOAD.max_new_tokens,
+        temperature=WORKLOAD.temperature,
+        learning_rate=WORKLOAD.lr,
+        max_grad_norm=WORKLOAD.grad_clip,
+        beta=0.0,
+        gradient_checkpointing=False,
+        max_steps=steps,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    data = Dataset.from_dict(
+        {
+            "prompt": [str(i) for i in range(len(records))],
+            "ground_truth": [str(r.ground_truth) for r in records],
+        }
+    )
+    trainer = Timed(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
+    trainer.add_callback(StepClock())
+    trainer.train()
+    start = process_start_time(PROCESS_START)
+    return {
+        "steps": rows,
+        "first_step_s": rows[0]["end"] - start,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "threads": threads,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    result = run(args.steps, args.threads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

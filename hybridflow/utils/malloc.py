@@ -1,0 +1,86 @@
+"""Keep freed memory in the process instead of handing it back to the kernel (glibc's malloc).
+
+A train step allocates the same large tensors again and again: every micro-batch's backward
+writes a fresh gradient for each weight (the 0.5B shape: 1.9 GB of them, the tied embedding's
+545 MB alone), the optimizer its temporaries. glibc serves each allocation over 32 MB with
+its own ``mmap`` and ``munmap``s it on free, so every micro-batch touches gigabytes of new
+pages: the 0.5B-shape learner step took 8.4 million page faults and 30 of its 71 seconds in
+the kernel on these machines (a virtual machine whose freed pages go back to the host: a fault
+costs tens of microseconds). With ``mmap`` off for the heap and no trimming, freed blocks stay
+in the heap and the next micro-batch reuses them: the same step after two warm steps takes no
+fault and 39 s (``benchmarks/LOG.md``, 2026-12-06).
+
+What it costs: memory a process freed is not returned to the system until it exits, so its
+resident size stays at its peak (which a learner or an engine reaches every step anyway).
+The services that run torch compute call ``keep_freed_memory`` at start
+(``hybridflow.main.bootstrap.setup_torch_process``); ``HYBRIDFLOW_MALLOC=system`` keeps
+glibc's defaults. Elsewhere than glibc (macOS, musl) it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+ENV = "HYBRIDFLOW_MALLOC"
+"""``system``: leave the C allocator as it is; unset or ``keep``: ``keep_freed_memory``."""
+
+M_TRIM_THRESHOLD = -1
+M_TOP_PAD = -2
+M_MMAP_MAX = -4
+"""``mallopt`` parameters (glibc's ``malloc.h``)."""
+
+TOP_PAD_BYTES = 256 << 20
+"""How much more than asked the heap grows by at a time (fewer, larger ``brk`` calls)."""
+
+_applied = False
+
+
+def keep_freed_memory() -> bool:
+    """Tunes glibc's malloc for a process that reuses large tensors: no ``mmap`` per large
+    block, no trimming of the heap's top. True if applied (now or before); False where the C
+    library is not glibc or ``HYBRIDFLOW_MALLOC=system``. Safe to call more than once."""
+    global _applied
+    if _applied:
+        return True
+    choice = os.environ.get(ENV, "keep").strip().lower()
+    if choice == "system":
+        return False
+    if choice != "keep":
+        raise ValueError(f"{ENV}={choice!r}: expected 'keep' (the default) or 'system'")
+    mallopt = _glibc_mallopt()
+    if mallopt is None:
+        return False
+    # Trim threshold -1 is SIZE_MAX for glibc: the heap's top is never given back.
+    results = [
+        mallopt(M_MMAP_MAX, 0),
+        mallopt(M_TRIM_THRESHOLD, -1),
+        mallopt(M_TOP_PAD, TOP_PAD_BYTES),
+    ]
+    if not all(results):
+        log.warning("mallopt refused a setting (%s); the allocator keeps its defaults", results)
+        return False
+    _applied = True
+    return True
+
+
+def _glibc_mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt``, or None where the C library is another one."""
+    if not hasattr(os, "confstr"):
+        return None
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):
+        return None
+    if not version or not version.startswith("glibc"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    mallopt = libc.mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt  # type: ignore[no-any-return]

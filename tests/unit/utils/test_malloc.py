@@ -1,0 +1,93 @@
+"""keep_freed_memory: after it, glibc serves a large block from the heap (no mmap of its own)
+and keeps it once freed; HYBRIDFLOW_MALLOC=system leaves the allocator alone; a bad value is
+refused. Each case runs in a child process: the setting lasts for a process's life."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"),
+    reason="glibc's malloc only",
+)
+
+CHILD = textwrap.dedent(
+    """
+    import ctypes, json, sys
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    from hybridflow.utils.malloc import keep_freed_memory
+
+    applied = keep_freed_memory()
+    before = libc.mallinfo2()
+    block = libc.malloc(64 << 20)  # over glibc's largest mmap threshold (32 MB)
+    held = libc.mallinfo2()
+    libc.free(block)
+    freed = libc.mallinfo2()
+    print(json.dumps({
+        "applied": applied,
+        "again": keep_freed_memory(),
+        "mmapped_by_block": held.hblkhd - before.hblkhd,
+        "heap_while_held": held.arena,
+        "heap_after_free": freed.arena,
+        "free_in_heap_after_free": freed.fordblks,
+    }))
+    """
+)
+
+
+def run_child(env_value: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("HYBRIDFLOW_MALLOC", None)
+    if env_value is not None:
+        env["HYBRIDFLOW_MALLOC"] = env_value
+    return subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def figures(env_value: str | None) -> dict[str, int]:
+    import json
+
+    done = run_child(env_value)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_kept_block_comes_from_the_heap_and_stays_there_freed() -> None:
+    got = figures(None)
+    assert got["applied"] is True and got["again"] is True
+    assert got["mmapped_by_block"] == 0
+    assert got["heap_while_held"] >= 64 << 20
+    # freed, it stays in the heap for the next allocation instead of going back to the kernel
+    assert got["heap_after_free"] >= 64 << 20
+    assert got["free_in_heap_after_free"] >= 64 << 20
+
+
+def test_system_keeps_glibc_defaults() -> None:
+    got = figures("system")
+    assert got["applied"] is False
+    assert got["mmapped_by_block"] >= 64 << 20  # glibc's own mmap for a block this large
+    assert got["heap_after_free"] < 64 << 20
+
+
+def test_a_bad_value_is_refused_with_its_name() -> None:
+    done = run_child("jemalloc")
+    assert done.returncode != 0
+    assert "HYBRIDFLOW_MALLOC='jemalloc'" in done.stderr
