@@ -1,7 +1,8 @@
 """hybridflow against TRL's ``GRPOTrainer`` at the 0.5B shape, side by side (issue 45).
 
     python benchmarks/vs_trl/run_benchmark.py [--repeats 3] [--steps 5]
-        [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async] [--results results]
+        [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async,trl_keep_malloc]
+        [--results results]
 
 One workload (``workload.py``: ``builtin:qwen2.5-0.5b-shape`` fp32, 8 ``builtin:arith``
 prompts x 8 completions of 4 tokens, binary reward, one optimizer step a batch in
@@ -9,7 +10,9 @@ micro-batches of 8) on every variant, each run a fresh launch, the variants inte
 repeat after repeat. ``--steps`` timed steps follow one warm-up step on every variant.
 
 The thread budget is the machine's 2 cores, shared this way:
-- ``trl``: one process, 2 threads (it generates and trains in turn);
+- ``trl``: one process, 2 threads (it generates and trains in turn); ``trl_keep_malloc``
+  the same with hybridflow's allocator setting (``hybridflow/utils/malloc.py``), to show what
+  that setting alone buys TRL (not run unless asked);
 - ``*_sync``: rollout and learner 2 threads each; they take turns (generate, then train),
   so 2 cores are busy at a time (the reward service scores with Python only);
 - ``*_async`` (``max_staleness`` 2, truncated importance sampling): rollout and learner
@@ -55,14 +58,18 @@ VARIANTS: dict[str, list[str]] = {
 }  # fmt: skip
 """hybridflow's variants: overrides of ``JOB``."""
 TRL = "trl"
+TRL_KEEP = "trl_keep_malloc"
+"""TRL with hybridflow's allocator setting (``trl_run.py --keep-freed-memory``)."""
 
 
-def run_trl(out: Path, steps: int) -> dict[str, Any]:
+def run_trl(out: Path, name: str, steps: int) -> dict[str, Any]:
     """One TRL run of 1 + ``steps`` steps; its figures over the last ``steps``."""
-    path = out / "trl.json"
+    path = out / f"{name}.json"
     cmd = [sys.executable, str(REPO / "benchmarks/vs_trl/trl_run.py"), "--steps", str(steps + 1),
            "--threads", "2", "--out", str(path)]  # fmt: skip
-    with (out / "trl.log").open("w") as log:
+    if name == TRL_KEEP:
+        cmd.append("--keep-freed-memory")
+    with (out / f"{name}.log").open("w") as log:
         subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
     result = json.loads(path.read_text())
     timed = result["steps"][1:]
@@ -75,7 +82,7 @@ def run_trl(out: Path, steps: int) -> dict[str, Any]:
         "train_s": statistics.mean(r["train_s"] for r in timed),
         "sync_s": 0.0,
         "first_step_s": result["first_step_s"],
-        "peak_rss_mb": {"trl": result["peak_rss_bytes"] / 2**20},
+        "peak_rss_mb": {name: result["peak_rss_bytes"] / 2**20},
     }
 
 
@@ -147,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args(argv)
     names = [n for n in args.variants.split(",") if n]
-    unknown = [n for n in names if n != TRL and n not in VARIANTS]
+    unknown = [n for n in names if n not in (TRL, TRL_KEEP) and n not in VARIANTS]
     if unknown or args.repeats < 1 or args.steps < 1:
-        parser.error(f"unknown variants {unknown} (of {[TRL, *VARIANTS]}), or repeats/steps < 1")
+        parser.error(
+            f"unknown variants {unknown} (of {[TRL, TRL_KEEP, *VARIANTS]}), or repeats/steps < 1"
+        )
     busy = busy_report()
     if busy:
         print(f"warning: the machine is busy before the start ({busy})", file=sys.stderr)

@@ -17,7 +17,9 @@ checkpoint by default, and at this size recomputing the forward only slows TRL d
 Writes JSON: each step's wall seconds (from the trainer's step begin to its end) and the
 split of it (``generate``: ``_generate``; ``score``: the reward functions; ``train``: the
 rest, i.e. log-probs, loss, backward, optimizer), the seconds from process start to the end
-of the first step, and the process's peak RSS.
+of the first step, and the process's peak RSS. ``--keep-freed-memory`` gives TRL's process
+the allocator setting hybridflow's services run with (``hybridflow/utils/malloc.py``): what
+that setting alone would buy TRL.
 """
 
 from __future__ import annotations
@@ -39,10 +41,14 @@ if str(REPO) not in sys.path:
 from benchmarks.vs_trl.workload import WORKLOAD, peak_rss_bytes, process_start_time  # noqa: E402
 
 
-def run(steps: int, threads: int) -> dict[str, Any]:
+def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
+    if keep_freed_memory:  # hybridflow's allocator setting, to see what it buys TRL
+        from hybridflow.utils.malloc import keep_freed_memory as keep
+
+        keep()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -149,6 +155,7 @@ def run(steps: int, threads: int) -> dict[str, Any]:
         "first_step_s": rows[0]["end"] - start,
         "peak_rss_bytes": peak_rss_bytes(),
         "threads": threads,
+        "keep_freed_memory": keep_freed_memory,
     }
 
 
@@ -157,8 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="glibc's malloc as hybridflow's services set it (hybridflow.utils.malloc)",
+    )
     args = parser.parse_args(argv)
-    result = run(args.steps, args.threads)
+    result = run(args.steps, args.threads, args.keep_freed_memory)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     return 0

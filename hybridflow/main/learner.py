@@ -83,7 +83,9 @@ def _setup(
 
     job = load_job_config(args.config, args.set)
     cfg = job.learner
-    setup_torch_process(cfg.topology.num_threads)
+    # An async job publishes beside the next train step: their interleaved allocations would
+    # fragment a heap that keeps what it frees (hybridflow/utils/malloc.py).
+    setup_torch_process(cfg.topology.num_threads, keep_freed=job.coordinator.max_staleness == 0)
     mark(name, "torch_imported")  # and the config loaded
 
     from hybridflow.services.learner.distributed import init_from_env

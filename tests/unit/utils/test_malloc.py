@@ -1,6 +1,7 @@
 """keep_freed_memory: after it, glibc serves a large block from the heap (no mmap of its own)
 and keeps it once freed; HYBRIDFLOW_MALLOC=system leaves the allocator alone; a bad value is
-refused. Each case runs in a child process: the setting lasts for a process's life."""
+refused; a caller whose default is off (an async job's learner) keeps glibc's defaults
+unless HYBRIDFLOW_MALLOC=keep. Each case runs in a child process: the setting lasts for a process's life."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ CHILD = textwrap.dedent(
 
     from hybridflow.utils.malloc import keep_freed_memory
 
-    applied = keep_freed_memory()
+    applied = keep_freed_memory(default=sys.argv[1] == "1")
     before = libc.mallinfo2()
     block = libc.malloc(64 << 20)  # over glibc's largest mmap threshold (32 MB)
     held = libc.mallinfo2()
@@ -42,7 +43,7 @@ CHILD = textwrap.dedent(
     freed = libc.mallinfo2()
     print(json.dumps({
         "applied": applied,
-        "again": keep_freed_memory(),
+        "again": keep_freed_memory(default=sys.argv[1] == "1"),
         "mmapped_by_block": held.hblkhd - before.hblkhd,
         "heap_while_held": held.arena,
         "heap_after_free": freed.arena,
@@ -52,20 +53,24 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(env_value: str | None) -> subprocess.CompletedProcess[str]:
+def run_child(env_value: str | None, default: bool = True) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("HYBRIDFLOW_MALLOC", None)
     if env_value is not None:
         env["HYBRIDFLOW_MALLOC"] = env_value
     return subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", CHILD, "1" if default else "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
-def figures(env_value: str | None) -> dict[str, int]:
+def figures(env_value: str | None, default: bool = True) -> dict[str, int]:
     import json
 
-    done = run_child(env_value)
+    done = run_child(env_value, default)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -85,6 +90,13 @@ def test_system_keeps_glibc_defaults() -> None:
     assert got["applied"] is False
     assert got["mmapped_by_block"] >= 64 << 20  # glibc's own mmap for a block this large
     assert got["heap_after_free"] < 64 << 20
+
+
+def test_a_caller_that_defaults_off_keeps_glibc_defaults_unless_asked() -> None:
+    assert figures(None, default=False)["applied"] is False
+    asked = figures("keep", default=False)
+    assert asked["applied"] is True and asked["mmapped_by_block"] == 0
+    assert figures("system", default=True)["applied"] is False
 
 
 def test_a_bad_value_is_refused_with_its_name() -> None:
