@@ -41,6 +41,11 @@ def load_benchmark_config(path: Path) -> object:
     from hybridflow.loadgen.config import LoadgenConfig
 
     folder = path.relative_to(REPO / "benchmarks").parts[0]
+    if folder == "vs_trl":  # a job config, under each variant's overrides of run_benchmark.py
+        from benchmarks.vs_trl.run_benchmark import JOB, VARIANTS
+
+        assert path == REPO / JOB
+        return [load_job_config(path, overrides) for overrides in VARIANTS.values()]
     if folder == "loadgen":  # the target address is given on the command line
         return load_config(LoadgenConfig, path, ["address=127.0.0.1:50051"])
     if folder == "integration":
