@@ -30,6 +30,8 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,15 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
     prompt_ids = [list(map(int, r.prompt_ids)) for r in records]
     phase: dict[str, float] = {"generate": 0.0, "score": 0.0, "gen_and_score": 0.0}
 
+    @contextmanager
+    def timed(key: str) -> Iterator[None]:
+        """Adds the block's seconds to ``phase[key]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            phase[key] += time.perf_counter() - start
+
     class Timed(GRPOTrainer):  # type: ignore[misc]
         """TRL's trainer on our prompt ids, its generation and scoring timed."""
 
@@ -73,25 +84,16 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
             return [prompt_ids[int(p)] for p in prompts], None, {}
 
         def _generate(self, prompts: list) -> Any:
-            start = time.perf_counter()
-            try:
+            with timed("generate"):
                 return super()._generate(prompts)
-            finally:
-                phase["generate"] += time.perf_counter() - start
 
         def _calculate_rewards(self, *args: Any) -> Any:
-            start = time.perf_counter()
-            try:
+            with timed("score"):
                 return super()._calculate_rewards(*args)
-            finally:
-                phase["score"] += time.perf_counter() - start
 
         def _generate_and_score_completions(self, inputs: Any) -> Any:
-            start = time.perf_counter()
-            try:
+            with timed("gen_and_score"):
                 return super()._generate_and_score_completions(inputs)
-            finally:
-                phase["gen_and_score"] += time.perf_counter() - start
 
     def reward(completions: list[str], ground_truth: list[str], **_: Any) -> list[float]:
         return [score_arith(c, g, 0.0) for c, g in zip(completions, ground_truth)]

@@ -38,7 +38,6 @@ unset: the caller's default."""
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
 M_MMAP_MAX = -4
-M_ARENA_MAX = -8
 """``mallopt`` parameters (glibc's ``malloc.h``)."""
 
 TOP_PAD_BYTES = 256 << 20
@@ -48,8 +47,8 @@ _applied = False
 
 
 def keep_freed_memory(default: bool = True) -> bool:
-    """Tunes glibc's malloc for a process that reuses large tensors: one arena, no ``mmap``
-    per large block, no trimming. ``default``: whether to, when ``HYBRIDFLOW_MALLOC`` is
+    """Tunes glibc's malloc for a process that reuses large tensors: no ``mmap`` per
+    large block, no trimming. ``default``: whether to, when ``HYBRIDFLOW_MALLOC`` is
     unset (``keep`` / ``system`` decide otherwise). True if applied (now or before); False
     where not asked, or where the C library is not glibc. Safe to call more than once."""
     global _applied
