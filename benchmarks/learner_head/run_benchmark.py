@@ -6,7 +6,10 @@ side, each repeat in a fresh process, the settings alternating. The settings:
 - ``response_head``: the head on the response positions only (the default), glibc's malloc
   as it comes (``HYBRIDFLOW_MALLOC=system``);
 - ``keep_malloc``: the learner service as it runs: the response head and the allocator that
-  keeps freed memory (``hybridflow.utils.malloc``).
+  keeps freed memory (``hybridflow.utils.malloc``);
+- ``keep_hugepages``: ``keep_malloc`` with the heap in transparent huge pages (glibc's
+  ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``), which makes growing the heap (the first steps)
+  fault once per 2 MB rather than per 4 KB page.
 
 The workload is issue 45's: ``builtin:qwen2.5-0.5b-shape`` (Qwen2.5-0.5B's dims, random init,
 fp32), 8 ``builtin:arith`` prompts rendered by its chat template x 8 completions of 4 tokens,
@@ -17,7 +20,8 @@ micro-batches of 4) in one process with ``--threads`` threads (the machine alone
         [--settings response_head,keep_malloc] [--set learner.update.micro_batch_size=16]
 
 Each process times ``--steps`` train steps after one warm-up step and reports their median,
-each step's page faults and kernel seconds, and its peak RSS; the summary gives each
+the warm-up's seconds (what the heap's growth costs a first step), each step's page faults
+and kernel seconds (the warm-up's first), and its peak RSS; the summary gives each
 setting's median over the repeats and the ratios of the pairs that ran. Run it on an
 otherwise idle machine.
 """
@@ -46,8 +50,17 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "response_head": {"set": [], "env": {MALLOC_ENV: "system"}},
     # the learner service's allocator: freed memory kept (hybridflow.utils.malloc)
     "keep_malloc": {"set": [], "env": {MALLOC_ENV: "keep"}},
+    # the same, the heap in transparent huge pages (glibc's tunable, read at process start)
+    "keep_hugepages": {
+        "set": [],
+        "env": {MALLOC_ENV: "keep", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    },
 }
-PAIRS = (("full_logits", "response_head"), ("response_head", "keep_malloc"))
+PAIRS = (
+    ("full_logits", "response_head"),
+    ("response_head", "keep_malloc"),
+    ("keep_malloc", "keep_hugepages"),
+)
 """(before, after) pairs whose ratio the summary gives when both ran."""
 CONFIG = REPO / "deploy" / "configs" / "qwen2.5-0.5b-shape.yaml"
 
@@ -90,9 +103,8 @@ def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str,
                 )
             )
     worker = LearnerWorker(job.learner, path)
-    worker.train_step(samples)  # warm-up
     seconds, faults, kernel_s = [], [], []
-    for _ in range(steps):
+    for _ in range(1 + steps):  # a warm-up step, then the timed ones
         before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         worker.train_step(samples)
@@ -107,9 +119,10 @@ def child(setting: str, steps: int, threads: int, extra: list[str]) -> dict[str,
     )
     return {
         "setting": setting,
-        "step_s": statistics.median(seconds),
-        "steps_s": seconds,
-        "page_faults": faults,
+        "step_s": statistics.median(seconds[1:]),
+        "warmup_s": seconds[0],
+        "steps_s": seconds[1:],
+        "page_faults": faults,  # the warm-up's first
         "kernel_s": kernel_s,
         "peak_rss_mb": peak_kb / 1024,
         "prompt_tokens": len(samples[0].prompt_ids),
@@ -150,13 +163,14 @@ def main() -> None:
             run = json.loads(out.stdout.strip().splitlines()[-1])
             runs.append(run)
             print(f"repeat {repeat + 1}/{args.repeats} {setting}: {run['step_s']:.2f} s/step, "
-                  f"page faults {run['page_faults']}, kernel s {run['kernel_s']}, "
+                  f"warm-up {run['warmup_s']:.1f} s, page faults {run['page_faults']}, kernel s {run['kernel_s']}, "
                   f"peak RSS {run['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
     summary: dict[str, Any] = {"runs": runs, "overrides": args.set}
     for setting in settings:
         mine = [r for r in runs if r["setting"] == setting]
         summary[setting] = {
             "step_s_median": statistics.median(r["step_s"] for r in mine),
+            "warmup_s_median": statistics.median(r["warmup_s"] for r in mine),
             "peak_rss_mb_median": statistics.median(r["peak_rss_mb"] for r in mine),
         }
     for before, after in PAIRS:

@@ -1,7 +1,7 @@
 """hybridflow against TRL's ``GRPOTrainer`` at the 0.5B shape, side by side (issue 45).
 
     python benchmarks/vs_trl/run_benchmark.py [--repeats 3] [--steps 5]
-        [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async,trl_keep_malloc]
+        [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async,trl_keep_malloc,hf_async_learner2]
         [--results results]
 
 One workload (``workload.py``: ``builtin:qwen2.5-0.5b-shape`` fp32, 8 ``builtin:arith``
@@ -16,7 +16,9 @@ The thread budget is the machine's 2 cores, shared this way:
 - ``*_sync``: rollout and learner 2 threads each; they take turns (generate, then train),
   so 2 cores are busy at a time (the reward service scores with Python only);
 - ``*_async`` (``max_staleness`` 2, truncated importance sampling): rollout and learner
-  1 thread each, since they run at the same time.
+  1 thread each, since they run at the same time; ``hf_async_learner2`` (not run unless
+  asked) gives the learner 2 threads beside the rollout's 1: 3 threads on 2 cores, the
+  learner taking both while the rollout waits for the next weights.
 
 Reports per variant (median over repeats): s/step and completions/s over the timed steps,
 the split of a step (generate / score / train / weight sync), the seconds from launch to the
@@ -30,6 +32,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,8 +58,12 @@ VARIANTS: dict[str, list[str]] = {
                   "learner.topology.num_threads=2"],
     "vllm_async": ["rollout.engine=vllm", "rollout.num_threads=1",
                    "learner.topology.num_threads=1", *ASYNC],
+    "hf_async_learner2": ["rollout.engine=hf", "rollout.num_threads=1",
+                          "learner.topology.num_threads=2", *ASYNC],
 }  # fmt: skip
 """hybridflow's variants: overrides of ``JOB``."""
+DEFAULT = ["trl", "hf_sync", "hf_async", "vllm_sync", "vllm_async"]
+"""What runs unless ``--variants`` says otherwise."""
 TRL = "trl"
 TRL_KEEP = "trl_keep_malloc"
 """TRL with hybridflow's allocator setting (``trl_run.py --keep-freed-memory``)."""
@@ -95,8 +102,11 @@ def run_hybridflow(out: Path, name: str, steps: int) -> dict[str, Any]:
         cmd += ["--set", override]
     env = dict(os.environ, PYTHON=sys.executable)
     started = time.time()
-    with (out / f"{name}.log").open("w") as log:
-        subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+    try:
+        with (out / f"{name}.log").open("w") as log:
+            subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+    finally:  # the end-of-run train state: 6 GB at this shape, a full disk after a few runs
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     figures = run_figures(run_dir, warmup_steps=1)
     first = next(r for r in read_jsonl(run_dir / "metrics.jsonl") if "timing_s/step" in r)
     wall = figures["wall_s"]
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="timed steps after one warm-up")
-    parser.add_argument("--variants", default=",".join([TRL, *VARIANTS]))
+    parser.add_argument("--variants", default=",".join(DEFAULT))
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args(argv)
     names = [n for n in args.variants.split(",") if n]
@@ -170,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             where = out / f"repeat{repeat}"
             where.mkdir(parents=True, exist_ok=True)
             result = (
-                run_trl(where, args.steps)
-                if name == TRL
+                run_trl(where, name, args.steps)
+                if name in (TRL, TRL_KEEP)
                 else run_hybridflow(where, name, args.steps)
             )
             runs[name].append(result)

@@ -48,16 +48,16 @@ def setup_logging(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
-def setup_torch_process(num_threads: int, keep_freed: bool = True) -> None:
+def setup_torch_process(num_threads: int) -> None:
     """What a process that runs torch compute sets first: its threads (services share the
-    machine's cores; oversubscribed OpenMP threads run 10-60x slower) and, with
-    ``keep_freed``, an allocator that keeps freed memory for the next step
-    (``hybridflow.utils.malloc``; ``HYBRIDFLOW_MALLOC`` overrides)."""
+    machine's cores; oversubscribed OpenMP threads run 10-60x slower) and an allocator that
+    keeps freed memory for the next step (``hybridflow.utils.malloc``;
+    ``HYBRIDFLOW_MALLOC=system`` opts out)."""
     import torch
 
     from hybridflow.utils.malloc import keep_freed_memory
 
-    keep_freed_memory(default=keep_freed)
+    keep_freed_memory()
 
     if num_threads > 0:
         torch.set_num_threads(num_threads)

@@ -83,9 +83,7 @@ def _setup(
 
     job = load_job_config(args.config, args.set)
     cfg = job.learner
-    # An async job publishes beside the next train step: their interleaved allocations would
-    # fragment a heap that keeps what it frees (hybridflow/utils/malloc.py).
-    setup_torch_process(cfg.topology.num_threads, keep_freed=job.coordinator.max_staleness == 0)
+    setup_torch_process(cfg.topology.num_threads)
     mark(name, "torch_imported")  # and the config loaded
 
     from hybridflow.services.learner.distributed import init_from_env

@@ -8,16 +8,17 @@ pages: the 0.5B-shape learner step took 8.4 million page faults and 30 of its 71
 the kernel on these machines (a virtual machine whose freed pages go back to the host: a fault
 costs tens of microseconds). With ``mmap`` off for the heap and no trimming, freed blocks stay
 in the heap and the next micro-batch reuses them: the same step after two warm steps takes no
-fault and 39 s (``benchmarks/LOG.md``, 2026-12-06).
+fault and 31 s at 2 threads, against 95 s (``benchmarks/LOG.md``, 2026-12-06). One arena for
+every thread: glibc gives each new thread an arena of its own, built of 64 MB heaps, where a
+larger block is ``mmap``ped whatever ``M_MMAP_MAX`` says; a service's train step runs in a
+gRPC worker thread, so without it the setting reached the main thread only (and each
+thread's arena kept its own freed blocks).
 
 What it costs: memory a process freed is not returned to the system until it exits, so its
 resident size stays at its peak (which a learner or an engine reaches every step anyway).
 The services that run torch compute call ``keep_freed_memory`` at start
-(``hybridflow.main.bootstrap.setup_torch_process``), a learner of an asynchronous job
-excepted: there a weight publish runs beside the next train step, their interleaved
-allocations fragment a heap that never shrinks, and the 0.5B-shape learner's peak grew from
-14.5 to 16.8-18.9 GB (with vLLM beside it, past a 24 GB machine). ``HYBRIDFLOW_MALLOC=keep``
-or ``system`` decides for every service instead. Elsewhere than glibc (macOS, musl) nothing
+(``hybridflow.main.bootstrap.setup_torch_process``). ``HYBRIDFLOW_MALLOC=keep`` or
+``system`` decides for every service instead. Elsewhere than glibc (macOS, musl) nothing
 changes.
 """
 
@@ -32,12 +33,13 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 ENV = "HYBRIDFLOW_MALLOC"
-"""``keep``: ``keep_freed_memory`` applies; ``system``: the C allocator is left as it is;
-unset: the caller's default."""
+"""``keep`` or unset: ``keep_freed_memory`` applies; ``system``: the C allocator is left as
+it is."""
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
 M_MMAP_MAX = -4
+M_ARENA_MAX = -8
 """``mallopt`` parameters (glibc's ``malloc.h``)."""
 
 TOP_PAD_BYTES = 256 << 20
@@ -46,27 +48,31 @@ TOP_PAD_BYTES = 256 << 20
 _applied = False
 
 
-def keep_freed_memory(default: bool = True) -> bool:
+def keep_freed_memory() -> bool:
     """Tunes glibc's malloc for a process that reuses large tensors: no ``mmap`` per
-    large block, no trimming. ``default``: whether to, when ``HYBRIDFLOW_MALLOC`` is
-    unset (``keep`` / ``system`` decide otherwise). True if applied (now or before); False
-    where not asked, or where the C library is not glibc. Safe to call more than once."""
+    large block, no trimming, one arena, unless ``HYBRIDFLOW_MALLOC=system``. True if applied
+    (now or before); False where not asked, or where the C library is not glibc. Safe to call
+    more than once."""
     global _applied
     if _applied:
         return True
     choice = os.environ.get(ENV, "").strip().lower()
     if choice not in ("", "keep", "system"):
         raise ValueError(f"{ENV}={choice!r}: expected 'keep' or 'system' (or unset)")
-    if not (choice == "keep" or (choice == "" and default)):
+    if choice == "system":
         return False
     mallopt = _glibc_mallopt()
     if mallopt is None:
         return False
-    # Trim threshold -1 is SIZE_MAX for glibc: the heap's top is never given back.
+    # Trim threshold -1 is SIZE_MAX for glibc: the heap's top is never given back. One
+    # arena: glibc gives other threads arenas of their own, built of 64 MB heaps, and a block
+    # larger than that is mmapped there whatever M_MMAP_MAX says; a service's train step runs
+    # in a gRPC worker thread, so without it the setting reached only the main thread's blocks.
     results = [
         mallopt(M_MMAP_MAX, 0),
         mallopt(M_TRIM_THRESHOLD, -1),
         mallopt(M_TOP_PAD, TOP_PAD_BYTES),
+        mallopt(M_ARENA_MAX, 1),
     ]
     if not all(results):
         log.warning("mallopt refused a setting (%s); the allocator keeps its defaults", results)

@@ -1,7 +1,7 @@
-"""keep_freed_memory: after it, glibc serves a large block from the heap (no mmap of its own)
-and keeps it once freed; HYBRIDFLOW_MALLOC=system leaves the allocator alone; a bad value is
-refused; a caller whose default is off (an async job's learner) keeps glibc's defaults
-unless HYBRIDFLOW_MALLOC=keep. Each case runs in a child process: the setting lasts for a process's life."""
+"""keep_freed_memory: after it, glibc serves a large block from the heap (no mmap of its own),
+in the main thread and in any other (one arena), and keeps it once freed;
+HYBRIDFLOW_MALLOC=system leaves the allocator alone; a bad value is refused. Each case runs in
+a child process: the setting lasts for a process's life."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 CHILD = textwrap.dedent(
     """
-    import ctypes, json, sys
+    import ctypes, json, sys, threading
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -35,15 +35,27 @@ CHILD = textwrap.dedent(
 
     from hybridflow.utils.malloc import keep_freed_memory
 
-    applied = keep_freed_memory(default=sys.argv[1] == "1")
+    applied = keep_freed_memory()
     before = libc.mallinfo2()
     block = libc.malloc(64 << 20)  # over glibc's largest mmap threshold (32 MB)
     held = libc.mallinfo2()
     libc.free(block)
     freed = libc.mallinfo2()
+    # The same from another thread (a service's train step runs in a gRPC worker thread):
+    # glibc gives a thread an arena of its own, whose blocks over 64 MB are mmapped anyway.
+    in_thread = {}
+    def allocate_in_a_thread():
+        start = libc.mallinfo2()
+        block = libc.malloc(96 << 20)
+        in_thread["mmapped"] = libc.mallinfo2().hblkhd - start.hblkhd
+        libc.free(block)
+    thread = threading.Thread(target=allocate_in_a_thread)
+    thread.start()
+    thread.join()
     print(json.dumps({
+        "mmapped_by_thread_block": in_thread["mmapped"],
         "applied": applied,
-        "again": keep_freed_memory(default=sys.argv[1] == "1"),
+        "again": keep_freed_memory(),
         "mmapped_by_block": held.hblkhd - before.hblkhd,
         "heap_while_held": held.arena,
         "heap_after_free": freed.arena,
@@ -53,13 +65,13 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(env_value: str | None, default: bool = True) -> subprocess.CompletedProcess[str]:
+def run_child(env_value: str | None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("HYBRIDFLOW_MALLOC", None)
     if env_value is not None:
         env["HYBRIDFLOW_MALLOC"] = env_value
     return subprocess.run(
-        [sys.executable, "-c", CHILD, "1" if default else "0"],
+        [sys.executable, "-c", CHILD],
         capture_output=True,
         text=True,
         env=env,
@@ -67,10 +79,10 @@ def run_child(env_value: str | None, default: bool = True) -> subprocess.Complet
     )
 
 
-def figures(env_value: str | None, default: bool = True) -> dict[str, int]:
+def figures(env_value: str | None) -> dict[str, int]:
     import json
 
-    done = run_child(env_value, default)
+    done = run_child(env_value)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -79,6 +91,7 @@ def test_kept_block_comes_from_the_heap_and_stays_there_freed() -> None:
     got = figures(None)
     assert got["applied"] is True and got["again"] is True
     assert got["mmapped_by_block"] == 0
+    assert got["mmapped_by_thread_block"] == 0  # one arena: every thread's blocks in the heap
     assert got["heap_while_held"] >= 64 << 20
     # freed, it stays in the heap for the next allocation instead of going back to the kernel
     assert got["heap_after_free"] >= 64 << 20
@@ -89,14 +102,14 @@ def test_system_keeps_glibc_defaults() -> None:
     got = figures("system")
     assert got["applied"] is False
     assert got["mmapped_by_block"] >= 64 << 20  # glibc's own mmap for a block this large
+    assert got["mmapped_by_thread_block"] >= 96 << 20
     assert got["heap_after_free"] < 64 << 20
 
 
-def test_a_caller_that_defaults_off_keeps_glibc_defaults_unless_asked() -> None:
-    assert figures(None, default=False)["applied"] is False
-    asked = figures("keep", default=False)
+def test_keep_is_what_unset_means() -> None:
+    asked = figures("keep")
     assert asked["applied"] is True and asked["mmapped_by_block"] == 0
-    assert figures("system", default=True)["applied"] is False
+    assert asked["mmapped_by_thread_block"] == 0
 
 
 def test_a_bad_value_is_refused_with_its_name() -> None:
