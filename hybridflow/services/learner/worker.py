@@ -72,6 +72,7 @@ from hybridflow.services.learner.models import (
 )
 from hybridflow.services.learner.online_preference import online_dpo_step, rft_step
 from hybridflow.services.learner.optim_hparams import adamw_hparams, optimizer_lr
+from hybridflow.services.learner.optim_layout import lay_out_adam_state
 from hybridflow.services.learner.precision import (
     autocast_forward,
     check_memory_config,
@@ -186,6 +187,9 @@ class LearnerWorker:
             if self.critic is None
             else torch.optim.AdamW(self.critic.parameters(), **adamw_hparams(config, "critic"))
         )
+        for optim in (self._actor_optim, self.critic_optim):
+            if optim is not None:
+                lay_out_adam_state(optim)  # before any step allocates (optim_layout.py)
         self.policy_version = 0
         """Actor optimizer steps taken so far (the version of the current weights)."""
 

@@ -336,3 +336,13 @@ def test_remax_step_advantages_are_reward_minus_greedy_baseline(
     assert m["critic/advantages/max"] == 0.75 and m["critic/advantages/min"] == -0.5
     with pytest.raises(ValueError, match="advantage estimator 'remax' needs a greedy baseline"):
         worker.train_step(make_samples(rewards))
+
+
+def test_the_optimizers_hold_their_state_before_the_first_step(tiny_checkpoint: Path) -> None:
+    # optim_layout: AdamW's moments allocated when the worker is built, not in its first step
+    worker = _worker(tiny_checkpoint, algorithm="ppo", advantage={"gamma": 1.0, "lam": 0.95})
+    assert worker.critic_optim is not None
+    for optim in (worker.actor_optim, worker.critic_optim):
+        trained = [p for g in optim.param_groups for p in g["params"] if p.requires_grad]
+        assert trained and all(float(optim.state[p]["step"]) == 0.0 for p in trained)
+        assert all(optim.state[p]["exp_avg_sq"].shape == p.shape for p in trained)
