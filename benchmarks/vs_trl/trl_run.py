@@ -43,6 +43,34 @@ if str(REPO) not in sys.path:
 from benchmarks.vs_trl.workload import WORKLOAD, peak_rss_bytes, process_start_time  # noqa: E402
 
 
+def grpo_config(steps: int) -> Any:
+    """TRL's settings: its defaults but for the workload's numbers, no KL (``beta`` 0, as
+    ours) and no gradient checkpointing (ours does not checkpoint)."""
+    from trl import GRPOConfig
+
+    micro = WORKLOAD.micro_batch_size
+    return GRPOConfig(
+        output_dir=str(REPO / "results" / "vs_trl_trainer"),
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=WORKLOAD.completions_per_step // micro,
+        num_generations=WORKLOAD.group_size,
+        max_completion_length=WORKLOAD.max_new_tokens,
+        temperature=WORKLOAD.temperature,
+        learning_rate=WORKLOAD.lr,
+        max_grad_norm=WORKLOAD.grad_clip,
+        beta=0.0,
+        gradient_checkpointing=False,
+        max_steps=steps,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+
+
 def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, Any]:
     import torch
 
@@ -56,7 +84,7 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
         warnings.simplefilter("ignore")
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOTrainer
 
     from hybridflow.data.datasets import read_prompt_dataset
     from hybridflow.models import resolve_model_path
@@ -115,27 +143,7 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
                 "end": time.time(),
             })  # fmt: skip
 
-    micro = WORKLOAD.micro_batch_size
-    args = GRPOConfig(
-        output_dir=str(REPO / "results" / "vs_trl_trainer"),
-        per_device_train_batch_size=micro,
-        gradient_accumulation_steps=WORKLOAD.completions_per_step // micro,
-        num_generations=WORKLOAD.group_size,
-        max_completion_length=WORKLOAD.max_new_tokens,
-        temperature=WORKLOAD.temperature,
-        learning_rate=WORKLOAD.lr,
-        max_grad_norm=WORKLOAD.grad_clip,
-        beta=0.0,
-        gradient_checkpointing=False,
-        max_steps=steps,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = grpo_config(steps)
     data = Dataset.from_dict(
         {
             "prompt": [str(i) for i in range(len(records))],

@@ -35,9 +35,9 @@ def looks_full(path: str | Path, min_free_bytes: int = 64 << 20) -> bool:
     """True when the file system holding ``path`` has less than ``min_free_bytes`` left:
     for writers whose error on a full disk is not an OSError (``torch.save`` raises a
     RuntimeError "unexpected pos"). 64 MiB, not less: by the time the error is read, other
-    processes (and the failed write's own clean-up) may have freed some: a 0.5B-shape
-    learner's save that ran out of disk was reported with 1 MiB as a bare "unexpected
-    pos"."""
+    processes (and the failed write's own clean-up) may have freed some: under a 1 MiB
+    threshold, a 0.5B-shape learner's save that ran out of disk was reported as a bare
+    "unexpected pos"."""
     free = free_bytes(path)
     return free is not None and free < min_free_bytes
 

@@ -249,7 +249,7 @@ class DistPublisher:
             self._snapshots = {}
         out: dict[str, torch.Tensor] = {}
         for name, param in self.module.named_parameters():
-            local = (param.to_local() if hasattr(param, "to_local") else param).detach()
+            local = _local(param)
             dtype = self._wire_dtype or local.dtype
             buffer = self._snapshots.get(name)
             if buffer is None or buffer.shape != local.shape or buffer.dtype != dtype:

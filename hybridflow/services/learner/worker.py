@@ -27,7 +27,7 @@ the same code (a single rank is a world of one).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,21 +177,26 @@ class LearnerWorker:
         self._actor_optim = (
             None
             if self._actor is None
-            else torch.optim.AdamW(
-                [p for p in self._actor.parameters() if p.requires_grad],
-                **adamw_hparams(config, "actor"),
+            else self._build_optimizer(
+                [p for p in self._actor.parameters() if p.requires_grad], "actor"
             )
         )
         self.critic_optim = (
             None
             if self.critic is None
-            else torch.optim.AdamW(self.critic.parameters(), **adamw_hparams(config, "critic"))
+            else self._build_optimizer(self.critic.parameters(), "critic")
         )
-        for optim in (self._actor_optim, self.critic_optim):
-            if optim is not None:
-                lay_out_adam_state(optim)  # before any step allocates (optim_layout.py)
         self.policy_version = 0
         """Actor optimizer steps taken so far (the version of the current weights)."""
+
+    def _build_optimizer(
+        self, params: Iterable[torch.nn.Parameter], role: str
+    ) -> torch.optim.AdamW:
+        """``role``'s ("actor" or "critic") AdamW over ``params``, its state laid out before
+        any step allocates (``optim_layout.py``)."""
+        optim = torch.optim.AdamW(params, **adamw_hparams(self.config, role))
+        lay_out_adam_state(optim)
+        return optim
 
     def _apply_memory_config(self) -> None:
         """``learner.memory``'s dtype, activation checkpointing and CPU offload on the
