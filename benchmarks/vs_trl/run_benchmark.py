@@ -2,12 +2,14 @@
 
     python benchmarks/vs_trl/run_benchmark.py [--repeats 3] [--steps 5]
         [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async,trl_keep_malloc,hf_async_learner2]
-        [--results results]
+        [--workload 0.5b|quickstart] [--results results]
 
-One workload (``workload.py``: ``builtin:qwen2.5-0.5b-shape`` fp32, 8 ``builtin:arith``
-prompts x 8 completions of 4 tokens, binary reward, one optimizer step a batch in
-micro-batches of 8) on every variant, each run a fresh launch, the variants interleaved
-repeat after repeat. ``--steps`` timed steps follow one warm-up step on every variant.
+One workload (``workload.py``; by default ``builtin:qwen2.5-0.5b-shape`` fp32, 8
+``builtin:arith`` prompts x 8 completions of 4 tokens, binary reward, one optimizer step a
+batch in micro-batches of 8; ``--workload quickstart``: the quickstart's job, evaluation off,
+against TRL on the same tiny model and batch, where the start-up is most of the wall) on every
+variant, each run a fresh launch, the variants interleaved repeat after repeat. ``--steps``
+timed steps follow one warm-up step on every variant.
 
 The thread budget is the machine's 2 cores, shared this way:
 - ``trl``: one process, 2 threads (it generates and trains in turn); ``trl_keep_malloc``
@@ -22,7 +24,11 @@ The thread budget is the machine's 2 cores, shared this way:
 
 Reports per variant (median over repeats): s/step and completions/s over the timed steps,
 the split of a step (generate / score / train / weight sync), the seconds from launch to the
-end of the first step, and each process's peak RSS; ratios to TRL. Writes
+end of the first step, and each process's peak RSS; ratios to TRL. Each run also keeps its
+start-up marks (``startup_marks``: hybridflow's ``startup.jsonl`` phases, seconds since the
+launch, as ``benchmarks/startup/phases.py`` prints them; TRL's imports, trainer built and first
+step, since its process started); the summary holds their medians per variant, and the
+report prints the main ones. Writes
 ``results/vs_trl_YYYYMMDD_HHMMSS/summary.json``. Run nothing else on the machine meanwhile.
 """
 
@@ -46,9 +52,10 @@ if str(REPO) not in sys.path:
 
 from benchmarks.common.figures import read_jsonl, run_figures  # noqa: E402
 from benchmarks.compare.quiet import busy_report  # noqa: E402
-from benchmarks.vs_trl.workload import WORKLOAD  # noqa: E402
+from benchmarks.startup.phases import phase_rows  # noqa: E402
+from benchmarks.vs_trl.workload import WORKLOAD, WORKLOADS, Workload  # noqa: E402
 
-JOB = "benchmarks/vs_trl/job.yaml"
+JOB = WORKLOAD.job
 ASYNC = ["coordinator.max_staleness=2", "learner.loss.off_policy=tis"]
 VARIANTS: dict[str, list[str]] = {
     "hf_sync": ["rollout.engine=hf", "rollout.num_threads=2", "learner.topology.num_threads=2"],
@@ -69,11 +76,11 @@ TRL_KEEP = "trl_keep_malloc"
 """TRL with hybridflow's allocator setting (``trl_run.py --keep-freed-memory``)."""
 
 
-def run_trl(out: Path, name: str, steps: int) -> dict[str, Any]:
+def run_trl(out: Path, name: str, steps: int, workload: str = "0.5b") -> dict[str, Any]:
     """One TRL run of 1 + ``steps`` steps; its figures over the last ``steps``."""
     path = out / f"{name}.json"
     cmd = [sys.executable, str(REPO / "benchmarks/vs_trl/trl_run.py"), "--steps", str(steps + 1),
-           "--threads", "2", "--out", str(path)]  # fmt: skip
+           "--threads", "2", "--out", str(path), "--workload", workload]  # fmt: skip
     if name == TRL_KEEP:
         cmd.append("--keep-freed-memory")
     with (out / f"{name}.log").open("w") as log:
@@ -83,22 +90,25 @@ def run_trl(out: Path, name: str, steps: int) -> dict[str, Any]:
     wall = sum(r["step_s"] for r in timed)
     return {
         "step_s": wall / len(timed),
-        "completions_per_s": WORKLOAD.completions_per_step * len(timed) / wall,
+        "completions_per_s": WORKLOADS[workload].completions_per_step * len(timed) / wall,
         "generate_s": statistics.mean(r["generate_s"] for r in timed),
         "score_s": statistics.mean(r["score_s"] for r in timed),
         "train_s": statistics.mean(r["train_s"] for r in timed),
         "sync_s": 0.0,
         "first_step_s": result["first_step_s"],
+        "startup_marks": result["startup_marks"],
         "peak_rss_mb": {name: result["peak_rss_bytes"] / 2**20},
     }
 
 
-def run_hybridflow(out: Path, name: str, steps: int) -> dict[str, Any]:
+def run_hybridflow(
+    out: Path, name: str, steps: int, workload: Workload = WORKLOAD
+) -> dict[str, Any]:
     """One ``deploy/launch.sh`` run of 1 + ``steps`` steps; its figures over the last ``steps``."""
     run_dir = out / name
-    cmd = ["deploy/launch.sh", "--config", JOB, "--run-dir", str(run_dir),
+    cmd = ["deploy/launch.sh", "--config", workload.job, "--run-dir", str(run_dir),
            "--set", f"coordinator.num_steps={steps + 1}"]  # fmt: skip
-    for override in VARIANTS[name]:
+    for override in (*workload.job_overrides, *VARIANTS[name]):
         cmd += ["--set", override]
     env = dict(os.environ, PYTHON=sys.executable)
     started = time.time()
@@ -112,12 +122,15 @@ def run_hybridflow(out: Path, name: str, steps: int) -> dict[str, Any]:
     wall = figures["wall_s"]
     return {
         "step_s": wall / figures["steps_timed"],
-        "completions_per_s": WORKLOAD.completions_per_step * figures["steps_timed"] / wall,
+        "completions_per_s": workload.completions_per_step * figures["steps_timed"] / wall,
         "generate_s": figures["mean_gen_s_per_step"],
         "score_s": figures["mean_score_s_per_step"],
         "train_s": figures["mean_learner_compute_s"],
         "sync_s": figures["mean_sync_s"],
         "first_step_s": first["time"] - started,
+        "startup_marks": {
+            f"{row['process']}/{row['phase']}": row["at_s"] for row in phase_rows(run_dir)
+        },
         "peak_rss_mb": {k: v / 2**20 for k, v in figures["peak_rss_bytes"].items()},
     }
 
@@ -145,6 +158,29 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
     return table
 
 
+STARTUP_SHOWN = ("imported", "tokenizer", "serving", "healthy", "trainer_built", "first_step_done")
+"""The start-up marks the report prints (a mark's name ends with one of these)."""
+
+
+def startup_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Each variant's start-up marks: the median over its repeats of when each ended."""
+    medians: dict[str, dict[str, float]] = {}
+    for name, results in runs.items():
+        keys = [
+            k for k in results[0]["startup_marks"] if all(k in r["startup_marks"] for r in results)
+        ]
+        row = {k: statistics.median(r["startup_marks"][k] for r in results) for k in keys}
+        medians[name] = dict(sorted(row.items(), key=lambda item: item[1]))
+    return medians
+
+
+def print_startup(medians: dict[str, dict[str, float]]) -> None:
+    print("start-up, seconds since launch (medians):")
+    for name, marks in medians.items():
+        shown = [f"{k} {v:.2f}" for k, v in marks.items() if k.endswith(STARTUP_SHOWN)]
+        print(f"  {name}: " + ", ".join(shown))
+
+
 def print_table(table: dict[str, dict[str, Any]]) -> None:
     print(f"{'variant':<11} {'s/step':>7} {'compl/s':>8} {'vs TRL':>7} {'gen':>6} {'score':>6} "
           f"{'train':>6} {'sync':>6} {'1st step':>9}  peak RSS MB")  # fmt: skip
@@ -161,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="timed steps after one warm-up")
     parser.add_argument("--variants", default=",".join(DEFAULT))
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="0.5b")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args(argv)
     names = [n for n in args.variants.split(",") if n]
@@ -172,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     busy = busy_report()
     if busy:
         print(f"warning: the machine is busy before the start ({busy})", file=sys.stderr)
+    workload = WORKLOADS[args.workload]
     out = args.results / f"vs_trl_{dt.datetime.now():%Y%m%d_%H%M%S}"
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for repeat in range(args.repeats):
@@ -180,17 +218,20 @@ def main(argv: list[str] | None = None) -> int:
             where = out / f"repeat{repeat}"
             where.mkdir(parents=True, exist_ok=True)
             result = (
-                run_trl(where, name, args.steps)
+                run_trl(where, name, args.steps, args.workload)
                 if name in (TRL, TRL_KEEP)
-                else run_hybridflow(where, name, args.steps)
+                else run_hybridflow(where, name, args.steps, workload)
             )
             runs[name].append(result)
             print(f"repeat {repeat + 1}/{args.repeats} {name}: {result['step_s']:.2f} s/step, "
                   f"first step at {result['first_step_s']:.1f} s", flush=True)  # fmt: skip
     table = summarise(runs)
     print_table(table)
-    summary = {"workload": WORKLOAD.__dict__, "steps": args.steps, "repeats": args.repeats,
-               "table": table, "runs": runs}  # fmt: skip
+    startup = startup_medians(runs)
+    print_startup(startup)
+    summary = {"workload": {"name": args.workload, **workload.__dict__}, "steps": args.steps,
+               "repeats": args.repeats, "table": table, "startup": startup,
+               "runs": runs}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"wrote {out / 'summary.json'}")
     return 0

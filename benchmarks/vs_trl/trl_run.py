@@ -1,13 +1,16 @@
-"""TRL's ``GRPOTrainer`` on the 0.5B-shape workload, timed per step, for ``run_benchmark.py``.
+"""TRL's ``GRPOTrainer`` on one of ``workload.py``'s workloads, timed per step, for
+``run_benchmark.py``.
 
-    python benchmarks/vs_trl/trl_run.py --steps 5 --threads 2 --out results/trl.json
+    python benchmarks/vs_trl/trl_run.py --steps 5 --threads 2 --out results/trl.json \
+        [--workload 0.5b|quickstart]
 
-The workload (``workload.py``): ``builtin:qwen2.5-0.5b-shape`` in fp32, ``builtin:arith``
+The 0.5B workload (``workload.py``): ``builtin:qwen2.5-0.5b-shape`` in fp32, ``builtin:arith``
 prompts rendered by its chat template, 8 prompts x 8 completions of 4 tokens a step at
 temperature 1, the binary reward of ``score_arith``; one optimizer step per batch, in
 micro-batches of 8 completions (TRL's default ``per_device_train_batch_size``, 8 of them
-accumulated). TRL generates with the model it trains (Hugging Face ``generate``), in one
-process of ``--threads`` threads.
+accumulated). The quickstart's: ``builtin:tiny``, 32 prompts x 8 completions, micro-batches
+of 64. TRL generates with the model it trains (Hugging Face ``generate``), in one process of
+``--threads`` threads.
 
 Settings, written down: TRL's defaults except where the workload fixes a value (batch,
 lengths, temperature, learning rate, clipping, no KL: ``beta`` 0 is TRL's default too), and
@@ -17,7 +20,9 @@ checkpoint by default, and at this size recomputing the forward only slows TRL d
 Writes JSON: each step's wall seconds (from the trainer's step begin to its end) and the
 split of it (``generate``: ``_generate``; ``score``: the reward functions; ``train``: the
 rest, i.e. log-probs, loss, backward, optimizer), the seconds from process start to the end
-of the first step, and the process's peak RSS. ``--keep-freed-memory`` gives TRL's process
+of the first step and to the start-up's marks before it (``imported``: torch, transformers,
+TRL; ``trainer_built``: the model loaded and the trainer set up), and the process's peak
+RSS. ``--keep-freed-memory`` gives TRL's process
 the allocator setting hybridflow's services run with (``hybridflow/utils/malloc.py``): what
 that setting alone would buy TRL.
 """
@@ -40,24 +45,30 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.vs_trl.workload import WORKLOAD, peak_rss_bytes, process_start_time  # noqa: E402
+from benchmarks.vs_trl.workload import (  # noqa: E402
+    WORKLOAD,
+    WORKLOADS,
+    Workload,
+    peak_rss_bytes,
+    process_start_time,
+)
 
 
-def grpo_config(steps: int) -> Any:
+def grpo_config(steps: int, workload: Workload = WORKLOAD) -> Any:
     """TRL's settings: its defaults but for the workload's numbers, no KL (``beta`` 0, as
     ours) and no gradient checkpointing (ours does not checkpoint)."""
     from trl import GRPOConfig
 
-    micro = WORKLOAD.micro_batch_size
+    micro = workload.micro_batch_size
     return GRPOConfig(
         output_dir=str(REPO / "results" / "vs_trl_trainer"),
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=WORKLOAD.completions_per_step // micro,
-        num_generations=WORKLOAD.group_size,
-        max_completion_length=WORKLOAD.max_new_tokens,
-        temperature=WORKLOAD.temperature,
-        learning_rate=WORKLOAD.lr,
-        max_grad_norm=WORKLOAD.grad_clip,
+        gradient_accumulation_steps=workload.completions_per_step // micro,
+        num_generations=workload.group_size,
+        max_completion_length=workload.max_new_tokens,
+        temperature=workload.temperature,
+        learning_rate=workload.lr,
+        max_grad_norm=workload.grad_clip,
         beta=0.0,
         gradient_checkpointing=False,
         max_steps=steps,
@@ -71,7 +82,11 @@ def grpo_config(steps: int) -> Any:
     )
 
 
-def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, Any]:
+def run(
+    steps: int, threads: int, keep_freed_memory: bool = False, workload: Workload = WORKLOAD
+) -> dict[str, Any]:
+    start = process_start_time(PROCESS_START)
+    marks: dict[str, float] = {}  # the start-up's phases, seconds since the process started
     import torch
 
     torch.set_num_threads(threads)
@@ -90,9 +105,11 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
     from hybridflow.models import resolve_model_path
     from hybridflow.services.reward.rules import score_arith
 
-    model_dir = resolve_model_path(WORKLOAD.model)
+    marks["imported"] = time.time() - start
+
+    model_dir = resolve_model_path(workload.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    records = read_prompt_dataset(WORKLOAD.data, tokenizer, 512, 0).records
+    records = read_prompt_dataset(workload.data, tokenizer, workload.data_size, 0).records
     prompt_ids = [list(map(int, r.prompt_ids)) for r in records]
     phase: dict[str, float] = {"generate": 0.0, "score": 0.0, "gen_and_score": 0.0}
 
@@ -143,7 +160,7 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
                 "end": time.time(),
             })  # fmt: skip
 
-    args = grpo_config(steps)
+    args = grpo_config(steps, workload)
     data = Dataset.from_dict(
         {
             "prompt": [str(i) for i in range(len(records))],
@@ -158,11 +175,13 @@ def run(steps: int, threads: int, keep_freed_memory: bool = False) -> dict[str, 
         processing_class=tokenizer,
     )
     trainer.add_callback(StepClock())
+    marks["trainer_built"] = time.time() - start  # the model loaded, the trainer set up
     trainer.train()
-    start = process_start_time(PROCESS_START)
+    marks["first_step_done"] = rows[0]["end"] - start
     return {
         "steps": rows,
         "first_step_s": rows[0]["end"] - start,
+        "startup_marks": marks,
         "peak_rss_bytes": peak_rss_bytes(),
         "threads": threads,
         "keep_freed_memory": keep_freed_memory,
@@ -174,13 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="0.5b")
     parser.add_argument(
         "--keep-freed-memory",
         action="store_true",
         help="glibc's malloc as hybridflow's services set it (hybridflow.utils.malloc)",
     )
     args = parser.parse_args(argv)
-    result = run(args.steps, args.threads, args.keep_freed_memory)
+    result = run(args.steps, args.threads, args.keep_freed_memory, WORKLOADS[args.workload])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     return 0

@@ -1,5 +1,5 @@
-"""The one workload both sides of ``run_benchmark.py`` run (issue 45's 0.5B shape), and the
-process facts both report the same way (start time, peak memory)."""
+"""The workloads both sides of ``run_benchmark.py`` run (issue 45's 0.5B shape, and the
+quickstart's), and the process facts both report the same way (start time, peak memory)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ class Workload:
     model: str = "builtin:qwen2.5-0.5b-shape"
     """Qwen2.5-0.5B's dimensions (494M parameters, vocabulary 151,936), random init, fp32."""
     data: str = "builtin:arith"
+    data_size: int = 512
     prompts_per_step: int = 8
     group_size: int = 8
     max_new_tokens: int = 4
@@ -21,13 +22,34 @@ class Workload:
     grad_clip: float = 1.0
     micro_batch_size: int = 8
     """Completions a forward/backward (TRL's default ``per_device_train_batch_size``)."""
+    job: str = "benchmarks/vs_trl/job.yaml"
+    """hybridflow's job config holding the same numbers (the runner adds each variant's
+    engine, threads and staleness)."""
+    job_overrides: tuple[str, ...] = ()
+    """Overrides of ``job`` every hybridflow variant runs with."""
 
     @property
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.group_size
 
 
-WORKLOAD = Workload()
+WORKLOADS = {
+    "0.5b": Workload(),
+    "quickstart": Workload(
+        model="builtin:tiny",
+        data="builtin:arith:train",
+        data_size=2048,
+        prompts_per_step=32,
+        lr=2.0e-4,
+        micro_batch_size=64,
+        job="deploy/configs/quickstart.yaml",
+        # TRL does not evaluate: neither side does while timed
+        job_overrides=("coordinator.eval.sets=[]",),
+    ),
+}
+"""``--workload`` choices: the 0.5B shape (issue 45's table) and the quickstart's job (the
+built-in tiny model, 32 prompts x 8 completions of 4 tokens), where start-up dominates."""
+WORKLOAD = WORKLOADS["0.5b"]
 
 
 def peak_rss_bytes() -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hybridflow.errors import Unavailable
 from hybridflow.services.rollout import vllm_lora
+from hybridflow.services.rollout.vllm_idle import shorten_idle_spin
 
 if TYPE_CHECKING:
     from hybridflow.lora.config import LoraConfig
@@ -148,9 +149,11 @@ class VLLMRuntime:
     @classmethod
     def start(cls, args: Any) -> VLLMRuntime:
         """vLLM started from its ``EngineArgs`` (``engine_args``; call under ``engine_env``):
-        the engine core in this process, its workers spawned."""
+        the engine core in this process, its workers spawned. The engine core's queue
+        readers spin briefly when idle (``vllm_idle``; the workers do it on their own)."""
         from vllm.v1.engine.llm_engine import LLMEngine
 
+        shorten_idle_spin()
         return cls(LLMEngine.from_engine_args(args, enable_multiprocessing=False))
 
     def on_dead(self, callback: Callable[[str], None]) -> None:

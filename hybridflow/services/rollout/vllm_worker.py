@@ -35,11 +35,17 @@ import torch
 from hybridflow.models.families import DecoderDims, ModelFamily, family_of_config
 from hybridflow.resharding.coverage import check_same_params
 from hybridflow.resharding.layout import layout_of
+from hybridflow.services.rollout.vllm_idle import shorten_idle_spin
 from hybridflow.services.rollout.vllm_routing import RoutingCaptureWorker
 from hybridflow.weights.dist_receiver import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
 TableRow = tuple[str, tuple[int, ...], str]
+
+# vLLM imports this module in each worker process (``worker_extension_cls``) before the
+# worker builds its message queue: its reader then sleeps soon after a generation instead of
+# spinning on a core for a second (vllm_idle.py).
+shorten_idle_spin()
 
 
 class WeightSyncWorker(RoutingCaptureWorker):
