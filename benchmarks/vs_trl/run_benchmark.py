@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:
 from benchmarks.common.figures import read_jsonl, run_figures  # noqa: E402
 from benchmarks.compare.quiet import busy_report  # noqa: E402
 from benchmarks.startup.phases import phase_rows  # noqa: E402
-from benchmarks.vs_trl.workload import WORKLOAD, WORKLOADS, Workload  # noqa: E402
+from benchmarks.vs_trl.workload import WORKLOAD, WORKLOADS  # noqa: E402
 
 JOB = WORKLOAD.job
 ASYNC = ["coordinator.max_staleness=2", "learner.loss.off_policy=tis"]
@@ -77,7 +77,8 @@ TRL_KEEP = "trl_keep_malloc"
 
 
 def run_trl(out: Path, name: str, steps: int, workload: str = "0.5b") -> dict[str, Any]:
-    """One TRL run of 1 + ``steps`` steps; its figures over the last ``steps``."""
+    """One TRL run of 1 + ``steps`` steps of ``workload`` (a ``WORKLOADS`` key); its figures
+    over the last ``steps``."""
     path = out / f"{name}.json"
     cmd = [sys.executable, str(REPO / "benchmarks/vs_trl/trl_run.py"), "--steps", str(steps + 1),
            "--threads", "2", "--out", str(path), "--workload", workload]  # fmt: skip
@@ -101,14 +102,14 @@ def run_trl(out: Path, name: str, steps: int, workload: str = "0.5b") -> dict[st
     }
 
 
-def run_hybridflow(
-    out: Path, name: str, steps: int, workload: Workload = WORKLOAD
-) -> dict[str, Any]:
-    """One ``deploy/launch.sh`` run of 1 + ``steps`` steps; its figures over the last ``steps``."""
+def run_hybridflow(out: Path, name: str, steps: int, workload: str = "0.5b") -> dict[str, Any]:
+    """One ``deploy/launch.sh`` run of 1 + ``steps`` steps of ``workload`` (a ``WORKLOADS``
+    key); its figures over the last ``steps``."""
+    job = WORKLOADS[workload]
     run_dir = out / name
-    cmd = ["deploy/launch.sh", "--config", workload.job, "--run-dir", str(run_dir),
+    cmd = ["deploy/launch.sh", "--config", job.job, "--run-dir", str(run_dir),
            "--set", f"coordinator.num_steps={steps + 1}"]  # fmt: skip
-    for override in (*workload.job_overrides, *VARIANTS[name]):
+    for override in (*job.job_overrides, *VARIANTS[name]):
         cmd += ["--set", override]
     env = dict(os.environ, PYTHON=sys.executable)
     started = time.time()
@@ -122,7 +123,7 @@ def run_hybridflow(
     wall = figures["wall_s"]
     return {
         "step_s": wall / figures["steps_timed"],
-        "completions_per_s": workload.completions_per_step * figures["steps_timed"] / wall,
+        "completions_per_s": job.completions_per_step * figures["steps_timed"] / wall,
         "generate_s": figures["mean_gen_s_per_step"],
         "score_s": figures["mean_score_s_per_step"],
         "train_s": figures["mean_learner_compute_s"],
@@ -209,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     busy = busy_report()
     if busy:
         print(f"warning: the machine is busy before the start ({busy})", file=sys.stderr)
-    workload = WORKLOADS[args.workload]
     out = args.results / f"vs_trl_{dt.datetime.now():%Y%m%d_%H%M%S}"
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for repeat in range(args.repeats):
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             result = (
                 run_trl(where, name, args.steps, args.workload)
                 if name in (TRL, TRL_KEEP)
-                else run_hybridflow(where, name, args.steps, workload)
+                else run_hybridflow(where, name, args.steps, args.workload)
             )
             runs[name].append(result)
             print(f"repeat {repeat + 1}/{args.repeats} {name}: {result['step_s']:.2f} s/step, "
@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(table)
     startup = startup_medians(runs)
     print_startup(startup)
-    summary = {"workload": {"name": args.workload, **workload.__dict__}, "steps": args.steps,
-               "repeats": args.repeats, "table": table, "startup": startup,
-               "runs": runs}  # fmt: skip
+    summary = {"workload": {"name": args.workload, **WORKLOADS[args.workload].__dict__},
+               "steps": args.steps, "repeats": args.repeats, "table": table,
+               "startup": startup, "runs": runs}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"wrote {out / 'summary.json'}")
     return 0

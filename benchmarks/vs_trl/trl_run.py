@@ -82,6 +82,75 @@ def grpo_config(steps: int, workload: Workload = WORKLOAD) -> Any:
     )
 
 
+class StepTimes:
+    """Each TRL step's wall seconds and its split, filled by the hooks of ``timed_trainer``
+    (generation, scoring) and ``step_clock`` (a step's begin and end)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+        self.phase = dict.fromkeys(("generate", "score", "gen_and_score"), 0.0)
+        self._start = 0.0
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        """Adds the block's seconds to this step's ``key``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phase[key] += time.perf_counter() - start
+
+    def begin(self) -> None:
+        self._start = time.perf_counter()
+        self.phase = dict.fromkeys(self.phase, 0.0)
+
+    def end(self) -> None:
+        wall = time.perf_counter() - self._start
+        self.rows.append({
+            "step_s": wall,
+            "generate_s": self.phase["generate"],
+            "score_s": self.phase["score"],
+            "train_s": wall - self.phase["gen_and_score"],
+            "end": time.time(),
+        })  # fmt: skip
+
+
+def timed_trainer(base: type, times: StepTimes, prompt_ids: list[list[int]]) -> type:
+    """TRL's ``base`` trainer on our prompt ids (a dataset row's prompt is its index), its
+    generation and scoring timed into ``times``."""
+
+    class Timed(base):  # type: ignore[misc, valid-type]
+        def _tokenize_prompts(self, prompts: list[str]) -> tuple[list[list[int]], None, dict]:
+            return [prompt_ids[int(p)] for p in prompts], None, {}
+
+        def _generate(self, prompts: list) -> Any:
+            with times.timed("generate"):
+                return super()._generate(prompts)
+
+        def _calculate_rewards(self, *args: Any) -> Any:
+            with times.timed("score"):
+                return super()._calculate_rewards(*args)
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            with times.timed("gen_and_score"):
+                return super()._generate_and_score_completions(inputs)
+
+    return Timed
+
+
+def step_clock(base: type, times: StepTimes) -> Any:
+    """A ``TrainerCallback`` (``base``) that marks each step's begin and end in ``times``."""
+
+    class StepClock(base):  # type: ignore[misc, valid-type]
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            times.begin()
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            times.end()
+
+    return StepClock()
+
+
 def run(
     steps: int, threads: int, keep_freed_memory: bool = False, workload: Workload = WORKLOAD
 ) -> dict[str, Any]:
@@ -111,76 +180,32 @@ def run(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     records = read_prompt_dataset(workload.data, tokenizer, workload.data_size, 0).records
     prompt_ids = [list(map(int, r.prompt_ids)) for r in records]
-    phase: dict[str, float] = {"generate": 0.0, "score": 0.0, "gen_and_score": 0.0}
-
-    @contextmanager
-    def timed(key: str) -> Iterator[None]:
-        """Adds the block's seconds to ``phase[key]``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            phase[key] += time.perf_counter() - start
-
-    class Timed(GRPOTrainer):  # type: ignore[misc]
-        """TRL's trainer on our prompt ids, its generation and scoring timed."""
-
-        def _tokenize_prompts(self, prompts: list[str]) -> tuple[list[list[int]], None, dict]:
-            return [prompt_ids[int(p)] for p in prompts], None, {}
-
-        def _generate(self, prompts: list) -> Any:
-            with timed("generate"):
-                return super()._generate(prompts)
-
-        def _calculate_rewards(self, *args: Any) -> Any:
-            with timed("score"):
-                return super()._calculate_rewards(*args)
-
-        def _generate_and_score_completions(self, inputs: Any) -> Any:
-            with timed("gen_and_score"):
-                return super()._generate_and_score_completions(inputs)
 
     def reward(completions: list[str], ground_truth: list[str], **_: Any) -> list[float]:
         return [score_arith(c, g, 0.0) for c, g in zip(completions, ground_truth)]
 
-    rows: list[dict[str, float]] = []
-
-    class StepClock(TrainerCallback):  # type: ignore[misc]
-        def on_step_begin(self, *_: Any, **__: Any) -> None:
-            self.start = time.perf_counter()
-            phase.update(generate=0.0, score=0.0, gen_and_score=0.0)
-
-        def on_step_end(self, *_: Any, **__: Any) -> None:
-            wall = time.perf_counter() - self.start
-            rows.append({
-                "step_s": wall,
-                "generate_s": phase["generate"],
-                "score_s": phase["score"],
-                "train_s": wall - phase["gen_and_score"],
-                "end": time.time(),
-            })  # fmt: skip
-
-    args = grpo_config(steps, workload)
     data = Dataset.from_dict(
         {
             "prompt": [str(i) for i in range(len(records))],
             "ground_truth": [str(r.ground_truth) for r in records],
         }
     )
-    trainer = Timed(
+    times = StepTimes()
+    trainer = timed_trainer(GRPOTrainer, times, prompt_ids)(
         model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
         reward_funcs=reward,
-        args=args,
+        args=grpo_config(steps, workload),
         train_dataset=data,
         processing_class=tokenizer,
     )
-    trainer.add_callback(StepClock())
+    trainer.add_callback(step_clock(TrainerCallback, times))
     marks["trainer_built"] = time.time() - start  # the model loaded, the trainer set up
     trainer.train()
-    marks["first_step_done"] = rows[0]["end"] - start
+    first_step_s = times.rows[0]["end"] - start
+    marks["first_step_done"] = first_step_s
     return {
-        "steps": rows,
-        "first_step_s": rows[0]["end"] - start,
+        "steps": times.rows,
+        "first_step_s": first_step_s,
         "startup_marks": marks,
         "peak_rss_bytes": peak_rss_bytes(),
         "threads": threads,

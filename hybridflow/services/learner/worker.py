@@ -98,7 +98,11 @@ class LearnerWorker:
     """Actor (+ critic, reference) and their optimizers on this rank; see the module doc."""
 
     def __init__(self, config: LearnerConfig, model_path: str | Path) -> None:
-        """``model_path``: builtin:tiny or a local checkpoint dir (the job's top-level model)."""
+        """``model_path``: builtin:tiny or a local checkpoint dir (the job's top-level model).
+
+        One sequence on purpose: each load depends on the one before it (the device on the
+        rank's role, the adapters on the seeded actor, the reference on the adapters, the
+        sharding on every model, the optimizers on the sharded parameters)."""
         config.validate()
         self.config = config
         # User estimators / losses are imported here: a bad path fails at start-up.
@@ -154,13 +158,7 @@ class LearnerWorker:
         else:
             assert self.critic is not None, "a rank holds the actor or the critic"
             model = self.critic.backbone
-        if config.moe_router_replay and self._actor is not None and not moe_routers(model):
-            raise ValueError(
-                f"learner.moe_router_replay: {model_path} has no mixture-of-experts layers "
-                "whose routing could be replayed (Qwen3-MoE routers are)"
-            )
-        if config.memory.logprob_chunk_tokens > 0 and self._actor is not None:
-            output_head(self._actor)  # refuses a model whose logits it cannot chunk
+        self._refuse_unusable_actor(model_path)
         embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)
@@ -188,6 +186,19 @@ class LearnerWorker:
         )
         self.policy_version = 0
         """Actor optimizer steps taken so far (the version of the current weights)."""
+
+    def _refuse_unusable_actor(self, model_path: str | Path) -> None:
+        """ValueError for settings the loaded actor cannot honour: router replay without
+        mixture-of-experts layers, chunked log-probs on logits post-processed after the head."""
+        if self._actor is None:
+            return
+        if self.config.moe_router_replay and not moe_routers(self._actor):
+            raise ValueError(
+                f"learner.moe_router_replay: {model_path} has no mixture-of-experts layers "
+                "whose routing could be replayed (Qwen3-MoE routers are)"
+            )
+        if self.config.memory.logprob_chunk_tokens > 0:
+            output_head(self._actor)  # refuses a model whose logits it cannot chunk
 
     def _build_optimizer(
         self, params: Iterable[torch.nn.Parameter], role: str

@@ -40,17 +40,17 @@ def test_reader_sleeps_after_a_message_and_still_gets_the_next(short_spin):
         writer.enqueue("first")
         assert reader.dequeue(timeout=DEADLINE_S) == "first"
 
-        sent = threading.Event()
+        sending = threading.Event()
 
         def send_later() -> None:
             time.sleep(20 * IDLE_SPIN_S)  # well past the spin: the reader is asleep by then
+            sending.set()  # before the enqueue: the reader may get it before this thread runs on
             writer.enqueue("second")
-            sent.set()
 
         threading.Thread(target=send_later, daemon=True).start()
         cpu = time.thread_time()
         assert reader.dequeue(timeout=DEADLINE_S) == "second"
-        assert sent.is_set()
+        assert sending.is_set()  # it came from the send after the pause
         # spinning through the 0.4 s wait would cost the reader's thread up to 0.4 CPU-s
         assert time.thread_time() - cpu < 0.1
     finally:
