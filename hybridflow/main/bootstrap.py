@@ -53,11 +53,10 @@ def setup_torch_process(num_threads: int) -> None:
     machine's cores; oversubscribed OpenMP threads run 10-60x slower) and an allocator that
     keeps freed memory for the next step (``hybridflow.utils.malloc``;
     ``HYBRIDFLOW_MALLOC=system`` opts out)."""
-    import torch
-
     from hybridflow.utils.malloc import keep_freed_memory
 
-    keep_freed_memory()
+    keep_freed_memory()  # before torch's import starts a thread (see its module doc)
+    import torch
 
     if num_threads > 0:
         torch.set_num_threads(num_threads)

@@ -69,9 +69,11 @@ def _setup(
         setup_torch_process,
         watch_parent,
     )
+    from hybridflow.utils.malloc import keep_freed_memory
     from hybridflow.utils.startup_gc import pause_collection
     from hybridflow.utils.startup_marks import mark, mark_process_start
 
+    keep_freed_memory()  # before any thread starts (the lifeline's below; see its module doc)
     pause_collection()  # until the imports are done (_build)
     name = _mark_name()
     mark_process_start(name)

@@ -17,18 +17,22 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = service_arg_parser("hybridflow-reward", "Serve the reward scorers over gRPC.")
     args = parser.parse_args(argv)
-    watch_parent()
     log = setup_logging("reward")
 
     from hybridflow.job_config import load_job_config
+
+    job = load_job_config(args.config, args.set)
+    cfg = job.reward
+    # torch only when a reward model is configured; its allocator setting before any thread
+    # starts (the lifeline's below; hybridflow.utils.malloc)
+    if cfg.model_components():
+        setup_torch_process(cfg.torch_threads)
+    watch_parent()
+
     from hybridflow.services.reward.scorers import RewardScorer
     from hybridflow.services.reward.servicer import SERVICE_NAME, RewardServicer
 
-    job = load_job_config(args.config, args.set)
     mark("reward", "imported")  # and the config loaded
-    cfg = job.reward
-    if cfg.model_components():  # torch only when a reward model is configured
-        setup_torch_process(cfg.torch_threads)
     scorer = RewardScorer(cfg)
     servicer = RewardServicer(scorer, cfg)
     components = [f"{c.name} ({c.kind}, weight {c.weight})" for c in cfg.components]

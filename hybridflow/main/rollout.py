@@ -31,9 +31,11 @@ def _stop_starting(signum: int, _frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridflow.main.bootstrap import service_arg_parser
+    from hybridflow.utils.malloc import keep_freed_memory
     from hybridflow.utils.startup_gc import pause_collection
     from hybridflow.utils.startup_marks import mark_process_start
 
+    keep_freed_memory()  # before any thread starts (the lifeline's in _serve; its module doc)
     pause_collection()  # until the imports are done (_serve)
 
     parser = service_arg_parser("hybridflow-rollout", "Serve one rollout replica over gRPC.")

@@ -14,10 +14,18 @@ larger block is ``mmap``ped whatever ``M_MMAP_MAX`` says; a service's train step
 gRPC worker thread, so without it the setting reached the main thread only (and each
 thread's arena kept its own freed blocks).
 
+Set it before the process starts a thread (``deploy/launch.sh``'s lifeline watchdog, gRPC's
+workers, torch's pools): a thread's first ``malloc`` gives it an arena of its own while the
+limit is unset, and glibc later hands such an arena to other new threads too. The launched
+services once called it after their lifeline thread had started: a learner's step in a job
+then took 55 s, faulting 50,000 pages a second with half its CPU in the kernel, against 31 s
+for the same samples without that thread (``benchmarks/LOG.md``, 2026-12-06). A call that
+comes after another thread logs a warning naming them.
+
 What it costs: memory a process freed is not returned to the system until it exits, so its
 resident size stays at its peak (which a learner or an engine reaches every step anyway).
-The services that run torch compute call ``keep_freed_memory`` at start
-(``hybridflow.main.bootstrap.setup_torch_process``). ``HYBRIDFLOW_MALLOC=keep`` or
+The services that run torch compute call ``keep_freed_memory`` first thing in ``main``
+(``hybridflow.main.bootstrap.setup_torch_process`` calls it too, for other callers). ``HYBRIDFLOW_MALLOC=keep`` or
 ``system`` decides for every service instead. Elsewhere than glibc (macOS, musl) nothing
 changes.
 """
@@ -28,6 +36,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import threading
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -78,7 +87,35 @@ def keep_freed_memory() -> bool:
         log.warning("mallopt refused a setting (%s); the allocator keeps its defaults", results)
         return False
     _applied = True
+    early = other_threads()
+    if early:
+        log.warning(
+            "the allocator was set after other threads started (%s): threads that allocated "
+            "before may keep arenas of their own, whose large blocks are mmapped and unmapped "
+            "every time; call keep_freed_memory before starting any thread",
+            ", ".join(early),
+        )
     return True
+
+
+def other_threads() -> list[str]:
+    """The names (``comm``) of this process's threads other than the calling one, native
+    ones included (``/proc/self/task``); empty where ``/proc`` is not there."""
+    me = threading.get_native_id()
+    names = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for task in tasks:
+        if task == str(me):
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:
+            continue  # ended meanwhile
+    return names
 
 
 def _glibc_mallopt() -> Callable[[int, int], int] | None:

@@ -5,12 +5,16 @@ a child process: the setting lasts for a process's life."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux")
@@ -80,8 +84,6 @@ def run_child(env_value: str | None) -> subprocess.CompletedProcess[str]:
 
 
 def figures(env_value: str | None) -> dict[str, int]:
-    import json
-
     done = run_child(env_value)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -116,3 +118,70 @@ def test_a_bad_value_is_refused_with_its_name() -> None:
     done = run_child("jemalloc")
     assert done.returncode != 0
     assert "HYBRIDFLOW_MALLOC='jemalloc'" in done.stderr
+
+
+# A service's first thread (deploy/launch.sh's lifeline watchdog, started when the launcher's
+# pid is in the environment) must come after the allocator setting: a thread that allocates
+# before it keeps an arena of its own, which glibc then hands to gRPC's workers too, and the
+# train step's large blocks are mmapped and unmapped every micro-batch again.
+SERVICE_CHILD = textwrap.dedent(
+    """
+    import json, os, sys, threading
+
+    import hybridflow.utils.malloc as malloc
+
+    seen = {}
+    keep = malloc.keep_freed_memory
+
+    def recording_keep():
+        seen.setdefault("threads_at_keep", malloc.other_threads())
+        return keep()
+
+    def first_start(thread):
+        seen["applied_at_first_thread"] = malloc._applied
+        seen["first_thread"] = thread.name
+        print(json.dumps(seen), flush=True)
+        os._exit(0)
+
+    malloc.keep_freed_memory = recording_keep
+    threading.Thread.start = first_start
+    module, argv = sys.argv[1], sys.argv[2:]
+    __import__(module, fromlist=["main"]).main(argv)
+    print(json.dumps(seen), flush=True)  # no thread started: main returned
+    """
+)
+REWARD_MODEL_JOB = """\
+reward:
+  components:
+    - {name: rm, kind: model, model: builtin:tiny-rm}
+"""
+
+
+@pytest.mark.parametrize("service", ["learner", "rollout", "reward"])
+def test_a_service_sets_the_allocator_before_its_first_thread(service: str, tmp_path: Path) -> None:
+    config = REPO / "deploy" / "configs" / "quickstart.yaml"
+    if service == "reward":  # torch (and the setting) only with a reward model
+        config = tmp_path / "job.yaml"
+        config.write_text(REWARD_MODEL_JOB)
+    env = dict(os.environ, HYBRIDFLOW_LAUNCHER_PID=str(os.getpid()))
+    env.pop("HYBRIDFLOW_MALLOC", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SERVICE_CHILD,
+            f"hybridflow.main.{service}",
+            "--config",
+            str(config),
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["first_thread"] == "launcher-lifeline"
+    assert seen["applied_at_first_thread"] is True
+    assert seen["threads_at_keep"] == []  # no thread of any kind (torch's own) before it
