@@ -148,7 +148,7 @@ def _services(job: JobConfig, rollout: LocalRollout) -> tuple[Any, list[str]]:
         limits,
         message_bytes=cfg.message_bytes,
     )
-    weights = WeightSyncServicer(rollout, cfg.server.max_message_bytes, job.weight_sync)
+    weights = WeightSyncServicer(rollout, None, job.weight_sync)
 
     def register(server: grpc.Server) -> None:
         servicer.add_to_server(server)

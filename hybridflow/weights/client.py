@@ -16,6 +16,7 @@ from hybridflow.rpc.config import ChannelConfig
 from hybridflow.types import WeightUpdateReport
 from hybridflow.v1 import common_pb2, weight_sync_pb2, weight_sync_pb2_grpc
 from hybridflow.weights.convert import (
+    FRAMING_BYTES,
     group_spec_to_proto,
     iter_weight_chunks,
     replica_description_from_proto,
@@ -34,19 +35,41 @@ class GrpcWeightSyncClient:
         self._config = config or ChannelConfig()
         self._channel = make_channel(address, self._config)
         self._stub = weight_sync_pb2_grpc.WeightSyncServiceStub(self._channel)
+        self._wire_dtype: str | None = None
+        """The dtype the replica holds its weights in ("" its layout does not say)."""
 
     def send(
         self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
     ) -> WeightUpdateReport:
-        """The gRPC transport: every tensor, streamed in chunks; returns once applied/staged."""
+        """The gRPC transport: every tensor, streamed in chunks in the replica's dtype (its
+        ``Describe``, asked once); returns once applied/staged."""
         start = time.perf_counter()
+        if self._wire_dtype is None:
+            self._wire_dtype = self._replica_dtype()
         reply = self._stub.UpdateWeights(
-            iter_weight_chunks(named_tensors, policy_version, self._config.chunk_bytes),
+            iter_weight_chunks(
+                named_tensors, policy_version, self._chunk_bytes(), self._wire_dtype
+            ),
             timeout=self._config.timeout_s,
         )
         return WeightUpdateReport(
             reply.policy_version, reply.num_bytes, time.perf_counter() - start
         )
+
+    def _chunk_bytes(self) -> int:
+        """``chunk_bytes``, less what a message's framing adds where the message limit would
+        otherwise not hold a whole chunk (a 1 MiB chunk under a 1 MiB limit)."""
+        return min(self._config.chunk_bytes, self._config.max_message_bytes - FRAMING_BYTES)
+
+    def _replica_dtype(self) -> str:
+        """The dtype its ``Describe`` names; "" (send as they are) from a receiver that has no
+        ``Describe`` (a bare ``UpdateWeights`` sink)."""
+        try:
+            return self.describe().layout.dtype
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return ""
+            raise
 
     def tensor_parallel_size(self) -> int:
         """Destination ranks this replica brings to a weight-sync group."""

@@ -2,10 +2,14 @@
 descriptions, and the gRPC weight stream (``WeightChunk``s: a header, then the flat buffer in
 chunks).
 
-The stream's sender never concatenates the model: it streams each tensor's bytes in order. The
-receiver appends the chunks to one buffer that grows with the bytes actually received (the
-declared ``total_bytes`` is checked against the limit, never allocated up front) and views
-each tensor out of it.
+The stream's sender never concatenates the model: it streams each tensor's bytes in order, in
+chunks of at most ``chunk_bytes`` (a tensor's last chunk may be shorter), cast to the
+replica's dtype where it asks for one. The receiver writes each chunk straight into the
+tensor it belongs to, allocated when its first byte arrives: memory grows with the bytes
+actually received, the declared ``total_bytes`` is checked against the bound and never
+allocated up front. The bound is on the whole stream (``stream_bound``: the replica's own
+weights at 4 bytes an element at least), so a model's size is not limited by what one gRPC
+message may hold (``server.max_message_bytes`` bounds each chunk).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from hybridflow.resharding.layout import ParamLayout, ReplicaLayout
-from hybridflow.rpc.codec import dtype_name, tensor_nbytes, tensor_to_bytes
+from hybridflow.rpc.codec import dtype_name, tensor_nbytes
 from hybridflow.v1 import common_pb2, weight_sync_pb2
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
@@ -126,17 +130,33 @@ def replica_description_from_proto(msg: weight_sync_pb2.WeightSyncInfo) -> Repli
     return ReplicaDescription(int(msg.tensor_parallel_size) or 1, layout)
 
 
+MAX_DIM = 1 << 31
+"""Largest dimension a streamed tensor may declare (a tensor is allocated from its header)."""
+FRAMING_BYTES = 4096
+"""Room a data chunk leaves under the message limit for the message's own framing."""
+
+
 def iter_weight_chunks(
-    named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int, chunk_bytes: int
+    named_tensors: Sequence[tuple[str, torch.Tensor]],
+    policy_version: int,
+    chunk_bytes: int,
+    dtype: str = "",
 ) -> Iterator[common_pb2.WeightChunk]:
+    """A weight stream: the header, then each tensor's bytes in ``chunk_bytes`` pieces;
+    ``dtype`` (a torch dtype's name, "" the tensors' own) is what the floating-point tensors
+    travel as, cast one tensor at a time."""
+    import torch
+
+    cast = getattr(torch, dtype) if dtype else None
     metas = []
     offset = 0
     for name, t in named_tensors:
-        num_bytes = t.numel() * t.element_size()
+        wire = cast if cast is not None and t.is_floating_point() else t.dtype
+        num_bytes = t.numel() * torch.empty(0, dtype=wire).element_size()
         metas.append(
             common_pb2.TensorMeta(
                 name=name,
-                dtype=dtype_name(t.dtype),
+                dtype=dtype_name(wire),
                 shape=list(t.shape),
                 offset_bytes=offset,
                 num_bytes=num_bytes,
@@ -147,22 +167,31 @@ def iter_weight_chunks(
         policy_version=policy_version, tensors=metas, total_bytes=offset
     )
     yield common_pb2.WeightChunk(header=header)
-    pending = bytearray()
-    for _, t in named_tensors:
-        pending += tensor_to_bytes(t)
-        while len(pending) >= chunk_bytes:
-            yield common_pb2.WeightChunk(data=bytes(pending[:chunk_bytes]))
-            del pending[:chunk_bytes]
-    if pending:
-        yield common_pb2.WeightChunk(data=bytes(pending))
+    for (_, t), meta in zip(named_tensors, metas, strict=True):
+        flat = t.detach().to("cpu", getattr(torch, meta.dtype)).contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy()
+        for start in range(0, raw.size, chunk_bytes):
+            yield common_pb2.WeightChunk(data=raw[start : start + chunk_bytes].tobytes())
+
+
+def stream_bound(layout: ReplicaLayout) -> int:
+    """The most bytes a weight stream to a replica of ``layout`` may declare: its weights at
+    the larger of 4 bytes and its own dtype's size an element (a learner that does not cast
+    sends fp32), and 1 MiB at least (a model with no layout)."""
+    import torch
+
+    itemsize = (
+        torch.empty(0, dtype=getattr(torch, layout.dtype)).element_size() if layout.dtype else 4
+    )
+    elements = sum(math.prod(p.shape) for p in layout.params)
+    return max(elements * max(itemsize, 4), 1 << 20)
 
 
 def receive_weights(
     chunks: Iterable[common_pb2.WeightChunk], max_bytes: int
 ) -> tuple[int, list[tuple[str, torch.Tensor]], int]:
-    """Reads a weight stream → (policy_version, named tensors, bytes received)."""
-    import torch
-
+    """Reads a weight stream of at most ``max_bytes`` → (policy_version, named tensors,
+    bytes received). Each tensor is allocated when its first byte arrives."""
     it = iter(chunks)
     first = next(it, None)
     if first is None or first.WhichOneof("payload") != "header":
@@ -170,33 +199,78 @@ def receive_weights(
     header = first.header
     if not 0 <= header.total_bytes <= max_bytes:
         raise ValueError(
-            f"weights of {header.total_bytes} bytes exceed server.max_message_bytes={max_bytes}"
+            f"weights of {header.total_bytes} bytes exceed this replica's bound of {max_bytes} "
+            "(its own weights at 4 bytes an element)"
         )
     expected = 0
     for meta in header.tensors:
+        if any(not 0 <= d < MAX_DIM for d in meta.shape):
+            raise ValueError(
+                f"tensor {meta.name!r}: a dimension of {list(meta.shape)} is out of range"
+            )
         size = tensor_nbytes(meta.dtype, list(meta.shape))
         if meta.offset_bytes != expected or meta.num_bytes != size:
             raise ValueError(f"tensor {meta.name!r}: offset/size disagree with dtype and shape")
         expected += size
     if expected != header.total_bytes:
         raise ValueError("header.total_bytes does not match the tensors it lists")
-    buffer = bytearray()
+    filler = _TensorFiller(list(header.tensors))
     for chunk in it:
         if chunk.WhichOneof("payload") != "data":
             raise ValueError("a second header inside one weight stream")
-        if len(buffer) + len(chunk.data) > header.total_bytes:
-            raise ValueError("weight stream is longer than its header says")
-        buffer += chunk.data
-    received = len(buffer)
-    if received != header.total_bytes:
-        raise ValueError(f"weight stream ended after {received} of {header.total_bytes} bytes")
-    flat = (
-        torch.frombuffer(buffer, dtype=torch.uint8)
-        if received
-        else torch.empty(0, dtype=torch.uint8)
-    )
-    tensors = []
-    for meta in header.tensors:
-        raw = flat[meta.offset_bytes : meta.offset_bytes + meta.num_bytes]
-        tensors.append((meta.name, raw.view(getattr(torch, meta.dtype)).reshape(list(meta.shape))))
-    return header.policy_version, tensors, received
+        filler.write(chunk.data)
+    if filler.received != header.total_bytes:
+        raise ValueError(
+            f"weight stream ended after {filler.received} of {header.total_bytes} bytes"
+        )
+    return header.policy_version, filler.finish(), filler.received
+
+
+class _TensorFiller:
+    """Writes a stream's bytes into its tensors in order, each allocated at its first byte."""
+
+    def __init__(self, metas: list[common_pb2.TensorMeta]) -> None:
+        self._metas = metas
+        self._done: list[tuple[str, torch.Tensor]] = []
+        self._current: tuple[torch.Tensor, object] | None = None  # tensor, its uint8 view
+        self._filled = 0
+        self.received = 0
+        self._skip_empty()
+
+    def write(self, data: bytes) -> None:
+        import numpy as np
+
+        pos = 0
+        while pos < len(data):
+            if len(self._done) == len(self._metas):
+                raise ValueError("weight stream is longer than its header says")
+            meta = self._metas[len(self._done)]
+            if self._current is None:
+                self._current = self._allocate(meta)
+            tensor, raw = self._current
+            n = min(len(data) - pos, meta.num_bytes - self._filled)
+            raw[self._filled : self._filled + n] = np.frombuffer(  # type: ignore[index]
+                data, dtype=np.uint8, count=n, offset=pos
+            )
+            pos += n
+            self._filled += n
+            self.received += n
+            if self._filled == meta.num_bytes:
+                self._done.append((meta.name, tensor))
+                self._current, self._filled = None, 0
+                self._skip_empty()
+
+    def finish(self) -> list[tuple[str, torch.Tensor]]:
+        return self._done
+
+    def _skip_empty(self) -> None:
+        while len(self._done) < len(self._metas) and self._metas[len(self._done)].num_bytes == 0:
+            meta = self._metas[len(self._done)]
+            self._done.append((meta.name, self._allocate(meta)[0]))
+
+    @staticmethod
+    def _allocate(meta: common_pb2.TensorMeta) -> tuple[torch.Tensor, object]:
+        import torch
+
+        tensor = torch.empty(list(meta.shape), dtype=getattr(torch, meta.dtype))
+        return tensor, tensor.reshape(-1).view(torch.uint8).numpy()

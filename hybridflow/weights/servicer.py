@@ -24,6 +24,7 @@ from hybridflow.weights.convert import (
     group_spec_from_proto,
     receive_weights,
     replica_description_to_proto,
+    stream_bound,
 )
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 
@@ -67,8 +68,13 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
     size, layout and dtype), and joining / receiving over the learner's torch.distributed group."""
 
     def __init__(
-        self, receiver: WeightReceiver, max_bytes: int, config: WeightSyncConfig | None = None
+        self,
+        receiver: WeightReceiver,
+        max_bytes: int | None = None,
+        config: WeightSyncConfig | None = None,
     ) -> None:
+        """``max_bytes``: the most a whole ``UpdateWeights`` stream may declare; None: the
+        replica's own weights at 4 bytes an element (``convert.stream_bound``)."""
         self._receiver = receiver
         self._max_bytes = max_bytes
         self._config = config or WeightSyncConfig()
@@ -83,6 +89,8 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
         self, request_iterator: Iterator[common_pb2.WeightChunk], context: grpc.ServicerContext
     ) -> weight_sync_pb2.UpdateWeightsResponse:
         start = time.perf_counter()
+        if self._max_bytes is None:  # the layout is the loaded model's: fixed for its life
+            self._max_bytes = stream_bound(self._receiver.weight_layout())
         version, tensors, num_bytes = receive_weights(request_iterator, self._max_bytes)
         self._receiver.load_weights(tensors, version)
         return weight_sync_pb2.UpdateWeightsResponse(

@@ -20,6 +20,9 @@ from hybridflow.types import Completion, RolloutStatus, SamplingParams, WeightUp
 
 log = logging.getLogger(__name__)
 
+MAX_POLICY_VERSION = 2**31 - 1
+"""Largest policy version a replica takes: completions carry it as an int32."""
+
 if TYPE_CHECKING:
     import torch
 
@@ -135,6 +138,11 @@ class LocalRollout:
         """Stage weights (None: what the engine's receiver staged) and apply them at once
         when idle, else before the next request (or decode step, with continue_new)."""
         start = time.perf_counter()
+        if not 0 <= policy_version <= MAX_POLICY_VERSION:
+            raise ValueError(
+                f"policy_version {policy_version} outside [0, {MAX_POLICY_VERSION}] (an int32 "
+                "on every completion)"
+            )
         if named_tensors is not None:
             self._check_weights(named_tensors)
         with self._pending_lock:
