@@ -7,8 +7,8 @@ chunks of at most ``chunk_bytes`` (a tensor's last chunk may be shorter), cast t
 replica's dtype where it asks for one. The receiver writes each chunk straight into the
 tensor it belongs to, allocated when its first byte arrives: memory grows with the bytes
 actually received, the declared ``total_bytes`` is checked against the bound and never
-allocated up front. The bound is on the whole stream (``stream_bound``: the replica's own
-weights at 4 bytes an element at least), so a model's size is not limited by what one gRPC
+allocated up front. The bound is on the whole stream (``stream_bound``: twice the replica's
+own weights at 4 bytes an element), so a model's size is not limited by what one gRPC
 message may hold (``server.max_message_bytes`` bounds each chunk).
 """
 
@@ -175,16 +175,17 @@ def iter_weight_chunks(
 
 
 def stream_bound(layout: ReplicaLayout) -> int:
-    """The most bytes a weight stream to a replica of ``layout`` may declare: its weights at
-    the larger of 4 bytes and its own dtype's size an element (a learner that does not cast
-    sends fp32), and 1 MiB at least (a model with no layout)."""
+    """The most bytes a weight stream to a replica of ``layout`` may declare: twice its
+    weights at the larger of 4 bytes and its own dtype's size an element (a learner that does
+    not cast sends fp32; a tied head travels under both its names while the layout lists it
+    once), and 1 MiB at least (a model with no layout)."""
     import torch
 
     itemsize = (
         torch.empty(0, dtype=getattr(torch, layout.dtype)).element_size() if layout.dtype else 4
     )
     elements = sum(math.prod(p.shape) for p in layout.params)
-    return max(elements * max(itemsize, 4), 1 << 20)
+    return max(2 * elements * max(itemsize, 4), 1 << 20)
 
 
 def receive_weights(
@@ -200,7 +201,7 @@ def receive_weights(
     if not 0 <= header.total_bytes <= max_bytes:
         raise ValueError(
             f"weights of {header.total_bytes} bytes exceed this replica's bound of {max_bytes} "
-            "(its own weights at 4 bytes an element)"
+            "(twice its own weights at 4 bytes an element)"
         )
     expected = 0
     for meta in header.tensors:

@@ -73,8 +73,8 @@ class WeightSyncServicer(weight_sync_pb2_grpc.WeightSyncServiceServicer):
         max_bytes: int | None = None,
         config: WeightSyncConfig | None = None,
     ) -> None:
-        """``max_bytes``: the most a whole ``UpdateWeights`` stream may declare; None: the
-        replica's own weights at 4 bytes an element (``convert.stream_bound``)."""
+        """``max_bytes``: the most a whole ``UpdateWeights`` stream may declare; None: twice
+        the replica's own weights at 4 bytes an element (``convert.stream_bound``)."""
         self._receiver = receiver
         self._max_bytes = max_bytes
         self._config = config or WeightSyncConfig()

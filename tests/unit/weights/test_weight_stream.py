@@ -105,14 +105,14 @@ def test_a_stream_over_the_bound_is_refused_before_any_byte() -> None:
         receive_weights(chunks, max_bytes=4095)
 
 
-def test_the_bound_is_the_replicas_weights_at_four_bytes_an_element() -> None:
+def test_the_bound_is_twice_the_replicas_weights_at_four_bytes_an_element() -> None:
     params = (
         ParamLayout("w", (1000, 300), "replicate", -1, 1, 0, "w"),
         ParamLayout("b", (300,), "replicate", -1, 1, 0, "b"),
     )
     elements = 1000 * 300 + 300
-    assert stream_bound(ReplicaLayout("", params, "bfloat16")) == elements * 4
-    assert stream_bound(ReplicaLayout("", params, "float64")) == elements * 8
+    assert stream_bound(ReplicaLayout("", params, "bfloat16")) == 2 * elements * 4
+    assert stream_bound(ReplicaLayout("", params, "float64")) == 2 * elements * 8
     assert stream_bound(ReplicaLayout("", (), "")) == 1 << 20
 
 
@@ -147,7 +147,9 @@ def test_a_model_larger_than_one_message_syncs_over_grpc(
     client = GrpcWeightSyncClient(server.address, ChannelConfig(max_message_bytes=limit))
     try:
         model = rollout.engine.model
-        learner = {n: p.detach().float() + 0.25 for n, p in model.named_parameters()}
+        # as a learner sends them: the state dict, a tied head under both its names
+        learner = {n: p.detach().float() + 0.25 for n, p in model.state_dict().items()}
+        assert model.config.tie_word_embeddings and "lm_head.weight" in learner
         elements = sum(t.numel() for t in learner.values())
         sent = elements * (4 if dtype == "float32" else 2)
         if dtype == "float32":
@@ -157,7 +159,8 @@ def test_a_model_larger_than_one_message_syncs_over_grpc(
         assert rollout.policy_version == 3
         for name, param in model.named_parameters():
             assert torch.equal(param.detach(), learner[name].to(param.dtype)), name
-        over = [("model.embed_tokens.weight", torch.zeros(elements + 1, dtype=torch.int32))]
+        own = sum(p.numel() for p in model.parameters())  # the tied head counted once
+        over = [("model.embed_tokens.weight", torch.zeros(2 * own + 1, dtype=torch.int32))]
         with pytest.raises(grpc.RpcError) as err:  # int32 travels as is: 4 bytes an element
             client.send(over, policy_version=4)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
