@@ -152,7 +152,7 @@ def iter_weight_chunks(
     offset = 0
     for name, t in named_tensors:
         wire = cast if cast is not None and t.is_floating_point() else t.dtype
-        num_bytes = t.numel() * torch.empty(0, dtype=wire).element_size()
+        num_bytes = t.numel() * wire.itemsize
         metas.append(
             common_pb2.TensorMeta(
                 name=name,
@@ -181,9 +181,7 @@ def stream_bound(layout: ReplicaLayout) -> int:
     once), and 1 MiB at least (a model with no layout)."""
     import torch
 
-    itemsize = (
-        torch.empty(0, dtype=getattr(torch, layout.dtype)).element_size() if layout.dtype else 4
-    )
+    itemsize = getattr(torch, layout.dtype).itemsize if layout.dtype else 4
     elements = sum(math.prod(p.shape) for p in layout.params)
     return max(2 * elements * max(itemsize, 4), 1 << 20)
 
