@@ -54,6 +54,7 @@ class CheckpointCorrupt(CheckpointRejected):
 
 
 class DeliveryFailed(ServiceError):
-    """A weight sync that reported success did not take effect on a replica: its log-probs
-    on the learner's probe differ from the learner's (ABORTED). The message names the
-    replica, the version and the difference; the job must not train on as if it had."""
+    """A weight sync did not take effect on a replica: a slice landed other than it was sent
+    (the default check), the engine left a tensor unloaded, or its log-probs on the learner's
+    probe differ from the learner's (ABORTED). The message names the replica, the version
+    and the tensor or the difference; the job must not train on as if it had."""

@@ -80,7 +80,9 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
         executor = NaiveExecutor(plan, group)
     else:
         name = f"bench-{spec.model}-{spec.label}"
-        executor = DistExecutor(plan, group, shared_memory=spec.kind == "shm", group_name=name)
+        executor = DistExecutor(
+            plan, group, shared_memory=spec.kind == "shm", group_name=name, check=spec.check
+        )
     role = plan.role(rank)
     baseline = memory_kib()
     tensors: dict[str, torch.Tensor] | None

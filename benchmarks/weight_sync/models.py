@@ -102,6 +102,23 @@ MODELS: dict[str, BenchModel] = {
         "100,094,208 parameters, fp32",
         DecoderLayout(qk_norm=True),
     ),
+    "0.5b": BenchModel(
+        "0.5b",
+        DecoderDims(
+            hidden=896,
+            intermediate=4864,
+            num_heads=14,
+            num_kv_heads=2,
+            head_dim=64,
+            vocab=151936,
+            num_layers=24,
+            tie_embeddings=True,
+            dtype="float32",
+        ),  # fmt: skip
+        "Qwen2.5-0.5B's dims (builtin:qwen2.5-0.5b-shape: q/k/v biases, 14 query heads over "
+        "2 KV heads, tied head): 494,032,768 parameters, fp32; TP 1 only (2 KV heads)",
+        DecoderLayout(qkv_bias=True),
+    ),
 }
 
 

@@ -99,6 +99,14 @@ def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
             out[f"planner_over_shm_seconds_tp{tp}"] = {
                 "value": speed, "target": 2.0, "met": speed >= 2.0,
             }  # fmt: skip
+        for kind in ("planner", "shm", "naive"):  # --check-cost: checked over unchecked
+            checked, unchecked = (
+                variants.get(f"{kind}_tp{tp}"),
+                variants.get(f"{kind}_tp{tp}_nocheck"),
+            )
+            if checked and unchecked:
+                cost = checked["seconds_per_sync"] / unchecked["seconds_per_sync"]
+                out[f"check_cost_{kind}_tp{tp}"] = {"value": cost, "target": None, "met": None}
         for label in (f"planner_tp{tp}", f"shm_tp{tp}"):
             diffs = variants.get(label, {}).get("logprob_max_abs_diff_per_sync")
             if diffs:

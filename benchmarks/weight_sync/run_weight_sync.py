@@ -21,8 +21,11 @@ ratios. Prints a table; writes JSON (hardware, versions, git commit) to
 
     PYTHONPATH=. python benchmarks/weight_sync/run_weight_sync.py --models tiny,100m --syncs 5
 
+With ``--check-cost`` each planner/shm/naive variant is followed by its twin with the
+delivery check (slice fingerprints, on by default in the services) off: ``..._nocheck``.
+
 Models: ``tiny`` (the built-in model's shapes), ``small`` (7.3M), ``100m`` (100,449,920 fp32
-parameters), ``qwen3-100m`` (Qwen3-shaped: q/k norms, grouped-query attention, tied head;
+parameters), ``0.5b`` (Qwen2.5-0.5B's dims, 494M, TP 1), ``qwen3-100m`` (Qwen3-shaped: q/k norms, grouped-query attention, tied head;
 100,094,208; no ``--parity-syncs``: the parity model is a Llama). Every spawned rank sets ``torch.set_num_threads(1)``; store and gloo ports come
 from the OS; only this script's own children are ever killed.
 """
@@ -61,6 +64,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shm", action="store_true", help="add shm_tpT: same-host pairs via shared memory"
     )
     parser.add_argument(
+        "--kinds",
+        default=None,
+        help="comma list of planner, shm, naive (default: planner,naive and shm with --shm)",
+    )
+    parser.add_argument(
+        "--check-cost", action="store_true",
+        help="after each planner/shm/naive variant, the same with the delivery check off",
+    )  # fmt: skip
+    parser.add_argument(
         "--parity-syncs", type=int, default=0, help="TP-1 log-prob parity syncs after timing"
     )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="deadline per variant")
@@ -73,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--models: need at least one model")
     if any(t < 1 for t in args.tp_sizes) or args.num_src < 1:
         parser.error("--tp / --num-src: need sizes >= 1")
+    if args.kinds and not set(args.kinds.split(",")) <= {"planner", "shm", "naive"}:
+        parser.error("--kinds: choose from planner, shm, naive")
     if args.parity_syncs < 0:
         parser.error("--parity-syncs: need >= 0")
     if args.syncs < 1 or args.warmup < 0:
@@ -142,18 +156,22 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     bucket = int(args.bucket_mib * 2**20) if args.bucket_mib else WeightSyncConfig().bucket_bytes
     chunk = args.chunk_kib * 1024 if args.chunk_kib else ChannelConfig().chunk_bytes
 
-    def spec(kind: str, tp: int) -> VariantSpec:
+    def spec(kind: str, tp: int, check: bool = True) -> VariantSpec:
         return VariantSpec(
             model=name, kind=kind, tp=tp, num_src=args.num_src, bucket_bytes=bucket,  # type: ignore[arg-type]
             chunk_bytes=chunk, num_warmup=args.warmup, num_syncs=args.syncs,
             raw_broadcast=kind == "planner", timeout_s=args.timeout_s, store_port=0,
-            parity_syncs=args.parity_syncs if kind in ("planner", "shm") else 0,
+            parity_syncs=args.parity_syncs if kind in ("planner", "shm") and check else 0,
+            check=check,
         )  # fmt: skip
 
     for tp in args.tp_sizes:  # a shape the planner cannot split fails here, before spawning
         make_plan(topology, args.num_src, [tp], bucket)
     kinds = ("planner", "shm", "naive") if args.shm else ("planner", "naive")
-    specs = [spec(kind, tp) for tp in args.tp_sizes for kind in kinds]
+    if args.kinds:
+        kinds = tuple(k for k in args.kinds.split(",") if k)
+    checks = (True, False) if args.check_cost else (True,)
+    specs = [spec(kind, tp, c) for tp in args.tp_sizes for kind in kinds for c in checks]
     if not args.no_grpc:
         specs.append(spec("grpc", 1))
     variants = {}

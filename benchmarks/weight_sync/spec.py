@@ -39,6 +39,9 @@ class VariantSpec:
     """Deadline of the group, the store and every RPC."""
     store_port: int
     """Port of the TCPStore the orchestrator serves on 127.0.0.1."""
+    check: bool = True
+    """planner/shm/naive: every slice fingerprinted on both sides (``weights/transport/
+    checked.py``, the default); False measures what that costs (label ``..._nocheck``)."""
     parity_syncs: int = 0
     """planner/shm at TP 1: after timing, this many syncs of changed weights, each followed by
     the log-prob parity of a fixed batch (destination vs the learner's full weights)."""
@@ -58,4 +61,4 @@ class VariantSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.kind}_tp{self.tp}"
+        return f"{self.kind}_tp{self.tp}" + ("" if self.check else "_nocheck")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import grpc
 import numpy as np
 
-from hybridflow.errors import Unavailable
+from hybridflow.errors import DeliveryFailed, Unavailable
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.config import ChannelConfig
 from hybridflow.types import WeightUpdateReport
@@ -89,11 +89,17 @@ class GrpcWeightSyncClient:
         return str(reply.plan_hash)
 
     def receive_weights(self, policy_version: int, timeout_s: float) -> int:
-        """Blocks while the replica receives one sync; returns the bytes it received."""
-        reply = self._stub.ReceiveWeights(
-            weight_sync_pb2.ReceiveWeightsRequest(policy_version=policy_version),
-            timeout=timeout_s,
-        )
+        """Blocks while the replica receives one sync; returns the bytes it received.
+        ``DeliveryFailed`` when its check found a slice other than was sent (ABORTED)."""
+        try:
+            reply = self._stub.ReceiveWeights(
+                weight_sync_pb2.ReceiveWeightsRequest(policy_version=policy_version),
+                timeout=timeout_s,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.ABORTED:
+                raise DeliveryFailed(exc.details() or "") from exc
+            raise
         return int(reply.num_bytes)
 
     def probe_logprobs(

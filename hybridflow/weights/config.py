@@ -49,8 +49,9 @@ class WeightSyncConfig:
     travel): adapter: serves them as a LoRA adapter (vLLM: a new adapter id per sync; hf:
     peft's layers); merged: merges them into its base weights (docs/lora.md)."""
     verify: bool = False
-    """Check every full-weight sync with the log-prob probe too (``weights/verify.py``); LoRA
-    syncs are always checked."""
+    """Also check every full-weight sync with the log-prob probe (``weights/verify.py``); LoRA
+    syncs always are. Every sync over the group is checked slice by slice in any case
+    (``weights/transport/checked.py``, docs/weight-sync.md "Every sync is checked")."""
     verify_tolerance: float = knob(1e-4, gt=0)
     """Largest |learner - replica| log-prob on the probe a verified sync may show (fp32; a
     bfloat16 replica needs ~0.1)."""

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hybridflow.errors import DeliveryFailed
 from hybridflow.types import WeightUpdateReport
 from hybridflow.weights.base import ReplicaWeightClient
 from hybridflow.weights.config import WeightSyncConfig
@@ -126,9 +127,14 @@ class DistPublisher:
                 sent = self._start(tuple(targets), version, join, receive, describe, False)
                 report, failure = self._settle(sent)
                 if failure:
+                    undelivered = _delivery_failure(sent)
+                    if undelivered is not None:
+                        raise undelivered
                     raise RuntimeError(f"weight sync to {list(targets)} failed: {failure}")
                 assert report is not None
                 return WeightUpdateReport(version, report.num_bytes, time.perf_counter() - start)
+            except DeliveryFailed:
+                raise  # a replica got other bytes than were sent: never retried, the run stops
             except Exception as exc:
                 if attempt == 2:
                     raise
@@ -219,14 +225,22 @@ class DistPublisher:
         all end within ``timeout_s`` of the shards' send; raises on any failure (a late
         receive as ``TimeoutError``)."""
         assert self._executor is not None
-        futures: list[Future[int]] = []
+        futures: dict[str, Future[int]] = {}
         if self.rank == 0:
             assert receive is not None
-            futures = [self._pool.submit(receive, t, version) for t in targets]
+            futures = {t: self._pool.submit(receive, t, version) for t in targets}
         try:
             self._executor.sync(shards)
             deadline = time.monotonic() + self.config.timeout_s
-            received = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+            received = []
+            for target, future in futures.items():
+                try:
+                    received.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+                except DeliveryFailed as exc:  # its check found a slice other than was sent
+                    raise DeliveryFailed(
+                        f"weights v{version} did not reach replica {target} intact; it stays "
+                        f"on its previous weights: {exc}"
+                    ) from exc
         except FutureTimeout as exc:
             raise TimeoutError(f"weight sync to {list(targets)} timed out") from exc
         return WeightUpdateReport(version, max(received, default=0), time.perf_counter() - start)
@@ -372,3 +386,10 @@ def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:
     flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
     dist.all_reduce(flag, group=group)
     return int(flag.item()) == 0
+
+
+def _delivery_failure(sent: Future[WeightUpdateReport]) -> DeliveryFailed | None:
+    """The ``DeliveryFailed`` a settled send raised on this rank (rank 0: a replica's check
+    refused what arrived), if that is how it failed."""
+    error = sent.exception(timeout=0) if sent.done() else None
+    return error if isinstance(error, DeliveryFailed) else None

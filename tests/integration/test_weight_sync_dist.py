@@ -210,3 +210,79 @@ def test_a_bf16_replica_of_an_fp32_learner_gets_its_weights_in_bf16(tiny_model_p
     finally:
         for s in (learner_server, bf16, fp32):
             s.stop(0)
+
+
+@pytest.mark.parametrize("shared_memory", ["off", "auto"], ids=["sockets", "shared-memory"])
+def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
+    tiny_model_path, monkeypatch, shared_memory
+):
+    """Every sync is checked by default: the learner drops one tensor's slice on its way to
+    the second replica only (over the sockets, or in its same-host copy); that replica
+    refuses the update before staging it, and the learner's publish fails with
+    ``DeliveryFailed`` (never retried) naming the replica and the tensor. The replica keeps
+    serving its previous weights; once the fault is gone the next publish delivers."""
+    import dataclasses
+
+    from hybridflow.errors import DeliveryFailed
+    from hybridflow.weights.transport import executors, same_host
+
+    skipped = "model.layers.1.mlp.up_proj.weight"
+    cfg = WeightSyncConfig(transport="dist", timeout_s=30, shared_memory=shared_memory)
+    learner_server, core = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
+    )
+    servers = [start_rollout_server(tiny_model_path, seed=i)[0] for i in range(2)]
+    learner = GrpcLearnerClient(learner_server.address)
+    rollouts = [GrpcRolloutClient(s.address) for s in servers]
+    victim = 2  # weight-sync group rank of the second replica (the learner is rank 0)
+
+    def without_skipped(bucket):
+        if bucket.peer != victim:
+            return bucket
+        return dataclasses.replace(bucket, ops=tuple(o for o in bucket.ops if o.name != skipped))
+
+    pack, write = executors.pack, same_host.SharedDestinations.write
+    skipped_in_copy = []
+
+    def write_without_skipped(self, bucket, shards, sync):  # its copies are planned at join
+        copies = [stage[bucket.bucket_id] for stage in self.destinations[bucket.peer].copies]
+        kept = [list(c) for c in copies]
+        if bucket.peer == victim:
+            skipped_in_copy.append(bucket.bucket_id)
+            for c in copies:
+                c[:] = [copy for copy in c if copy[1] != skipped]
+        try:
+            write(self, bucket, shards, sync)
+        finally:
+            for c, k in zip(copies, kept):
+                c[:] = k
+
+    monkeypatch.setattr(executors, "pack", lambda b, t, buf: pack(without_skipped(b), t, buf))
+    monkeypatch.setattr(same_host.SharedDestinations, "write", write_without_skipped)
+    monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)  # all packed
+    sent_attempts = []
+    send = executors.DistExecutor._send
+    monkeypatch.setattr(
+        executors.DistExecutor,
+        "_send",
+        lambda s, shards: sent_attempts.append(1) or send(s, shards),
+    )
+    try:
+        train_once(rollouts[0], learner, 0)
+        with pytest.raises(DeliveryFailed) as err:
+            learner.publish_weights([s.address for s in servers])
+        message = str(err.value)
+        assert f"replica {servers[1].address}" in message and skipped in message, message
+        assert len(sent_attempts) == 1  # not retried
+        assert bool(skipped_in_copy) == (shared_memory == "auto")  # the path under test
+        assert rollouts[1].status().policy_version == 0  # refused before staging
+        assert rollouts[1].generate(PROBE[:1], SamplingParams(max_new_tokens=2))  # still serves
+        monkeypatch.undo()
+        report = learner.publish_weights([s.address for s in servers])
+        assert report.policy_version == 1
+        for rollout in rollouts:
+            assert rollout.status().policy_version == 1
+            assert probe_parity(rollout, learner) <= 1e-4
+    finally:
+        for s in [learner_server, *servers]:
+            s.stop(0)

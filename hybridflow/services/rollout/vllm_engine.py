@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from hybridflow.arrays import FloatArray, TokenArray, as_tokens
-from hybridflow.errors import Unavailable
+from hybridflow.errors import DeliveryFailed, Unavailable
 from hybridflow.services.rollout import vllm_lora
 from hybridflow.services.rollout.requests import Cancelled, ShouldStop, check_token_request
 from hybridflow.services.rollout.vllm_runtime import (
@@ -121,6 +121,8 @@ class VLLMEngine:
             raise ValueError(f"rollout.engine=vllm cannot take {path}: {exc}") from exc
         self.max_model_len = int(max_model_len or hf_config.max_position_embeddings)
         lora_layers = self._lora if self._lora_mode == "adapter" else None
+        self._unservable: str | None = None
+        """Why a reload left the weights part old, part new (``_check_loaded``); None: fine."""
         self._runtime = VLLMRuntime.start(
             engine_args(
                 path,
@@ -181,8 +183,9 @@ class VLLMEngine:
 
     @property
     def dead_reason(self) -> str | None:
-        """Why the engine cannot serve any more (a worker process died), else None."""
-        return self._runtime.dead_reason
+        """Why the engine cannot serve any more (a worker process died, or a reload left
+        weights unloaded), else None."""
+        return self._runtime.dead_reason or self._unservable
 
     def on_dead(self, callback: Callable[[str], None]) -> None:
         """``callback(reason)`` once a worker process dies: from the runtime's watcher
@@ -191,6 +194,8 @@ class VLLMEngine:
 
     def _check_alive(self) -> None:
         self._runtime.check_alive()
+        if self._unservable is not None:
+            raise Unavailable(self._unservable)
 
     # ------------------------------------------------------------------ generation
 
@@ -411,7 +416,7 @@ class VLLMEngine:
         if self._adapters is not None:
             self._apply_adapters_locked(named_tensors, policy_version)
         elif named_tensors is None:
-            self._rpc("hf_apply_staged")
+            self._check_loaded(self._rpc("hf_apply_staged"), policy_version)
         else:
             tensors = list(named_tensors)
             self.check_weights(tensors)
@@ -421,8 +426,25 @@ class VLLMEngine:
                     f"load_weights: the vllm engine takes whole checkpoints; missing "
                     f"{sorted(missing)[:3]}"
                 )
-            self._rpc("hf_load_weights", [(n, t.detach().cpu()) for n, t in tensors])
+            loaded = self._rpc("hf_load_weights", [(n, t.detach().cpu()) for n, t in tensors])
+            self._check_loaded(loaded, policy_version)
         self.policy_version = int(policy_version)
+
+    def _check_loaded(self, unloaded: Sequence[list[str]], policy_version: int) -> None:
+        """Fails closed when any TP rank's reload left a parameter unloaded (its worker's
+        answer, ``vllm_worker._reload``): the weights are now part old and part new, so the
+        engine stops serving (``dead_reason``) and the sync fails with ``DeliveryFailed``
+        naming the rank and the tensors."""
+        failed = [(rank, names) for rank, names in enumerate(unloaded) if names]
+        if not failed:
+            return
+        rank, names = failed[0]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self._unservable = (
+            f"weights v{policy_version} were not applied whole on TP rank {rank}: vLLM's "
+            f"loaders left {shown} unloaded; this replica no longer serves"
+        )
+        raise DeliveryFailed(self._unservable)
 
     def _apply_adapters_locked(
         self, named_tensors: Sequence[tuple[str, torch.Tensor]] | None, policy_version: int
@@ -531,7 +553,12 @@ class VLLMEngine:
         """One sync into the workers' staging buffers: (None: staged there, bytes received
         by all TP ranks together)."""
         with self._lock:
-            return None, int(sum(self._rpc("hf_receive_weights")))
+            answers = self._rpc("hf_receive_weights")
+        failed = [(rank, a) for rank, a in enumerate(answers) if isinstance(a, str)]
+        if failed:
+            rank, message = failed[0]
+            raise DeliveryFailed(f"TP rank {rank}: {message}")
+        return None, int(sum(answers))
 
     def _rpc(self, method: str, *args: Any) -> list[Any]:
         return self._runtime.rpc(method, *args)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hybridflow.errors import DeliveryFailed
 from hybridflow.models.families import DecoderDims, ModelFamily, family_of_config
 from hybridflow.resharding.coverage import check_same_params
 from hybridflow.resharding.layout import layout_of
@@ -102,10 +103,10 @@ class WeightSyncWorker(RoutingCaptureWorker):
 
     # ------------------------------------------------------------------ whole checkpoints
 
-    def hf_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        """Reload from whole (unsharded) tensors; vLLM cuts this rank's part itself."""
-        self._reload(self._with_tied_head(named_tensors), sharded=False)
-        return sum(t.numel() * t.element_size() for _, t in named_tensors)
+    def hf_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> list[str]:
+        """Reload from whole (unsharded) tensors; vLLM cuts this rank's part itself. The
+        parameters vLLM's loaders left unloaded (``_reload``)."""
+        return self._reload(self._with_tied_head(named_tensors), sharded=False)
 
     # ------------------------------------------------------------------ weight-sync group
 
@@ -130,25 +131,31 @@ class WeightSyncWorker(RoutingCaptureWorker):
         group_spec = GroupSpec(**{**spec, "replica_tp_sizes": tuple(spec["replica_tp_sizes"])})
         return receiver.join(group_spec, replica_index)
 
-    def hf_receive_weights(self) -> int:
-        """Receive this rank's slices of one sync into staging; returns the bytes received."""
+    def hf_receive_weights(self) -> int | str:
+        """Receive this rank's slices of one sync into staging; returns the bytes received,
+        or, when a slice did not arrive as sent (``DeliveryFailed``), the check's message
+        (an exception's type does not survive vLLM's collective RPC)."""
         receiver = getattr(self, "_hf_receiver", None)
         if receiver is None:
             raise ValueError("no weight-sync group: call JoinWeightSync first")
-        tensors, num_bytes = receiver.receive()
+        try:
+            tensors, num_bytes = receiver.receive()
+        except DeliveryFailed as exc:
+            return str(exc)
         self._hf_staged = tensors
         return num_bytes
 
-    def hf_apply_staged(self) -> None:
-        """Load what the last ``hf_receive_weights`` staged."""
+    def hf_apply_staged(self) -> list[str]:
+        """Load what the last ``hf_receive_weights`` staged; the parameters vLLM's loaders
+        left unloaded (``_reload``)."""
         staged = getattr(self, "_hf_staged", None)
         if staged is None:
             raise ValueError("no staged weights to apply")
         receiver: DistReceiver = self._hf_receiver
         sharded = receiver.tp_size > 1
         tensors = self._in_full_size(staged, receiver) if sharded else staged
-        self._reload(self._with_tied_head(tensors), sharded=sharded)
         self._hf_staged = None
+        return self._reload(self._with_tied_head(tensors), sharded=sharded)
 
     # ------------------------------------------------------------------ LoRA adapters
 
@@ -231,12 +238,52 @@ class WeightSyncWorker(RoutingCaptureWorker):
             out.append((name, tensor if full is None else full))
         return out
 
-    def _reload(self, named_tensors: list[tuple[str, torch.Tensor]], sharded: bool) -> None:
+    def _reload(self, named_tensors: list[tuple[str, torch.Tensor]], sharded: bool) -> list[str]:
+        """Reloads through vLLM's loaders; returns the model's parameters they did not load
+        (vLLM itself only logs them: a name its loader does not know is skipped silently, and
+        the replica would serve the old tensor under the new version)."""
         model = self.model_runner.get_model()
-        with _presharded_linears(model, sharded):
+        with _presharded_linears(model, sharded), _loaded_names(model) as loaded:
             self.reload_weights(weights_iterator=iter(named_tensors))
         _prepack_cpu_experts(model)
         self._hf_reattach_routing()
+        if loaded is None or not loaded.reported:
+            return []  # a model whose load_weights reports nothing: nothing to compare
+        return sorted(loaded.expected - loaded.names)
+
+
+class _Loaded:
+    """The parameter names a reload was to load and those vLLM's ``load_weights`` reported."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.expected = {n.replace(".base_layer.", ".") for n, _ in model.named_parameters()}
+        self.names: set[str] = set()
+        self.reported = False
+        """Whether ``load_weights`` returned a set (some models return None)."""
+
+
+@contextmanager
+def _loaded_names(model: torch.nn.Module) -> Iterator[_Loaded | None]:
+    """Records what ``model.load_weights`` returns while the block runs (vLLM's reload calls
+    it once and keeps the set to log); None for a model without the method."""
+    original = getattr(model, "load_weights", None)
+    if original is None:
+        yield None
+        return
+    loaded = _Loaded(model)
+
+    def recording(weights: Iterable[tuple[str, torch.Tensor]]) -> Any:
+        result = original(weights)
+        if result is not None:
+            loaded.reported = True
+            loaded.names.update(result)
+        return result
+
+    model.load_weights = recording  # type: ignore[method-assign,assignment]
+    try:
+        yield loaded
+    finally:
+        del model.load_weights  # the class's method again
 
 
 def _prepack_cpu_experts(model: torch.nn.Module) -> int:
