@@ -26,6 +26,12 @@ class WeightSyncConfig:
     into (CPU/gloo groups; one model-sized buffer in /dev/shm per rollout rank, a second while
     an update waits to be applied), the rest over the group's sockets; off: sockets for every
     pair."""
+    delta: bool = False
+    """planner only: after a group's first sync, the buckets that go over sockets (not a
+    same-host copy) carry only the elements that changed since the last sync, as indices and
+    values in the wire dtype (``transport/delta.py``; exact: the replica ends bit-equal to a
+    full sync, which the delivery check verifies). Costs one more copy of the weights on each
+    side; a rebuilt group (a failure, a replica joining or leaving) starts with a full sync."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: nccl when the learner runs on CUDA, else gloo."""
     store_host: str = knob("127.0.0.1", free="an address, checked when the group forms")

@@ -41,6 +41,7 @@ def group_spec_to_proto(
         bucket_bytes=spec.bucket_bytes,
         executor=spec.executor,
         timeout_s=spec.timeout_s,
+        delta=spec.delta,
     )
 
 
@@ -77,6 +78,7 @@ def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSp
         bucket_bytes=msg.bucket_bytes,
         executor=msg.executor,
         timeout_s=msg.timeout_s,
+        delta=msg.delta,
     )
 
 

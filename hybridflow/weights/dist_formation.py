@@ -99,12 +99,17 @@ def make_executor(
     group: WeightSyncGroup,
     group_name: str,
     shared_memory: bool = True,
+    delta: bool = False,
 ) -> DistExecutor | NaiveExecutor:
     """The executor every rank of the group builds (the planner's setup is collective).
     ``shared_memory``: this rank offers shared memory to its same-host peers; a pair uses it
-    only when both offer (a learner with ``weight_sync.shared_memory: off`` offers nothing)."""
+    only when both offer (a learner with ``weight_sync.shared_memory: off`` offers nothing).
+    ``delta``: the planner's socket buckets carry what changed after the first sync (the
+    group's spec says so to every rank; the naive oracle always sends everything)."""
     if kind == "planner":
-        return DistExecutor(plan, group, shared_memory=shared_memory, group_name=group_name)
+        return DistExecutor(
+            plan, group, shared_memory=shared_memory, group_name=group_name, delta=delta
+        )
     if kind == "naive":
         return NaiveExecutor(plan, group)
     raise ValueError(f"weight_sync.executor must be planner or naive, got {kind!r}")
@@ -215,6 +220,7 @@ def form_group(
         config.bucket_bytes,
         config.executor,
         config.timeout_s,
+        config.delta,
     )
     joins: list[Future[str]] = []
     if rank == 0:
@@ -242,7 +248,9 @@ def form_group(
         check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
         # Before waiting for the joins: a replica's join returns once its executor is built,
         # and the planner's setup is collective (shared-memory pairs meet in the store).
-        executor = make_executor(spec.executor, plan, group, name, config.shared_memory == "auto")
+        executor = make_executor(
+            spec.executor, plan, group, name, config.shared_memory == "auto", spec.delta
+        )
         for f in joins:
             replica_hash = f.result(timeout=spec.timeout_s)
             if replica_hash != plan.content_hash():
@@ -309,7 +317,7 @@ def join_group(
     )
     try:
         check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
-        executor = make_executor(spec.executor, plan, group, spec.group_name)
+        executor = make_executor(spec.executor, plan, group, spec.group_name, delta=spec.delta)
     except Exception:
         group.abort()
         raise

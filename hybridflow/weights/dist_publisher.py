@@ -243,6 +243,17 @@ class DistPublisher:
                     ) from exc
         except FutureTimeout as exc:
             raise TimeoutError(f"weight sync to {list(targets)} timed out") from exc
+        delta = getattr(self._executor, "last_delta", None)
+        if delta is not None and delta.num_elements:
+            log.info(
+                "weights v%d: delta from learner rank %d: %.3f%% of %d elements changed, "
+                "%d bytes sent",
+                version,
+                self.rank,
+                100.0 * delta.num_changed / delta.num_elements,
+                delta.num_elements,
+                delta.num_bytes,
+            )
         return WeightUpdateReport(version, max(received, default=0), time.perf_counter() - start)
 
     def _local(self) -> dict[str, torch.Tensor]:

@@ -32,6 +32,8 @@ class GroupSpec:
     """"planner" (point-to-point along the plan) or "naive" (gather + broadcast oracle)."""
     timeout_s: float
     """Seconds any collective of the group may take before it fails."""
+    delta: bool = False
+    """After the first sync, socket buckets carry only what changed (``transport/delta``)."""
 
 
 @dataclass(frozen=True)

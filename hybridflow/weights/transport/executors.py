@@ -34,6 +34,12 @@ from hybridflow.errors import DeliveryFailed
 from hybridflow.resharding.plan import TransferPlan
 from hybridflow.resharding.topology import fsdp_dim0_rows, part_slices
 from hybridflow.weights.transport.checked import LandedSlices, SentSlices, check_tag
+from hybridflow.weights.transport.delta import (
+    DeltaCounts,
+    DeltaDestination,
+    DeltaSource,
+    payload_bytes,
+)
 from hybridflow.weights.transport.fingerprint import CHUNK_ELEMENTS, fingerprint
 from hybridflow.weights.transport.group import WeightSyncGroup
 from hybridflow.weights.transport.reference import allocate_destination, torch_dtype
@@ -110,13 +116,15 @@ class DistExecutor:
         shared_memory: bool = False,
         group_name: str = "group",
         check: bool = True,
+        delta: bool = False,
     ) -> None:
         """``num_buffers``: socket buckets in flight per rank. ``shared_memory``: offer
         same-host pairs a shared staging buffer (collective: every rank of the group builds its
         executor, whatever it offers). ``group_name`` goes into segment names, so it should be
         unique per group (a rebuilt group gets a new one). ``check``: fingerprint every slice
         on both sides (``checked``); every rank of the group must pass the same (off only to
-        measure what the check costs)."""
+        measure what the check costs). ``delta``: after the first sync, socket buckets carry
+        only what changed (``delta``); every rank must pass the same."""
         _check_group(plan, group)
         self.check = check
         if num_buffers < 1:
@@ -131,6 +139,15 @@ class DistExecutor:
             torch.empty(size, dtype=torch.uint8, device=group.device) for _ in range(num_buffers)
         ]
         self._num_syncs = 0
+        over_sockets = any(b.peer not in shared for b in self.buckets)
+        self._delta_source = (
+            DeltaSource() if delta and over_sockets and self.role.is_source else None
+        )
+        self._delta_destination = (
+            DeltaDestination() if delta and over_sockets and not self.role.is_source else None
+        )
+        self.last_delta: DeltaCounts | None = None
+        """What the last sync's delta buckets held on this rank (None: it sent them whole)."""
 
     @property
     def shared_peers(self) -> tuple[int, ...]:
@@ -172,12 +189,27 @@ class DistExecutor:
         if shared is not None:
             shared.begin()
         sent = SentSlices(self.group, check_tag(self.plan.num_buckets)) if self.check else None
+        delta = self._delta_source if self._delta_source and self._delta_source.has_base else None
+        counts = DeltaCounts()
+        self.last_delta = None
+        inflight: deque[tuple[list[torch.distributed.Work], torch.Tensor, torch.Tensor]] = deque()
         pending: deque[torch.distributed.Work] = deque()
         total, nbuf, k = 0, len(self._buffers), 0  # k: socket buckets so far (buffer index)
         for bucket in self.buckets:
             total += _payload(bucket)
             if shared is not None and bucket.peer in shared.destinations:
                 shared.write(bucket, shards, self._num_syncs)
+            elif delta is not None:
+                while len(inflight) >= nbuf:  # bounds the encoded buckets held at once
+                    for work in inflight.popleft()[0]:
+                        work.wait()
+                header, payload, bucket_counts = delta.encode(bucket, shards)
+                counts.add(bucket_counts)
+                works = [self.group.send(header, bucket.peer, bucket.bucket_id)]
+                if payload.numel():
+                    tag = delta_tag(self.plan.num_buckets, bucket.bucket_id)
+                    works.append(self.group.send(payload, bucket.peer, tag))
+                inflight.append((works, header, payload))  # alive until their sends end
             else:
                 if len(pending) == nbuf:
                     pending.popleft().wait()  # frees the buffer bucket k reuses
@@ -191,11 +223,19 @@ class DistExecutor:
                 sent.add(bucket, shards)
         for work in pending:
             work.wait()
+        for works, _, _ in inflight:
+            for work in works:
+                work.wait()
         if shared is not None:
             shared.finish()
         if sent is not None:
             sent.send()
             sent.wait()
+        if self._delta_source is not None:  # the base of the next delta
+            self._delta_source.remember(shards)
+        if delta is not None:
+            self.last_delta = counts
+            return total - _socket_payload(self.buckets, shared) + counts.num_bytes
         return total
 
     def _receive(self, tensors: Tensors | None) -> tuple[dict[str, torch.Tensor], int]:
@@ -226,6 +266,15 @@ class DistExecutor:
             if self.check
             else None
         )
+        delta = self._delta_destination
+        if delta is not None and delta.has_base:
+            received = self._receive_deltas(buckets, out, landed)
+            if shared is not None:
+                shared.finish(self._num_syncs, out)
+            if landed is not None:
+                landed.add_all([b for b in self.buckets if b.peer in peers], out, CHECK_THREADS)
+                landed.verify()
+            return out, received + sum(_payload(b) for b in self.buckets if b.peer in peers)
         for k in range(min(nbuf, len(buckets))):
             post(k)
         for k, bucket in enumerate(buckets):
@@ -242,11 +291,53 @@ class DistExecutor:
             shared_buckets = [b for b in self.buckets if b.peer in peers]
             landed.add_all(shared_buckets, out, threads=CHECK_THREADS)
             landed.verify()
+        if delta is not None:  # a full sync, checked: the base of the next delta
+            delta.remember(out)
         return out, sum(_payload(b) for b in self.buckets)
+
+    def _receive_deltas(
+        self,
+        buckets: list[RankBucket],
+        out: dict[str, torch.Tensor],
+        landed: LandedSlices | None,
+    ) -> int:
+        """The socket buckets of a delta sync, one after the other (header, then the payload
+        it announces), each decoded onto the base and fingerprinted; the bytes received."""
+        delta = self._delta_destination
+        assert delta is not None
+        received, counts = 0, DeltaCounts()
+        for bucket in buckets:
+            header = torch.empty(len(bucket.ops), dtype=torch.int64, device=self.group.device)
+            self.group.recv(header, bucket.peer, bucket.bucket_id).wait()
+            size = payload_bytes(bucket.ops, header)
+            payload = torch.empty(size, dtype=torch.uint8, device=self.group.device)
+            if size:
+                tag = delta_tag(self.plan.num_buckets, bucket.bucket_id)
+                self.group.recv(payload, bucket.peer, tag).wait()
+            counts.num_changed += delta.decode(bucket, header, payload, out)
+            counts.num_elements += sum(op.num_bytes // op.dtype.itemsize for op in bucket.ops)
+            counts.num_bytes += header.numel() * 8 + size
+            if landed is not None:
+                landed.add(bucket, out)
+        self.last_delta = counts
+        received += counts.num_bytes
+        return received
 
 
 def _payload(bucket: RankBucket) -> int:
     return sum(op.num_bytes for op in bucket.ops)
+
+
+def _socket_payload(buckets: list[RankBucket], shared: SharedDestinations | None) -> int:
+    """Of ``buckets``' payload, what a full sync sends over the sockets."""
+    peers = shared.destinations if shared is not None else {}
+    return sum(_payload(b) for b in buckets if b.peer not in peers)
+
+
+def delta_tag(num_buckets: int, bucket_id: int) -> int:
+    """The tag of a delta bucket's payload (its header goes under the bucket's id): above
+    the same-host tokens' and the fingerprints' tags (``checked.check_tag``)."""
+    return num_buckets + 3 + bucket_id
 
 
 def _direct_view(bucket: RankBucket, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
