@@ -116,7 +116,7 @@ MODELS: dict[str, BenchModel] = {
             dtype="float32",
         ),  # fmt: skip
         "Qwen2.5-0.5B's dims (builtin:qwen2.5-0.5b-shape: q/k/v biases, 14 query heads over "
-        "2 KV heads, tied head): 494,032,768 parameters, fp32; TP 1 only (2 KV heads)",
+        "2 KV heads, tied head): 494,032,768 parameters, fp32",
         DecoderLayout(qkv_bias=True),
     ),
 }

@@ -129,8 +129,11 @@ def calibrate(results_path: Path) -> dict[str, Any]:
     points = []
     for name, model in results["models"].items():
         topology = topology_of(get_model(name))
+        unchecked = any(label.endswith("_nocheck") for label in model["variants"])
         for label, variant in model["variants"].items():
-            if variant["kind"] != "planner":
+            # the wire alone where the run measured it (--check-cost: the delivery check's
+            # fingerprints are compute, not a link)
+            if variant["kind"] != "planner" or label.endswith("_nocheck") != unchecked:
                 continue
             plan = make_plan(
                 topology, model["num_src_ranks"], [variant["tp"]], model["bucket_bytes"]

@@ -24,6 +24,12 @@ comes after another thread logs a warning naming them.
 
 What it costs: memory a process freed is not returned to the system until it exits, so its
 resident size stays at its peak (which a learner or an engine reaches every step anyway).
+Several ranks on one host (torchrun's ``LOCAL_WORLD_SIZE`` over 1) keep glibc's defaults
+unless ``HYBRIDFLOW_MALLOC=keep``: each would hold its own peak, and the 0.5B-shape config's
+two FSDP ranks beside a vLLM replica reached 10 GB each at their first step and the kernel
+killed one on a 23 GB machine (``benchmarks/LOG.md``, 2026-12-07); with the defaults they
+fit, at 51 s a step.
+
 The services that run torch compute call ``keep_freed_memory`` first thing in ``main``
 (``hybridflow.main.bootstrap.setup_torch_process`` calls it too, for other callers). ``HYBRIDFLOW_MALLOC=keep`` or
 ``system`` decides for every service instead. Elsewhere than glibc (macOS, musl) nothing
@@ -42,8 +48,8 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 ENV = "HYBRIDFLOW_MALLOC"
-"""``keep`` or unset: ``keep_freed_memory`` applies; ``system``: the C allocator is left as
-it is."""
+"""``keep``: ``keep_freed_memory`` applies; unset: it applies unless several ranks share the
+host; ``system``: the C allocator is left as it is."""
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -59,7 +65,8 @@ _applied = False
 
 def keep_freed_memory() -> bool:
     """Tunes glibc's malloc for a process that reuses large tensors: no ``mmap`` per
-    large block, no trimming, one arena, unless ``HYBRIDFLOW_MALLOC=system``. True if applied
+    large block, no trimming, one arena, unless ``HYBRIDFLOW_MALLOC=system`` (or, unset,
+    several torchrun ranks share this host: module doc). True if applied
     (now or before); False where not asked, or where the C library is not glibc. Safe to call
     more than once."""
     global _applied
@@ -68,7 +75,7 @@ def keep_freed_memory() -> bool:
     choice = os.environ.get(ENV, "").strip().lower()
     if choice not in ("", "keep", "system"):
         raise ValueError(f"{ENV}={choice!r}: expected 'keep' or 'system' (or unset)")
-    if choice == "system":
+    if choice == "system" or (choice == "" and _ranks_on_this_host() > 1):
         return False
     mallopt = _glibc_mallopt()
     if mallopt is None:
@@ -96,6 +103,14 @@ def keep_freed_memory() -> bool:
             ", ".join(early),
         )
     return True
+
+
+def _ranks_on_this_host() -> int:
+    """torchrun's ``LOCAL_WORLD_SIZE`` (1 outside torchrun)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def other_threads() -> list[str]:

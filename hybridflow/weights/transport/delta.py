@@ -45,7 +45,8 @@ class DeltaCounts:
     num_elements: int = 0
     """Elements compared."""
     num_changed: int = 0
-    """Of them, those that changed (a slice sent whole counts whole)."""
+    """Of them, those that changed (at the source; a destination counts a slice that came
+    whole as all changed)."""
     num_bytes: int = 0
     """Header and payload bytes."""
 
@@ -98,7 +99,7 @@ class DeltaSource:
             if n * (INDEX_BYTES + current.element_size()) >= op.num_bytes:
                 counts.append(WHOLE)
                 parts.append(current.contiguous().reshape(-1).view(torch.uint8))
-                stats.num_changed += current.numel()
+                stats.num_changed += n
             else:
                 counts.append(n)
                 index = changed.reshape(-1).nonzero().squeeze(1).to(torch.int32)

@@ -69,11 +69,14 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(env_value: str | None) -> subprocess.CompletedProcess[str]:
+def run_child(env_value: str | None, ranks: int | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("HYBRIDFLOW_MALLOC", None)
+    env.pop("LOCAL_WORLD_SIZE", None)
     if env_value is not None:
         env["HYBRIDFLOW_MALLOC"] = env_value
+    if ranks is not None:
+        env["LOCAL_WORLD_SIZE"] = str(ranks)
     return subprocess.run(
         [sys.executable, "-c", CHILD],
         capture_output=True,
@@ -83,8 +86,8 @@ def run_child(env_value: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
-def figures(env_value: str | None) -> dict[str, int]:
-    done = run_child(env_value)
+def figures(env_value: str | None, ranks: int | None = None) -> dict[str, int]:
+    done = run_child(env_value, ranks)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -112,6 +115,16 @@ def test_keep_is_what_unset_means() -> None:
     asked = figures("keep")
     assert asked["applied"] is True and asked["mmapped_by_block"] == 0
     assert asked["mmapped_by_thread_block"] == 0
+
+
+def test_ranks_sharing_a_host_keep_glibc_defaults_unless_asked() -> None:
+    # Each would hold its own peak: two 0.5B-shape FSDP ranks beside vLLM did not fit 23 GB.
+    shared = figures(None, ranks=2)
+    assert shared["applied"] is False and shared["mmapped_by_block"] >= 64 << 20
+    alone = figures(None, ranks=1)
+    assert alone["applied"] is True and alone["mmapped_by_block"] == 0
+    asked = figures("keep", ranks=2)
+    assert asked["applied"] is True and asked["mmapped_by_block"] == 0
 
 
 def test_a_bad_value_is_refused_with_its_name() -> None:
