@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -25,6 +27,7 @@ from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.reward.scorers import RewardScorer
 from hybridflow.services.reward.servicer import SERVICE_NAME as REWARD_SERVICE
 from hybridflow.services.reward.servicer import RewardServicer
+from hybridflow.services.rollout.local import MAX_POLICY_VERSION
 from hybridflow.services.rollout.requests import RequestLimits
 from hybridflow.types import TrainSample
 from hybridflow.v1 import (
@@ -134,13 +137,22 @@ def _fuzz_rollout(model_path, num_messages: int) -> FuzzReport:  # noqa: ANN001
             rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
             weight_sync_pb2.DESCRIPTOR.services_by_name["WeightSyncService"],
         ]
-        norm = torch.ones(32)  # model.norm.weight of the tiny model
+        # model.norm.weight, the size of the model's hidden state (a seed of the wrong size
+        # is refused every time, and a valid stream was then only ever reached by chance)
+        hidden = json.loads((Path(model_path) / "config.json").read_text())["hidden_size"]
+        norm = torch.ones(hidden)
+        # The largest version a replica takes: versions never go backwards, so any smaller
+        # seed is refused once a mutated one with a larger version was applied (which the
+        # fuzzer's sequence decides; adding a proto field once reshuffled it).
         header = common_pb2.WeightHeader(
-            policy_version=1,
+            policy_version=MAX_POLICY_VERSION,
             total_bytes=norm.numel() * 4,
             tensors=[
                 common_pb2.TensorMeta(
-                    name="model.norm.weight", dtype="float32", shape=[32], num_bytes=128
+                    name="model.norm.weight",
+                    dtype="float32",
+                    shape=[hidden],
+                    num_bytes=norm.numel() * 4,
                 )
             ],
         )
