@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hybridflow.weights.transport.fingerprint import int_view
 from hybridflow.weights.transport.replay import CopyOp, RankBucket
 
 WHOLE = -1
@@ -34,8 +35,6 @@ WHOLE = -1
 
 INDEX_BYTES = 4
 """Each changed element's flat index in its slice (int32: a slice holds < 2^31 elements)."""
-
-_INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass
@@ -54,10 +53,6 @@ class DeltaCounts:
         self.num_elements += other.num_elements
         self.num_changed += other.num_changed
         self.num_bytes += other.num_bytes
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_INT_OF_WIDTH[t.element_size()])
 
 
 class DeltaSource:
@@ -92,7 +87,7 @@ class DeltaSource:
         for op in bucket.ops:
             current = shards[op.name][op.index]
             sent = self._sent[op.name][op.index]
-            changed = _bits(current) != _bits(sent)
+            changed = int_view(current) != int_view(sent)
             values = current[changed]
             n = values.numel()
             stats.num_elements += current.numel()

@@ -251,6 +251,35 @@ class DistExecutor:
             out = allocate_destination(self.plan, role.replica, role.tp_rank, self.group.device)
         peers = shared.peers if shared is not None else ()
         buckets = [b for b in self.buckets if b.peer not in peers]  # over the sockets
+        landed = (
+            LandedSlices(self.group, check_tag(self.plan.num_buckets), self.buckets)
+            if self.check
+            else None
+        )
+        delta = self._delta_destination
+        if delta is not None and delta.has_base:
+            over_sockets = self._receive_deltas(buckets, out, landed)
+        else:
+            self._receive_whole(buckets, out, landed)
+            over_sockets = sum(_payload(b) for b in buckets)
+        if shared is not None:
+            shared.finish(self._num_syncs, out)
+        if landed is not None:
+            shared_buckets = [b for b in self.buckets if b.peer in peers]
+            landed.add_all(shared_buckets, out, threads=CHECK_THREADS)
+            landed.verify()
+        if delta is not None and not delta.has_base:  # a full sync, checked: the next's base
+            delta.remember(out)
+        return out, over_sockets + sum(_payload(b) for b in self.buckets if b.peer in peers)
+
+    def _receive_whole(
+        self,
+        buckets: list[RankBucket],
+        out: dict[str, torch.Tensor],
+        landed: LandedSlices | None,
+    ) -> None:
+        """The socket buckets as they are: ``num_buffers`` receives posted ahead, each bucket
+        unpacked (or landed in place) and fingerprinted while the next is on the wire."""
         nbuf = len(self._buffers)
         posted: deque[torch.distributed.Work] = deque()
 
@@ -261,20 +290,6 @@ class DistExecutor:
                 buffer = self._buffers[k % nbuf][: b.num_bytes]
             posted.append(self.group.recv(buffer, b.peer, b.bucket_id))
 
-        landed = (
-            LandedSlices(self.group, check_tag(self.plan.num_buckets), self.buckets)
-            if self.check
-            else None
-        )
-        delta = self._delta_destination
-        if delta is not None and delta.has_base:
-            received = self._receive_deltas(buckets, out, landed)
-            if shared is not None:
-                shared.finish(self._num_syncs, out)
-            if landed is not None:
-                landed.add_all([b for b in self.buckets if b.peer in peers], out, CHECK_THREADS)
-                landed.verify()
-            return out, received + sum(_payload(b) for b in self.buckets if b.peer in peers)
         for k in range(min(nbuf, len(buckets))):
             post(k)
         for k, bucket in enumerate(buckets):
@@ -283,17 +298,8 @@ class DistExecutor:
                 unpack(bucket, self._buffers[k % nbuf][: bucket.num_bytes], out)
             if k + nbuf < len(buckets):
                 post(k + nbuf)
-            if landed is not None:  # while the next bucket is on the wire
+            if landed is not None:
                 landed.add(bucket, out)
-        if shared is not None:
-            shared.finish(self._num_syncs, out)
-        if landed is not None:
-            shared_buckets = [b for b in self.buckets if b.peer in peers]
-            landed.add_all(shared_buckets, out, threads=CHECK_THREADS)
-            landed.verify()
-        if delta is not None:  # a full sync, checked: the base of the next delta
-            delta.remember(out)
-        return out, sum(_payload(b) for b in self.buckets)
 
     def _receive_deltas(
         self,
@@ -305,7 +311,7 @@ class DistExecutor:
         it announces), each decoded onto the base and fingerprinted; the bytes received."""
         delta = self._delta_destination
         assert delta is not None
-        received, counts = 0, DeltaCounts()
+        counts = DeltaCounts()
         for bucket in buckets:
             header = torch.empty(len(bucket.ops), dtype=torch.int64, device=self.group.device)
             self.group.recv(header, bucket.peer, bucket.bucket_id).wait()
@@ -320,8 +326,7 @@ class DistExecutor:
             if landed is not None:
                 landed.add(bucket, out)
         self.last_delta = counts
-        received += counts.num_bytes
-        return received
+        return counts.num_bytes
 
 
 def _payload(bucket: RankBucket) -> int:

@@ -30,6 +30,11 @@ MASK = (1 << 32) - 1
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def int_view(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as signed integers of their width (same memory, any layout)."""
+    return tensor.view(_INT_OF_WIDTH[tensor.element_size()])
+
+
 def fingerprint(tensor: torch.Tensor, buffer: torch.Tensor | None = None) -> tuple[int, int]:
     """``(sum v, sum v*v) mod 2^32`` over the elements' bits as signed integers (8-byte
     elements: over their two 4-byte halves); any layout, strided slices included.
@@ -38,9 +43,7 @@ def fingerprint(tensor: torch.Tensor, buffer: torch.Tensor | None = None) -> tup
     int64 costs three times as much)."""
     if tensor.numel() == 0:
         return 0, 0
-    bits = (tensor.reshape(1) if tensor.dim() == 0 else tensor).view(
-        _INT_OF_WIDTH[tensor.element_size()]
-    )
+    bits = int_view(tensor.reshape(1) if tensor.dim() == 0 else tensor)
     if bits.dtype == torch.int64:  # as 4-byte halves: the last dim doubles
         bits = (bits if bits.stride(-1) == 1 else bits.contiguous()).view(torch.int32)
     if buffer is None:
