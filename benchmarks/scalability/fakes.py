@@ -101,7 +101,7 @@ class InstantLearner:
     ) -> list[list[float]]:
         return [[-0.5] * len(r) for r in responses]
 
-    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+    def publish_weights(self, targets: Sequence[str], catch_up: bool = False) -> WeightUpdateReport:
         for r in self._rollouts:
             r.version = self.version
         return WeightUpdateReport(self.version, 0, 0.0)

@@ -87,7 +87,9 @@ class WeightPublisher:
         if not self.learner_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return None
         try:
-            report = self.services.learner.publish_weights([self.services.weight_targets[index]])
+            report = self.services.learner.publish_weights(
+                [self.services.weight_targets[index]], catch_up=True
+            )
         finally:
             self.learner_lock.release()
         return report.policy_version

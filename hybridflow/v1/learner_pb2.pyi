@@ -65,10 +65,12 @@ class ComputeLogProbsResponse(_message.Message):
     def __init__(self, logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class PublishWeightsRequest(_message.Message):
-    __slots__ = ("targets",)
+    __slots__ = ("targets", "catch_up")
     TARGETS_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     targets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, targets: _Optional[_Iterable[str]] = ...) -> None: ...
+    catch_up: bool
+    def __init__(self, targets: _Optional[_Iterable[str]] = ..., catch_up: _Optional[bool] = ...) -> None: ...
 
 class PublishWeightsResponse(_message.Message):
     __slots__ = ("policy_version", "num_bytes", "duration_s")

@@ -45,6 +45,11 @@ class WeightPublisher(Protocol):
         """Waits for the publish ``start`` began; its report once every target has it."""
         ...
 
+    def retire(self, keep: Sequence[str]) -> None:
+        """Lets go of what it holds for the replicas not in ``keep`` (before a publish to
+        the whole serving set; a replica that left it is reached afresh if it comes back)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -140,6 +145,10 @@ class SendPublisher:
             raise RuntimeError("no publish in flight: call start first")
         last, self._last = self._last, None
         return last
+
+    def retire(self, keep: Sequence[str]) -> None:
+        for target in [t for t in self._senders if t not in set(keep)]:
+            self._senders.pop(target).close()
 
     def _sender(self, target: str) -> WeightSender:
         if target not in self._senders:

@@ -172,18 +172,26 @@ def form_group(
     whole: bool,
     generation: int,
     pool: ThreadPoolExecutor,
+    dtype: str = "",
 ) -> FormedGroup:
     """The learner side of a new group to ``targets``, on every learner rank together
     (``rank`` of ``world_size`` within ``learner_group``, None: the default group). ``join``
     and ``describe`` reach the replicas on rank 0 (None elsewhere; ``describe`` None: every
     replica is TP 1 and takes whole tensors, unchecked), through ``pool``'s threads.
     ``whole``: ``module`` holds LoRA adapters, which every replica TP rank takes whole.
-    ``generation`` numbers the group's name. Raises ``ValueError`` on every rank for a
-    refused replica, before any replica is asked to join."""
+    ``generation`` numbers the group's name. ``dtype``: the wire dtype the learner's other
+    groups send ("" none), which these replicas must hold too. Raises ``ValueError`` on every
+    rank for a refused replica, before any replica is asked to join."""
     backend = group_backend(config, device)
     tp_sizes_0, dtype_0, refusal = (
         _describe(targets, describe, module, whole) if rank == 0 else ([], "", "")
     )
+    if rank == 0 and not refusal and dtype and (dtype_0 or param_table(module)[0][2]) != dtype:
+        refusal = (
+            f"replicas hold their weights in different dtypes ({list(targets)}: "
+            f"{dtype_0 or param_table(module)[0][2]}, the replicas already served: {dtype}); "
+            "the learner sends one dtype: give every replica the same rollout.dtype"
+        )
     store_socket = None
     if rank == 0 and not refusal:
         store_socket = listen_socket(config.store_host)

@@ -6,15 +6,22 @@ forming it, both ends, is ``dist_formation``'s, the replica side ``dist_receiver
 sync replays the plan: each destination receives only its own slices (``executor:
 planner``), or the naive gather-and-broadcast oracle runs instead (``executor: naive``).
 
-Every send takes one path: ``_start`` (re)builds the group if the replica set changed and
-takes this rank's shards, and the learner ranks agree at once on how that went; ``_send``
-sends them and (rank 0) waits for every replica's receive call; ``_settle`` waits for the
-send and the ranks agree whether it succeeded everywhere. ``publish`` settles at once (one
-rebuild-and-retry) and raises on every rank if it failed; ``start`` leaves the send running
-(on gloo, a background thread), ``finish`` reports it and raises if it failed, and the next
-publish settles it. A failure anywhere aborts the group on every learner rank (through an
-all-reduce on their own group) and the next attempt rebuilds it under a new name and port.
-Waits on the replicas and on the send are bounded by ``weight_sync.timeout_s``.
+Each replica has a group of its own (the learner ranks and that replica's TP ranks), formed
+the first time a publish names it: a replica that joins a running job, or comes back after a
+failure, forms only its own group and the others are not touched; a full publish names the
+whole serving set, and ``retire`` closes the groups of the replicas it no longer names. On
+gloo the groups send at once (one thread each), on NCCL one after the other.
+
+Every send takes one path: ``_start`` forms the missing groups and takes this rank's shards,
+and the learner ranks agree at once on how that went; ``_send`` sends them and (rank 0) waits
+for every replica's receive call; ``_settle`` waits for the send and the ranks agree whether
+it succeeded everywhere. ``publish`` settles at once (one rebuild-and-retry) and raises on
+every rank if it failed; ``start`` leaves the send running (on gloo, a background thread),
+``finish`` reports it and raises if it failed, and the next publish settles it. A failure
+aborts, on every learner rank (agreed through an all-reduce on their own group), the groups of
+the replicas it concerns (all of them when it is not one replica's: a shard that could not be
+read), and the next attempt forms those again under a new name and port. Waits on the
+replicas and on the send are bounded by ``weight_sync.timeout_s``.
 
 This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
 (``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
@@ -30,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -72,20 +80,23 @@ class DistPublisher:
     whole: bool = False
     """Every replica TP rank takes whole tensors (``module`` holds LoRA adapters)."""
     _clients: dict[str, ReplicaWeightClient] = field(default_factory=dict)
-    _group: WeightSyncGroup | None = None
-    _executor: DistExecutor | NaiveExecutor | None = None
-    _targets: tuple[str, ...] = ()
+    _lanes: dict[str, _Lane] = field(default_factory=dict)
+    """One weight-sync group per replica, by its address: a replica that joins or comes
+    back forms its own, and the others' are left as they are."""
     _generation: int = 0
-    _wire_dtype: torch.dtype | None = None
-    """The replicas' dtype when it is not the learner's (shards are cast to it)."""
+    """Groups formed so far (numbers their names)."""
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "weight-sync"))
+    _lane_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(8, "weight-sync-lane")
+    )
+    """Runs the groups' sends at once (gloo)."""
     _sender: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, "weight-sync-send")
     )
     """Runs the one background send ``start`` began (at most one is in flight)."""
-    _inflight: Future[WeightUpdateReport] | None = None
+    _inflight: _Send | None = None
     """That send, until the next publish settles it on every learner rank."""
-    _reported: Future[WeightUpdateReport] | None = None
+    _reported: _Send | None = None
     """That send, until ``finish`` reports it."""
     _snapshots: dict[str, torch.Tensor] = field(default_factory=dict)
     """The background send's copies of the shards, allocated once and refilled at every
@@ -173,9 +184,18 @@ class DistPublisher:
         if reported is None:
             raise RuntimeError("no publish in flight: call start first")
         try:
-            return reported.result(timeout=self.config.timeout_s)
+            return reported.future.result(timeout=self.config.timeout_s)
         except FutureTimeout as exc:
             raise TimeoutError("weight sync did not finish within weight_sync.timeout_s") from exc
+
+    def retire(self, keep: Sequence[str]) -> None:
+        """Closes the groups of the replicas not in ``keep`` (every learner rank together,
+        in a relayed command): a full publish names the whole serving set, so a replica that
+        was drained, removed or has failed since loses its group here, and rebuilds one if
+        it comes back. The send in flight is settled first (it may use one of them)."""
+        self._settle_previous()
+        for target in [t for t in self._lanes if t not in set(keep)]:
+            self._drop(target, graceful=True)
 
     def _start(
         self,
@@ -185,33 +205,35 @@ class DistPublisher:
         receive: ReceiveFn | None,
         describe: DescribeFn | None,
         background: bool,
-    ) -> Future[WeightUpdateReport]:
-        """Every send, on every learner rank together. First, agreed at once: the group is
-        (re)built if the targets changed and this rank's shards are taken (a snapshot when
-        ``background``: the next optimizer step changes the parameters in place); a failure
-        on any rank aborts the group and raises on every rank. Then ``_send`` runs, on the
-        sender thread when ``background``, else here; its outcome is the returned future,
-        which ``_settle`` agrees on."""
+    ) -> _Send:
+        """Every send, on every learner rank together. First, agreed at once: a group is
+        formed for each target that has none (the others' groups are left as they are) and
+        this rank's shards are taken (a snapshot when ``background``: the next optimizer step
+        changes the parameters in place); a failure on any rank aborts the groups it
+        concerns (all of them when it is not one replica's) and raises on every rank. Then
+        ``_send`` runs, on the sender thread when ``background``, else here; its outcome is
+        the returned send, which ``_settle`` agrees on."""
         start = time.perf_counter()
-        error, shards = "", {}
+        error, shards, failed = "", {}, {}
         try:
-            if self._group is None or targets != self._targets:
-                self._build(targets, join, describe)
+            failed = self._open_lanes(targets, join, describe)
             shards = self._snapshot() if background else self._local()
         except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
             error = _failure(exc)
-        if failure := self._agreed(error):
-            raise RuntimeError(f"weight sync to {list(targets)} failed: {failure}")
+        failure, _ = self._agreed(targets, error, set(failed))
+        if failure:
+            why = "; ".join(f"replica {t}: {e}" for t, e in failed.items()) or failure
+            raise RuntimeError(f"weight sync to {list(targets)} failed: {why}")
         if background:
             queued = self._sender.submit(self._send, targets, version, shards, receive, start)
             self._snapshot_reader = queued
-            return queued
+            return _Send(queued, targets)
         sent: Future[WeightUpdateReport] = Future()
         try:
             sent.set_result(self._send(targets, version, shards, receive, start))
         except Exception as exc:  # noqa: BLE001 — settled like a background one
             sent.set_exception(exc)
-        return sent
+        return _Send(sent, targets)
 
     def _send(
         self,
@@ -221,40 +243,72 @@ class DistPublisher:
         receive: ReceiveFn | None,
         start: float,
     ) -> WeightUpdateReport:
-        """The shards along the plan, then (rank 0) every target's receive call, which must
-        all end within ``timeout_s`` of the shards' send; raises on any failure (a late
-        receive as ``TimeoutError``)."""
-        assert self._executor is not None
+        """The shards along each target's plan, then (rank 0) every target's receive call,
+        which must all end within ``timeout_s`` of the shards' send; raises on any failure,
+        naming the replicas it concerns (``failed_targets``), after the others are served."""
         futures: dict[str, Future[int]] = {}
         if self.rank == 0:
             assert receive is not None
             futures = {t: self._pool.submit(receive, t, version) for t in targets}
-        try:
-            self._executor.sync(shards)
-            deadline = time.monotonic() + self.config.timeout_s
-            received = []
-            for target, future in futures.items():
-                try:
-                    received.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
-                except DeliveryFailed as exc:  # its check found a slice other than was sent
-                    raise DeliveryFailed(
-                        f"weights v{version} did not reach replica {target} intact; it stays "
-                        f"on its previous weights: {exc}"
-                    ) from exc
-        except FutureTimeout as exc:
-            raise TimeoutError(f"weight sync to {list(targets)} timed out") from exc
-        delta = getattr(self._executor, "last_delta", None)
-        if delta is not None and delta.num_elements:
-            log.info(
-                "weights v%d: delta from learner rank %d: %.3f%% of %d elements changed, "
-                "%d bytes sent",
-                version,
-                self.rank,
-                100.0 * delta.num_changed / delta.num_elements,
-                delta.num_elements,
-                delta.num_bytes,
-            )
+        failures = self._sync_lanes(targets, shards)
+        deadline = time.monotonic() + self.config.timeout_s
+        received = []
+        for target, future in futures.items():
+            if target in failures:
+                continue  # its send failed: its receive cannot end well, and is not waited for
+            try:
+                received.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                failures[target] = TimeoutError(
+                    f"replica {target} did not receive weights v{version} within "
+                    "weight_sync.timeout_s"
+                )
+            except DeliveryFailed as exc:  # its check found a slice other than was sent
+                failures[target] = DeliveryFailed(
+                    f"weights v{version} did not reach replica {target} intact; it stays "
+                    f"on its previous weights: {exc}"
+                )
+            except Exception as exc:  # noqa: BLE001 — raised below, with the others
+                failures[target] = exc
+        self._log_deltas(version, targets)
+        if failures:
+            raise _lanes_failed(targets, failures)
         return WeightUpdateReport(version, max(received, default=0), time.perf_counter() - start)
+
+    def _sync_lanes(
+        self, targets: tuple[str, ...], shards: dict[str, torch.Tensor]
+    ) -> dict[str, BaseException]:
+        """Runs each target's executor over the same shards; the failures by target. On
+        gloo the groups send at once, one thread each (they share nothing but the shards,
+        which they only read); NCCL groups one after the other (``in_background``)."""
+        lanes = [(t, self._lanes[t]) for t in targets]
+        if self.in_background and len(lanes) > 1:
+            running = {t: self._lane_pool.submit(lane.executor.sync, shards) for t, lane in lanes}
+            futures_wait(running.values())
+            return {t: e for t, f in running.items() if (e := f.exception()) is not None}
+        failures: dict[str, BaseException] = {}
+        for target, lane in lanes:
+            try:
+                lane.executor.sync(shards)
+            except Exception as exc:  # noqa: BLE001 — the other replicas are still served
+                failures[target] = exc
+        return failures
+
+    def _log_deltas(self, version: int, targets: tuple[str, ...]) -> None:
+        for target in targets:
+            lane = self._lanes.get(target)
+            delta = getattr(lane.executor, "last_delta", None) if lane else None
+            if delta is not None and delta.num_elements:
+                log.info(
+                    "weights v%d to %s: delta from learner rank %d: %.3f%% of %d elements "
+                    "changed, %d bytes sent",
+                    version,
+                    target,
+                    self.rank,
+                    100.0 * delta.num_changed / delta.num_elements,
+                    delta.num_elements,
+                    delta.num_bytes,
+                )
 
     def _local(self) -> dict[str, torch.Tensor]:
         """This rank's shards as they are (cast to the wire dtype when it differs: a copy)."""
@@ -284,57 +338,95 @@ class DistPublisher:
         self._snapshots = out
         return out
 
-    def _settle(self, sent: Future[WeightUpdateReport]) -> tuple[WeightUpdateReport | None, str]:
+    def _settle(self, sent: _Send) -> tuple[WeightUpdateReport | None, str]:
         """Ends a send on every learner rank together (a collective on the learner's group,
         so it runs in a relayed command, never beside a train step): waits for it (bounded by
         ``timeout_s``), then (its report, "") if it succeeded on every rank, else (None, why),
-        the group aborted on every rank and rebuilt at the next publish."""
+        the groups it failed on aborted on every rank (all of them when the failure was not
+        one replica's) and formed again at their next publish."""
+        failed: set[str] = set()
         try:
-            report, error = sent.result(timeout=self.config.timeout_s), ""
+            report, error = sent.future.result(timeout=self.config.timeout_s), ""
         except Exception as exc:  # noqa: BLE001 — agreed on below, then reported
             report, error = None, _failure(exc)
-        failure = self._agreed(error)
-        return (None, failure) if failure else (report, "")
+            failed = set(getattr(exc, "failed_targets", ()))
+        failure, _ = self._agreed(sent.targets, "" if failed else error, failed)
+        return (None, error or failure) if failure else (report, "")
 
     def _settle_previous(self) -> None:
         """Settles the send ``start`` left in flight, if any. Its failure is ``finish``'s to
-        raise; here it is only logged, and the group is rebuilt."""
+        raise; here it is only logged, and the groups it failed on are formed again."""
         if self._inflight is None:
             return
         inflight, self._inflight = self._inflight, None
         _, failure = self._settle(inflight)
         if failure:
-            log.warning("background weight sync failed (%s); the group is rebuilt", failure)
+            log.warning("background weight sync failed (%s); its groups are rebuilt", failure)
 
-    def _agreed(self, error: str) -> str:
+    def _agreed(
+        self, targets: tuple[str, ...], error: str, failed: set[str]
+    ) -> tuple[str, set[str]]:
         """The learner ranks' agreement (an all-reduce on their own group) on a step every
-        one of them ran, ``error`` being this rank's failure ("" none): "" when none failed,
-        else why (this rank's error, or another rank's failure), the group aborted first."""
-        if _all_ok(not error, self.group):
-            return ""
-        self._abort()
-        return error or "on another learner rank"
+        one of them ran: ``error`` is this rank's failure that concerns every group ("" none),
+        ``failed`` the targets whose own group failed here. Returns ("", set()) when nothing
+        failed anywhere, else (why, the targets whose groups were aborted: those any rank
+        named, or all of ``targets`` and every other group when a rank failed wholly)."""
+        flags = [1 if error else 0] + [1 if t in failed else 0 for t in targets]
+        agreed = _agreed_flags(flags, self.group)
+        if not any(agreed):
+            return "", set()
+        if agreed[0]:
+            dropped = set(self._lanes) | set(targets)
+        else:
+            dropped = {t for t, flag in zip(targets, agreed[1:]) if flag}
+        for target in dropped:
+            self._drop(target)
+        named = ", ".join(sorted(t for t in dropped if t in failed))
+        return error or (f"replica {named}" if named else "on another learner rank"), dropped
 
-    def _build(
+    def _open_lanes(
         self, targets: tuple[str, ...], join: JoinFn | None, describe: DescribeFn | None
-    ) -> None:
-        self._abort()
-        self._generation += 1
-        self._group, self._executor, self._wire_dtype = form_group(
-            targets,
-            join,
-            describe,
-            config=self.config,
-            rank=self.rank,
-            world_size=self.world_size,
-            module=self.module,
-            device=self.device,
-            learner_group=self.group,
-            whole=self.whole,
-            generation=self._generation,
-            pool=self._pool,
-        )
-        self._targets = targets
+    ) -> dict[str, str]:
+        """Forms a group for each target that has none, one after the other on every learner
+        rank (each formation is collective); the others' groups are untouched. Returns why
+        each one that failed here did (its group is then not kept on this rank)."""
+        failed: dict[str, str] = {}
+        for target in [t for t in targets if t not in self._lanes]:
+            self._generation += 1
+            try:
+                formed = form_group(
+                    (target,),
+                    join,
+                    describe,
+                    config=self.config,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    module=self.module,
+                    device=self.device,
+                    learner_group=self.group,
+                    whole=self.whole,
+                    generation=self._generation,
+                    pool=self._pool,
+                    dtype=self._lane_dtype(),
+                )
+            except Exception as exc:  # noqa: BLE001 — agreed on by the caller
+                failed[target] = _failure(exc)
+                continue
+            self._lanes[target] = _Lane(*formed)
+        return failed
+
+    @property
+    def _wire_dtype(self) -> torch.dtype | None:
+        """The replicas' dtype when it is not the learner's (shards are cast to it); every
+        group has the same (a replica holding another is refused when its group forms)."""
+        return next(iter(self._lanes.values())).wire_dtype if self._lanes else None
+
+    def _lane_dtype(self) -> str:
+        """The dtype the groups send in ("" before any is formed)."""
+        if not self._lanes:
+            return ""
+        dtype = self._wire_dtype or next(self.module.parameters()).dtype
+        return str(dtype).removeprefix("torch.")
 
     def _reach(self) -> tuple[JoinFn | None, ReceiveFn | None, DescribeFn | None]:
         """How rank 0 reaches the replicas (join, receive, describe); None on other ranks."""
@@ -354,28 +446,50 @@ class DistPublisher:
             self._clients[target] = self.client_factory(target)
         return self._clients[target]
 
-    def _abort(self) -> None:
-        if self._executor is not None:
-            self._executor.close()
-        if self._group is not None:
-            self._group.abort()
-        self._group, self._executor, self._targets = None, None, ()
+    def _drop(self, target: str, graceful: bool = False) -> None:
+        """Ends ``target``'s group on this rank: aborted after a failure, closed when the
+        replica merely left the serving set."""
+        lane = self._lanes.pop(target, None)
+        if lane is not None:
+            lane.close() if graceful else lane.abort()
 
     def close(self) -> None:
         if self._inflight is not None:
-            futures_wait([self._inflight], timeout=self.config.timeout_s)
+            futures_wait([self._inflight.future], timeout=self.config.timeout_s)
             self._inflight = None
-        if self._executor is not None:
-            self._executor.close()
-        if self._group is not None:
-            self._group.close()
-        self._group, self._executor, self._targets = None, None, ()
+        for target in list(self._lanes):
+            self._drop(target, graceful=True)
         self._snapshots, self._snapshot_reader = {}, None
         self._sender.shutdown(wait=False, cancel_futures=True)
+        self._lane_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
         for client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+@dataclass
+class _Lane:
+    """One replica's weight-sync group, as one learner rank holds it."""
+
+    group: WeightSyncGroup
+    executor: DistExecutor | NaiveExecutor
+    wire_dtype: torch.dtype | None
+
+    def abort(self) -> None:
+        self.executor.close()
+        self.group.abort()
+
+    def close(self) -> None:
+        self.executor.close()
+        self.group.close()
+
+
+class _Send(NamedTuple):
+    """A send ``_start`` began: its outcome, and the replicas it went to."""
+
+    future: Future[WeightUpdateReport]
+    targets: tuple[str, ...]
 
 
 def _failure(exc: BaseException) -> str:
@@ -389,18 +503,34 @@ def _local(p: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return local.detach() if dtype is None else local.detach().to(dtype)
 
 
-def _all_ok(ok: bool, group: dist.ProcessGroup | None = None) -> bool:
-    """Whether every source rank succeeded (all-reduce over the learner's own ``group``)."""
+def _agreed_flags(flags: list[int], group: dist.ProcessGroup | None = None) -> list[int]:
+    """Each flag summed over the source ranks (all-reduce over the learner's own
+    ``group``): non-zero where any rank raised it."""
     if not (dist.is_initialized() and dist.get_world_size(group) > 1):
-        return ok
+        return flags
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
-    flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, group=group)
-    return int(flag.item()) == 0
+    tensor = torch.tensor(flags, dtype=torch.int32, device=device)
+    dist.all_reduce(tensor, group=group)
+    return [int(v) for v in tensor.tolist()]
 
 
-def _delivery_failure(sent: Future[WeightUpdateReport]) -> DeliveryFailed | None:
+def _lanes_failed(targets: tuple[str, ...], failures: dict[str, BaseException]) -> Exception:
+    """One error for a send that failed on some replicas' groups, naming them
+    (``failed_targets``): ``DeliveryFailed`` when a replica's check refused what arrived
+    (never retried), else a ``RuntimeError``."""
+    refused = [e for e in failures.values() if isinstance(e, DeliveryFailed)]
+    if refused:
+        error: Exception = DeliveryFailed("; ".join(str(e) for e in refused))
+    else:
+        why = "; ".join(f"replica {t}: {_failure(e)}" for t, e in failures.items())
+        error = RuntimeError(f"weight sync to {list(targets)} failed: {why}")
+    error.failed_targets = tuple(failures)  # type: ignore[attr-defined]
+    return error
+
+
+def _delivery_failure(sent: _Send) -> DeliveryFailed | None:
     """The ``DeliveryFailed`` a settled send raised on this rank (rank 0: a replica's check
     refused what arrived), if that is how it failed."""
-    error = sent.exception(timeout=0) if sent.done() else None
+    future = sent.future
+    error = future.exception(timeout=0) if future.done() else None
     return error if isinstance(error, DeliveryFailed) else None

@@ -92,6 +92,9 @@ class VerifiedPublisher:
             self.verify(targets, version, expected)
         return report
 
+    def retire(self, keep: Sequence[str]) -> None:
+        self._inner.retire(keep)
+
     def close(self) -> None:
         self._inner.close()
 

@@ -99,7 +99,7 @@ class TargetedLearner(FakeLearner):
         self.gate = threading.Event()
         self.gate_step = 10**9
 
-    def publish_weights(self, targets):
+    def publish_weights(self, targets, catch_up=False):
         self.published.append(list(targets))
         for t in targets:
             replica = self.by_name[t]

@@ -73,12 +73,12 @@ def test_parity_after_every_sync_and_replanning(
             for r in rollouts[: len(targets)]:
                 assert r.status().policy_version == version + 1
                 assert probe_parity(r, learner) <= 1e-4
-            if executor == "planner":  # group rank 0 is the learner, then one per replica
-                shared = core._publisher._executor.shared_peers
-                assert shared == (
-                    tuple(range(1, len(targets) + 1)) if shared_memory == "auto" else ()
-                )
-        assert core._publisher._generation == 2  # built once, rebuilt once for the new replica set
+            if executor == "planner":  # one group per replica: the learner, then its replica
+                for target in targets:
+                    shared = core._publisher._lanes[target].executor.shared_peers
+                    assert shared == ((1,) if shared_memory == "auto" else ())
+        # One group formed per replica: the second replica's joining left the first's alone.
+        assert core._publisher._generation == 2
     finally:
         for s in [learner_server, *servers]:
             s.stop(0)
@@ -145,13 +145,12 @@ def test_sync_to_a_dead_replica_fails_with_an_error_and_recovers(tiny_model_path
         alive.stop(0)
 
 
-def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_model_path, caplog):
+def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_model_path):
     # Without the arrival check every learner rank waited out timeout_s inside gloo's
-    # rendezvous and then reported a timeout; now the refusal itself ends the attempt, and
-    # the replica that did join is told why before the learner's store goes away (it is not
-    # left retrying a dead store).
+    # rendezvous and then reported a timeout; now the refusal itself ends the attempt. Each
+    # replica has a group of its own, so the one that joined keeps it for the next publish.
     cfg = WeightSyncConfig(transport="dist", timeout_s=60)
-    learner_server, _ = start_learner_server(
+    learner_server, core = start_learner_server(
         tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
     )
     good, _ = start_rollout_server(tiny_model_path)
@@ -167,16 +166,12 @@ def test_a_replica_that_refuses_to_join_fails_the_sync_with_its_reason(tiny_mode
             Exception, match="refused to join: INVALID_ARGUMENT: this replica was told to refuse"
         ):
             learner.publish_weights([good.address, bad.address])
-        # The replica that joined failed its join with the reason, before publish returned.
-        told = [
-            str(r.exc_info[1])
-            for r in caplog.records
-            if "JoinWeightSync" in r.getMessage() and r.exc_info and r.exc_info[1] is not None
-        ]
-        assert any("abandoned: replica" in t and "told to refuse" in t for t in told), told
+        formed = core._publisher._generation
+        assert list(core._publisher._lanes) == [good.address]
         report = learner.publish_weights([good.address])  # the others are unharmed
         assert report.num_bytes > 0
         assert probe_parity(GrpcRolloutClient(good.address), learner) <= 1e-4
+        assert core._publisher._generation == formed  # through the group it already had
     finally:
         for s in (learner_server, good, bad):
             s.stop(0)
@@ -222,6 +217,7 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     ``DeliveryFailed`` (never retried) naming the replica and the tensor. The replica keeps
     serving its previous weights; once the fault is gone the next publish delivers."""
     import dataclasses
+    import threading
 
     from hybridflow.errors import DeliveryFailed
     from hybridflow.weights.transport import executors, same_host
@@ -234,10 +230,15 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     servers = [start_rollout_server(tiny_model_path, seed=i)[0] for i in range(2)]
     learner = GrpcLearnerClient(learner_server.address)
     rollouts = [GrpcRolloutClient(s.address) for s in servers]
-    victim = 2  # weight-sync group rank of the second replica (the learner is rank 0)
+    # Each replica has its own group (the learner is rank 0, the replica rank 1): the fault
+    # is in the second replica's group only, whose sends run on their own thread.
+    sending = threading.local()
+
+    def to_victim() -> bool:
+        return getattr(sending, "victim", False)
 
     def without_skipped(bucket):
-        if bucket.peer != victim:
+        if not to_victim():
             return bucket
         return dataclasses.replace(bucket, ops=tuple(o for o in bucket.ops if o.name != skipped))
 
@@ -247,7 +248,7 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     def write_without_skipped(self, bucket, shards, sync):  # its copies are planned at join
         copies = [stage[bucket.bucket_id] for stage in self.destinations[bucket.peer].copies]
         kept = [list(c) for c in copies]
-        if bucket.peer == victim:
+        if to_victim():
             skipped_in_copy.append(bucket.bucket_id)
             for c in copies:
                 c[:] = [copy for copy in c if copy[1] != skipped]
@@ -262,18 +263,20 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)  # all packed
     sent_attempts = []
     send = executors.DistExecutor._send
-    monkeypatch.setattr(
-        executors.DistExecutor,
-        "_send",
-        lambda s, shards: sent_attempts.append(1) or send(s, shards),
-    )
+
+    def marked_send(executor, shards):
+        sending.victim = executor is core._publisher._lanes[servers[1].address].executor
+        sent_attempts.append(sending.victim)
+        return send(executor, shards)
+
+    monkeypatch.setattr(executors.DistExecutor, "_send", marked_send)
     try:
         train_once(rollouts[0], learner, 0)
         with pytest.raises(DeliveryFailed) as err:
             learner.publish_weights([s.address for s in servers])
         message = str(err.value)
         assert f"replica {servers[1].address}" in message and skipped in message, message
-        assert len(sent_attempts) == 1  # not retried
+        assert sorted(sent_attempts) == [False, True]  # one send to each replica: not retried
         assert bool(skipped_in_copy) == (shared_memory == "auto")  # the path under test
         assert rollouts[1].status().policy_version == 0  # refused before staging
         assert rollouts[1].generate(PROBE[:1], SamplingParams(max_new_tokens=2))  # still serves

@@ -57,9 +57,9 @@ class GrpcLearnerClient:
         return split_by(unpack_floats(reply.logprobs, "logprobs", int(offsets[-1])), offsets)
 
     @translate_errors
-    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+    def publish_weights(self, targets: Sequence[str], catch_up: bool = False) -> WeightUpdateReport:
         reply = self._stub.PublishWeights(
-            learner_pb2.PublishWeightsRequest(targets=list(targets)),
+            learner_pb2.PublishWeightsRequest(targets=list(targets), catch_up=catch_up),
             timeout=self._config.timeout_s,
         )
         return WeightUpdateReport(reply.policy_version, reply.num_bytes, reply.duration_s)

@@ -97,12 +97,17 @@ class LearnerCore:
         """Full, unsharded weights (a collective under FSDP; rank 0 gets the tensors)."""
         return list(self.worker.full_state_dict_items())
 
-    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+    def publish_weights(self, targets: Sequence[str], catch_up: bool = False) -> WeightUpdateReport:
         """Sends the current weights to every target (a collective on every rank that holds
-        the actor: the sources; critic ranks of a split learner take no part)."""
+        the actor: the sources; critic ranks of a split learner take no part). ``targets``
+        are the whole serving set (the publisher lets go of the replicas it no longer
+        names), or with ``catch_up`` replicas joining or coming back, the others untouched."""
         if not self.worker.has_actor:
             return WeightUpdateReport(self.worker.policy_version, 0, 0.0)
-        return self._get_publisher().publish(targets, self.worker.policy_version)
+        publisher = self._get_publisher()
+        if not catch_up:
+            publisher.retire(targets)
+        return publisher.publish(targets, self.worker.policy_version)
 
     def start_publish(self, targets: Sequence[str]) -> int:
         """Begins a publish of the current weights (every rank, relayed like
@@ -111,7 +116,9 @@ class LearnerCore:
         transport; ``grpc`` sends at once). ``finish_publish`` reports it."""
         version = self.worker.policy_version
         if self.worker.has_actor:
-            self._get_publisher().start(targets, version)
+            publisher = self._get_publisher()
+            publisher.retire(targets)  # the whole serving set, as for a full publish
+            publisher.start(targets, version)
         self._started = version
         return version
 

@@ -114,7 +114,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def PublishWeights(
         self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
     ) -> learner_pb2.PublishWeightsResponse:
-        report = self._run("publish_weights", self._checked_targets(request, context))
+        targets = self._checked_targets(request, context)
+        report = self._run("publish_weights", targets, request.catch_up)
         self.last_publish_s = report.duration_s
         return _report_to_proto(report)
 

@@ -112,7 +112,7 @@ class FakeLearner:
     def compute_logprobs(self, prompts, responses, temperature):
         return [[-0.5] * len(r) for r in responses]
 
-    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+    def publish_weights(self, targets: Sequence[str], catch_up: bool = False) -> WeightUpdateReport:
         self.published.append(self.version)
         for r in self.rollouts:
             r.version = self.version

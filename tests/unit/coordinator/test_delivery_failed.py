@@ -24,7 +24,7 @@ class UndeliveredLearner(BackgroundLearner):
         super().__init__(*args, **kwargs)
         self.attempts: list[int] = []
 
-    def publish_weights(self, targets: Sequence[str]) -> WeightUpdateReport:
+    def publish_weights(self, targets: Sequence[str], catch_up: bool = False) -> WeightUpdateReport:
         self.attempts.append(self.version)
         if self.version == 2:
             raise DeliveryFailed(MESSAGE)

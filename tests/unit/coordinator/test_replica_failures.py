@@ -111,7 +111,7 @@ class UndeliveredRejoinLearner(FakeLearner):
         self.down = down
         self.failed_publishes = 0
 
-    def publish_weights(self, targets):  # type: ignore[no-untyped-def]
+    def publish_weights(self, targets, catch_up=False):  # type: ignore[no-untyped-def]
         if "r0" in targets and self.down.calls >= self.down.down_at:
             self.failed_publishes += 1
             raise errors.DeliveryFailed(f"weights v{self.version} did not take effect on {targets}")
