@@ -32,11 +32,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hybridflow.coordinator.dataflow import Prompt, ScoredGroup
 from hybridflow.coordinator.dynamic_sampling import GroupFilter
 from hybridflow.coordinator.pacing import Pacer, StepObservation
 from hybridflow.coordinator.staleness import StalenessBound
+
+
+class StopFlag(Protocol):
+    """What ``admit`` watches to return early: a ``threading.Event``, or a dispatcher's
+    stop (the job's stop or its replica's drain)."""
+
+    def is_set(self) -> bool: ...
 
 
 @dataclass
@@ -142,7 +150,7 @@ class GroupBuffer:
         dispatcher: int,
         size: Callable[[], int],
         handouts: Callable[[int], Sequence[Prompt]],
-        stop: threading.Event,
+        stop: StopFlag,
     ) -> list[Prompt]:
         """Blocks until the capacity rule lets dispatcher ``dispatcher`` start some prompts:
         up to ``size()`` of them, re-queued ones first, then ``handouts(n)`` new ones. The

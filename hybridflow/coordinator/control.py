@@ -1,14 +1,23 @@
-"""Job lifecycle state machine driven by the control API (pause / resume / stop).
+"""Job lifecycle state machine driven by the control API (pause / resume / stop), and the
+door to the job's replicas (scale).
 
 States: starting → running ⇄ paused → stopping → done, or → failed from anywhere.
 Pause and stop take effect between steps: a step in flight always finishes, so nothing is
-half-trained. Thread-safe; knows nothing of gRPC.
+half-trained. ``scale`` adds or drains replicas at once, between or during steps (the job's
+``scale``, attached once its dispatchers run). Thread-safe; knows nothing of gRPC.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from hybridflow.coordinator.scaling import ReplicaStatus
+from hybridflow.errors import FailedPrecondition
+
+ScaleFn = Callable[[Sequence[str], Sequence[str]], list[ReplicaStatus]]
+"""scale(add, remove) -> the replicas then (``TrainingJob.scale``)."""
 
 STATES = ("starting", "running", "paused", "stopping", "done", "failed")
 
@@ -26,6 +35,8 @@ class JobStatus:
     error: str = ""
     waiting_for: str = ""
     """What the job is blocked on (a restarting replica, ...); empty when it is not."""
+    replicas: list[ReplicaStatus] = field(default_factory=list)
+    """Every rollout replica the job has had, with its state (empty before it runs)."""
 
 
 class JobControl:
@@ -37,8 +48,11 @@ class JobControl:
         self._status = JobStatus("starting", 0, total_steps, 0, run_dir=run_dir)
         self._stop_requested = False
         self._pause_requested = False
+        self._scale: ScaleFn | None = None
+        self._replicas: Callable[[], list[ReplicaStatus]] | None = None
 
     def status(self) -> JobStatus:
+        replicas = self._replicas() if self._replicas is not None else []
         with self._cond:
             s = self._status
             return JobStatus(
@@ -50,7 +64,26 @@ class JobControl:
                 s.run_dir,
                 s.error,
                 s.waiting_for,
+                replicas,
             )
+
+    def attach_replicas(self, scale: ScaleFn, replicas: Callable[[], list[ReplicaStatus]]) -> None:
+        """The running job's ``scale`` and its replicas' states (``TrainingJob.open``)."""
+        self._scale, self._replicas = scale, replicas
+
+    def scale(self, add: Sequence[str], remove: Sequence[str]) -> JobStatus:
+        """Adds replicas at ``add`` and drains those at ``remove`` (``TrainingJob.scale``);
+        ``ValueError`` for a request it refuses; ``FailedPrecondition`` before the job's
+        replicas run, or once the job is ending."""
+        if self._scale is None:
+            raise FailedPrecondition(
+                "scale: the job's replicas are not running yet; try again shortly"
+            )
+        state = self.status().state
+        if state in ("stopping", "done", "failed"):
+            raise FailedPrecondition(f"scale: the job is {state}")
+        self._scale(add, remove)
+        return self.status()
 
     @property
     def stop_requested(self) -> bool:

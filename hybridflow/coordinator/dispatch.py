@@ -24,6 +24,13 @@ costs the step its excess over generation, not its whole time. The lane hands gr
 buffer in the order they were generated; a scoring failure re-queues that request's prompts
 and, at the next hand-off, the prompts generated meanwhile, then ends the dispatcher as a
 failure in its own thread does.
+
+Replicas added to a running job (``hybridflow-coordinator scale``) start ``joining``: out of
+the rotation, their dispatcher waits for them as for a failed one, and they serve once
+``rejoin`` gave them the current weights (a catch-up sync through a weight-sync group of
+their own, checked like every sync). A replica being removed is ``draining``: its dispatcher
+admits nothing more, its request in flight ends as usual (its groups reach the buffer, or a
+failure re-queues its prompts), and then it is ``removed`` for good.
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ class ReplicaDispatcher(threading.Thread):
         request_size: Callable[[], int] | None = None,
         episodes: EpisodeSource | None = None,
         overlap_scoring: bool = False,
+        joining: bool = False,
     ) -> None:
         """``rejoin(index, timeout_s)``: the weights version replica ``index`` holds once it
         is healthy again and has the current weights, None while it is not back (waiting
@@ -94,7 +102,9 @@ class ReplicaDispatcher(threading.Thread):
         ``episodes``: multi-turn rollouts (``coordinator.multi_turn``): each request runs
         its prompts' episodes on this replica and the environment's rewards are the scores
         (the reward service is not called). ``overlap_scoring``: score each request on the
-        scoring lane while the next one generates (module docstring)."""
+        scoring lane while the next one generates (module docstring). ``joining``: a replica
+        added to the running job, out of the rotation until ``rejoin`` gave it the current
+        weights."""
         super().__init__(name=f"dispatch-{index}", daemon=True)
         self.index = index
         self.replica_name = f"replica {index}" + (f" ({name})" if name else "")
@@ -109,7 +119,10 @@ class ReplicaDispatcher(threading.Thread):
         self.params = params
         self.prompts_per_request = prompts_per_request
         self.request_size = request_size
-        self.stop_event = stop
+        self._job_stop = stop
+        self._drain = threading.Event()
+        self.stop_event = _AnyEvent(stop, self._drain)
+        """Set when the job stops or this replica is drained: nothing more is admitted."""
         self.events = events or EventLog(None)
         self.rejoin = rejoin
         self.rejoin_timeout_s = rejoin_timeout_s
@@ -124,7 +137,9 @@ class ReplicaDispatcher(threading.Thread):
         self.num_stalled = 0
         """Requests abandoned because the replica stopped answering."""
         self._state_lock = threading.Lock()
-        self._failed = False
+        self._failed = joining
+        self._joining = joining
+        self._removed = False
         self._published_version = 0
         self.busy_s = 0.0
         """Seconds spent generating (greedy baselines included)."""
@@ -155,6 +170,28 @@ class ReplicaDispatcher(threading.Thread):
         with self._state_lock:
             return self._published_version
 
+    @property
+    def state(self) -> str:
+        """``joining`` (added, waiting for its catch-up sync), ``serving``, ``failed``
+        (waiting to come back), ``draining``, ``removed``, ``stopped`` (the job ended), or
+        ``lost`` (its dispatcher ended otherwise: not back within ``rejoin_timeout_s``, or a
+        fatal error)."""
+        with self._state_lock:
+            if self._removed:
+                return "removed"
+            if self._drain.is_set():
+                return "draining"
+            if self.ident is not None and not self.is_alive():
+                return "stopped" if self._job_stop.is_set() else "lost"
+            if self._failed:
+                return "joining" if self._joining else "failed"
+            return "serving"
+
+    def drain(self) -> None:
+        """Takes the replica out for good: nothing more is admitted, the request in flight
+        ends as usual, then the state is ``removed``."""
+        self._drain.set()
+
     def mark_failed(self) -> bool:
         """Takes the replica out (its dispatcher then waits for it to rejoin); False if it
         already was."""
@@ -171,7 +208,7 @@ class ReplicaDispatcher(threading.Thread):
 
     def _rejoined(self, version: int) -> None:
         with self._state_lock:
-            self._failed, self._published_version = False, version
+            self._failed, self._joining, self._published_version = False, False, version
 
     # ------------------------------------------------------------------ serving
     def _admit(self) -> list[Prompt]:
@@ -194,8 +231,14 @@ class ReplicaDispatcher(threading.Thread):
         try:
             self._serve_requests()
         finally:
-            if self._lane is not None:
-                self._lane.drain()  # its request's groups reach the buffer, or are re-queued
+            try:
+                if self._lane is not None:
+                    self._lane.drain()  # its request's groups reach the buffer, or are re-queued
+            finally:
+                if self._drain.is_set():
+                    with self._state_lock:
+                        self._failed = self._removed = True
+                    log.info("%s drained and removed", self.replica_name)
 
     def _serve_requests(self) -> None:
         request = 0
@@ -417,7 +460,8 @@ class ReplicaDispatcher(threading.Thread):
                 log.info("%s not back yet: %s", self.replica_name, describe_error(exc))
                 version = None
             if version is not None:
-                log.info("%s is back with the current weights (v%d)", self.replica_name, version)
+                verb = "joined" if self._joining else "is back"
+                log.info("%s %s with the current weights (v%d)", self.replica_name, verb, version)
                 self._rejoined(version)
                 self.num_rejoined += 1
                 return True
@@ -427,6 +471,30 @@ class ReplicaDispatcher(threading.Thread):
     def idle_ratio(self) -> float:
         wall = time.perf_counter() - self.started_at
         return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
+
+
+class _AnyEvent:
+    """Set when any of its events is set (the job's stop, one replica's drain); waits poll
+    at ``poll_s``, so a set event ends a wait within that."""
+
+    poll_s = 0.1
+
+    def __init__(self, *events: threading.Event) -> None:
+        self._events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self._events)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = (
+                self.poll_s if deadline is None else min(self.poll_s, deadline - time.monotonic())
+            )
+            if left <= 0:
+                return False
+            self._events[0].wait(left)
+        return True
 
 
 class _ScoringLane:

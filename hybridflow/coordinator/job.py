@@ -76,6 +76,7 @@ from hybridflow.coordinator.run_records import (
     step_timings,
     write_audit,
 )
+from hybridflow.coordinator.scaling import LIVE, ReplicaStatus, check_scale
 from hybridflow.coordinator.services import Services
 from hybridflow.coordinator.sinks import build_sinks
 from hybridflow.coordinator.staleness import StalenessBound
@@ -178,6 +179,9 @@ class TrainingJob:
         self.last_metrics: dict[str, float] = {}
         """The metrics of the last trained step."""
         self._requeued_before = 0  # re-queues counted by the runs before a resume
+        self._episodes: Any = None
+        """The multi-turn episode runner every dispatcher uses (set by ``open``)."""
+        self._scale_lock = threading.Lock()
         self.launch_time = time.time()
         """Where time_to_first_step_s counts from (run.py sets the launcher's start)."""
 
@@ -199,33 +203,40 @@ class TrainingJob:
 
     def _make_dispatchers(self, greedy_baseline: bool) -> list[ReplicaDispatcher]:
         """One dispatcher thread per rollout replica (not started yet)."""
+        return [
+            self._make_dispatcher(i, greedy_baseline) for i in range(len(self.services.rollouts))
+        ]
+
+    def _make_dispatcher(
+        self, index: int, greedy_baseline: bool, joining: bool = False
+    ) -> ReplicaDispatcher:
+        """The dispatcher of ``services.rollouts[index]`` (not started yet); ``joining``: a
+        replica added to the running job (``scale``)."""
         cfg, services = self.config, self.services
         per_request = cfg.prompts_per_request or max(
             1, cfg.prompts_per_step // len(services.rollouts)
         )
-        return [
-            ReplicaDispatcher(
-                i,
-                r,
-                services.reward,
-                services.decode,
-                self.buffer,
-                self.cursor,
-                self.params,
-                per_request,
-                self._stop,
-                self.events,
-                rejoin=self.publisher.rejoin,
-                rejoin_timeout_s=cfg.replica_rejoin_timeout_s,
-                service_wait_s=cfg.service_wait_s,
-                greedy_baseline=greedy_baseline,
-                name=services.weight_targets[i],
-                stall_timeout_s=cfg.replica_stall_timeout_s,
-                request_size=None if cfg.prompts_per_request else self._request_size,
-                overlap_scoring=cfg.overlap_scoring,
-            )
-            for i, r in enumerate(services.rollouts)
-        ]
+        return ReplicaDispatcher(
+            index,
+            services.rollouts[index],
+            services.reward,
+            services.decode,
+            self.buffer,
+            self.cursor,
+            self.params,
+            per_request,
+            self._stop,
+            self.events,
+            rejoin=self.publisher.rejoin,
+            rejoin_timeout_s=cfg.replica_rejoin_timeout_s,
+            service_wait_s=cfg.service_wait_s,
+            greedy_baseline=greedy_baseline,
+            name=services.weight_targets[index],
+            stall_timeout_s=cfg.replica_stall_timeout_s,
+            request_size=None if cfg.prompts_per_request else self._request_size,
+            overlap_scoring=cfg.overlap_scoring,
+            joining=joining,
+        )
 
     def _initial_state(self, continue_from: CoordinatorState | None) -> CoordinatorState:
         """A fresh job's state, or the previous job's (``continue_from``): then every step was
@@ -250,6 +261,44 @@ class TrainingJob:
         return continue_from
 
     # ------------------------------------------------------------------ replicas
+    def scale(self, add: Sequence[str], remove: Sequence[str]) -> list[ReplicaStatus]:
+        """Adds replicas at ``add`` (each joins: a dispatcher that serves once its catch-up
+        sync passed its check) and drains those at ``remove`` (each serves its request in
+        flight, then is removed); refused whole, before anything changes, when the request
+        is wrong (``scaling.check_scale``). Returns the replicas as they are then. Runs on
+        the control API's thread, beside the step loop."""
+        with self._scale_lock:
+            check_scale(add, remove, {d.address: d.state for d in self.dispatchers})
+            connect = self.services.connect_rollout
+            if add and connect is None:
+                raise ValueError("scale: this job's services cannot reach a new replica")
+            for address in add:
+                assert connect is not None
+                self.services.rollouts.append(connect(address))
+                self.services.weight_targets.append(address)
+                d = self._make_dispatcher(
+                    len(self.dispatchers), self.dispatchers[0].greedy_baseline, joining=True
+                )
+                d.episodes = self._episodes
+                self.dispatchers.append(d)
+                d.start()
+                log.info("scale: %s joins (catch-up sync, then it serves)", d.replica_name)
+            for d in self.dispatchers:
+                if d.address in remove and d.state in LIVE:
+                    d.drain()
+                    log.info("scale: %s drains (its request in flight ends first)", d.replica_name)
+            self.buffer.wake_all()  # a drained dispatcher waiting for admission ends now
+            self.events.record(
+                "scale", time.time(), time.time(), add=list(add), remove=list(remove)
+            )
+        return self.replicas()
+
+    def replicas(self) -> list[ReplicaStatus]:
+        """Every replica the job has had, in the order they came, with its state."""
+        return [
+            ReplicaStatus(d.address, d.state, d.published_version) for d in list(self.dispatchers)
+        ]
+
     def _request_size(self) -> int:
         """Default prompts per request: a step split among the replicas serving now (a
         replica that failed leaves the healthy ones whole steps, not half-size requests)."""
@@ -359,9 +408,11 @@ class TrainingJob:
         episodes = episode_runner(
             self.config.multi_turn, self.services, self.dispatchers[0].greedy_baseline
         )
+        self._episodes = episodes
         for d in self.dispatchers:
             d.episodes = episodes
             d.start()
+        self.control.attach_replicas(self.scale, self.replicas)
         if self.evaluations is not None:  # after the restore rewound its records
             self.evaluations.open(st.step, episodes)  # before training, or one a crash cut
         return run

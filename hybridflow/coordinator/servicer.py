@@ -1,10 +1,11 @@
-"""gRPC control API of a running job: status, pause, resume, stop."""
+"""gRPC control API of a running job: status, pause, resume, stop, scale."""
 
 from __future__ import annotations
 
 import grpc
 
 from hybridflow.coordinator.control import JobControl, JobStatus
+from hybridflow.coordinator.scaling import MAX_REPLICAS, ReplicaStatus
 from hybridflow.rpc.errors import handle_errors
 from hybridflow.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -21,6 +22,12 @@ def status_to_proto(status: JobStatus) -> coordinator_pb2.CoordinatorStatus:
         run_dir=status.run_dir,
         error=status.error,
         waiting_for=status.waiting_for,
+        replicas=[
+            coordinator_pb2.ReplicaStatus(
+                address=r.address, state=r.state, policy_version=r.policy_version
+            )
+            for r in status.replicas
+        ],
     )
 
 
@@ -34,11 +41,12 @@ def status_from_proto(msg: coordinator_pb2.CoordinatorStatus) -> JobStatus:
         run_dir=msg.run_dir,
         error=msg.error,
         waiting_for=msg.waiting_for,
+        replicas=[ReplicaStatus(r.address, r.state, r.policy_version) for r in msg.replicas],
     )
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
-    """The coordinator's control API over gRPC (status, pause, resume, stop): a thin
+    """The coordinator's control API over gRPC (status, pause, resume, stop, scale): a thin
     translation onto ``JobControl``; state-changing calls are authenticated by the server."""
 
     def __init__(self, control: JobControl) -> None:
@@ -72,3 +80,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: common_pb2.Empty, context: grpc.ServicerContext
     ) -> coordinator_pb2.CoordinatorStatus:
         return status_to_proto(self._control.stop())
+
+    @handle_errors
+    def Scale(
+        self, request: coordinator_pb2.ScaleRequest, context: grpc.ServicerContext
+    ) -> coordinator_pb2.CoordinatorStatus:
+        add, remove = list(request.add), list(request.remove)
+        if len(add) + len(remove) > MAX_REPLICAS:
+            raise ValueError(f"scale: at most {MAX_REPLICAS} addresses in one request")
+        return status_to_proto(self._control.scale(add, remove))

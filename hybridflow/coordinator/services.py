@@ -26,6 +26,9 @@ class Services:
     (the environment service's client, or ``LocalEnvironments`` in process)."""
     tokenizer: Any = None
     """Multi-turn: the tokenizer whose chat template renders the observations."""
+    connect_rollout: Callable[[str], RolloutClient] | None = None
+    """A client for a replica at an address (``scale`` adds replicas with it); None: the
+    job cannot reach new replicas (in-process twins)."""
 
     def __post_init__(self) -> None:
         if not self.rollouts:

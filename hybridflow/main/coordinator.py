@@ -2,12 +2,16 @@
 
     hybridflow-coordinator run --config job.yaml [--set k=v ...] [--run-dir DIR]
     hybridflow-coordinator status|pause|resume|stop [--address HOST:PORT | --run-dir DIR]
+    hybridflow-coordinator scale [--add HOST:PORT ...] [--remove HOST:PORT ...] [--wait S] ...
     hybridflow-coordinator report RUN_DIR
     hybridflow-coordinator verify RUN_DIR
     hybridflow-coordinator eval RUN_DIR [--step N] | --model DIR [--config job.yaml]
 
 
 ``run`` writes DIR/coordinator.addr so the other commands can find the job by its run dir.
+``scale`` adds running rollout replicas to the job (each serves once its catch-up weight sync
+passed its check) or drains some (each ends its request in flight, then leaves); ``--wait``
+waits until they have (docs/scaling.md).
 ``report`` (re)draws the run's plots into RUN_DIR/report/, also while the run is going.
 ``verify`` checks every checkpoint of RUN_DIR against its manifest (no services needed).
 ``eval`` evaluates a run's exported checkpoint, or any model, on the job's held-out sets
@@ -17,11 +21,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from hybridflow.utils.config_args import add_config_args
 
@@ -55,9 +61,25 @@ def build_parser() -> argparse.ArgumentParser:
         ("stop", "stop after the current step (checkpoint is saved)"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--address", help="coordinator control address host:port")
-        p.add_argument("--run-dir", help="find the address in RUN_DIR/coordinator.addr")
-        p.add_argument("--json", action="store_true", help="print JSON")
+        _add_control_args(p)
+    scale = sub.add_parser(
+        "scale", help="add rollout replicas to the running job, or drain and remove some"
+    )
+    _add_control_args(scale)
+    scale.add_argument(
+        "--add", action="append", default=[], metavar="HOST:PORT", help="a running replica to add"
+    )
+    scale.add_argument(
+        "--remove", action="append", default=[], metavar="HOST:PORT", help="a replica to drain"
+    )
+    scale.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds until each added replica serves and each removed one is "
+        "gone (exit 1 if not)",
+    )
     report = sub.add_parser(
         "report", help="draw RUN_DIR/metrics.jsonl as PNG plots in RUN_DIR/report/"
     )
@@ -161,34 +183,53 @@ def verify_command(root: Path) -> int:
     return 0 if newest_ok else 1
 
 
+def _add_control_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="coordinator control address host:port")
+    p.add_argument("--run-dir", help="find the address in RUN_DIR/coordinator.addr")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _control_address(args: argparse.Namespace) -> str | None:
+    """The coordinator's address (--address, or RUN_DIR/coordinator.addr, whose run's token
+    is then used); None after printing why there is none."""
+    if args.address:
+        return str(args.address)
+    if not args.run_dir:
+        print("error: give --address or --run-dir", file=sys.stderr)
+        return None
+    addr_file = Path(args.run_dir) / "coordinator.addr"
+    if not addr_file.is_file():
+        print(f"error: {addr_file} not found (is the job running?)", file=sys.stderr)
+        return None
+    token_file = Path(args.run_dir) / "token"  # the launcher's per-run token
+    if token_file.is_file():  # written only when the launcher made the run's own token
+        os.environ["HYBRIDFLOW_TOKEN"] = token_file.read_text().strip()
+    return addr_file.read_text().strip()
+
+
 def control_command(args: argparse.Namespace) -> int:
-    address = args.address
-    if not address:
-        if not args.run_dir:
-            print("error: give --address or --run-dir", file=sys.stderr)
-            return 2
-        addr_file = Path(args.run_dir) / "coordinator.addr"
-        if not addr_file.is_file():
-            print(f"error: {addr_file} not found (is the job running?)", file=sys.stderr)
-            return 2
-        address = addr_file.read_text().strip()
-        token_file = Path(args.run_dir) / "token"  # the launcher's per-run token
-        if token_file.is_file():  # written only when the launcher made the run's own token
-            os.environ["HYBRIDFLOW_TOKEN"] = token_file.read_text().strip()
+    address = _control_address(args)
+    if address is None:
+        return 2
 
     import grpc
 
-    from hybridflow.coordinator.client import control_call
+    from hybridflow.coordinator.client import control_call, scale_call
 
     try:
-        status = control_call(address, args.command, timeout_s=10)
+        if args.command == "scale":
+            status = scale_call(address, args.add, args.remove, timeout_s=10)
+            if args.wait > 0:
+                status = _wait_for_scale(address, args, status)
+        else:
+            status = control_call(address, args.command, timeout_s=10)
     except grpc.RpcError as exc:
         print(
             f"error: coordinator at {address}: {exc.code().name}: {exc.details()}", file=sys.stderr
         )  # type: ignore[attr-defined]
         return 1
     if args.json:
-        print(json.dumps(status.__dict__, indent=2))
+        print(json.dumps(dataclasses.asdict(status), indent=2))
     else:
         reward = status.last_metrics.get("critic/score/mean")
         print(
@@ -200,10 +241,40 @@ def control_command(args: argparse.Namespace) -> int:
             print(f"waiting for: {status.waiting_for}")
         if status.error:
             print(f"error: {status.error}")
+        for replica in status.replicas:
+            print(f"replica {replica.address}  {replica.state}  v{replica.policy_version}")
         print(f"run dir: {status.run_dir}")
     if args.command == "stop":
         print(stop_hint(status.step, status.total_steps, status.run_dir), file=sys.stderr)
+    if args.command == "scale" and args.wait > 0 and not _scaled(args, status):
+        print(
+            f"error: not scaled within {args.wait:g}s (see each replica's state)", file=sys.stderr
+        )
+        return 1
     return 0
+
+
+def _scaled(args: argparse.Namespace, status: Any) -> bool:
+    """Whether each added replica serves and each removed one is gone."""
+    states = {r.address: r.state for r in status.replicas}
+    return all(states.get(a) == "serving" for a in args.add) and all(
+        states.get(a) in ("removed", "lost") for a in args.remove
+    )
+
+
+def _wait_for_scale(address: str, args: argparse.Namespace, status: Any) -> Any:
+    """Polls the job's status until ``_scaled`` (or an added replica is lost, or --wait
+    passes, or the job ends); the last status."""
+    from hybridflow.coordinator.client import control_call
+
+    deadline = time.monotonic() + args.wait
+    while not _scaled(args, status) and time.monotonic() < deadline:
+        states = {r.address: r.state for r in status.replicas}
+        if any(states.get(a) == "lost" for a in args.add) or status.state in ("done", "failed"):
+            break
+        time.sleep(1.0)
+        status = control_call(address, "status", timeout_s=10)
+    return status
 
 
 def stop_hint(step: int, total_steps: int, run_dir: str) -> str:

@@ -229,11 +229,13 @@ def _connect(prepared: _Prepared) -> tuple[Services, Callable[[], None]]:
         decode=lambda ids: str(tokenizer.decode(ids.tolist(), skip_special_tokens=True)),
         environments=_environments(job),
         tokenizer=tokenizer,
+        # scale: a replica added to the running job, reached like the launched ones
+        connect_rollout=lambda address: GrpcRolloutClient(address, cfg.channel),
     )
 
     def close() -> None:
-        for rollout in rollouts:
-            rollout.close()
+        for rollout in services.rollouts:  # the launched replicas and those added since
+            rollout.close()  # type: ignore[attr-defined]  # GrpcRolloutClients, all of them
         reward.close()
         learner.close()
         shutdown = getattr(services.environments, "shutdown", None)

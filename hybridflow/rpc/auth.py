@@ -33,6 +33,7 @@ STATE_CHANGING_METHODS: set[str] = {
     "Pause",
     "Resume",
     "Stop",
+    "Scale",
     # environment episodes (a Reset instantiates an allow-listed class)
     "Reset",
     "Step",

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hybridflow.v1 import common_pb2 as hybridflow_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fhybridflow/v1/coordinator.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x8f\x02\n\x11\x43oordinatorStatus\x12\r\n\x05state\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0btotal_steps\x18\x03 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12G\n\x0clast_metrics\x18\x05 \x03(\x0b\x32\x31.hybridflow.v1.CoordinatorStatus.LastMetricsEntry\x12\x0f\n\x07run_dir\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x13\n\x0bwaiting_for\x18\x08 \x01(\t\x1a\x32\n\x10LastMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\x9c\x02\n\x12\x43oordinatorService\x12\x43\n\tGetStatus\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12?\n\x05Pause\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12@\n\x06Resume\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12>\n\x04Stop\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fhybridflow/v1/coordinator.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"+\n\x0cScaleRequest\x12\x0b\n\x03\x61\x64\x64\x18\x01 \x03(\t\x12\x0e\n\x06remove\x18\x02 \x03(\t\"G\n\rReplicaStatus\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\"\xbf\x02\n\x11\x43oordinatorStatus\x12\r\n\x05state\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0btotal_steps\x18\x03 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12G\n\x0clast_metrics\x18\x05 \x03(\x0b\x32\x31.hybridflow.v1.CoordinatorStatus.LastMetricsEntry\x12\x0f\n\x07run_dir\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x13\n\x0bwaiting_for\x18\x08 \x01(\t\x12.\n\x08replicas\x18\t \x03(\x0b\x32\x1c.hybridflow.v1.ReplicaStatus\x1a\x32\n\x10LastMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\xe4\x02\n\x12\x43oordinatorService\x12\x43\n\tGetStatus\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12?\n\x05Pause\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12@\n\x06Resume\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12>\n\x04Stop\x12\x14.hybridflow.v1.Empty\x1a .hybridflow.v1.CoordinatorStatus\x12\x46\n\x05Scale\x12\x1b.hybridflow.v1.ScaleRequest\x1a .hybridflow.v1.CoordinatorStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COORDINATORSTATUS_LASTMETRICSENTRY']._loaded_options = None
   _globals['_COORDINATORSTATUS_LASTMETRICSENTRY']._serialized_options = b'8\001'
-  _globals['_COORDINATORSTATUS']._serialized_start=79
-  _globals['_COORDINATORSTATUS']._serialized_end=350
-  _globals['_COORDINATORSTATUS_LASTMETRICSENTRY']._serialized_start=300
-  _globals['_COORDINATORSTATUS_LASTMETRICSENTRY']._serialized_end=350
-  _globals['_COORDINATORSERVICE']._serialized_start=353
-  _globals['_COORDINATORSERVICE']._serialized_end=637
+  _globals['_SCALEREQUEST']._serialized_start=78
+  _globals['_SCALEREQUEST']._serialized_end=121
+  _globals['_REPLICASTATUS']._serialized_start=123
+  _globals['_REPLICASTATUS']._serialized_end=194
+  _globals['_COORDINATORSTATUS']._serialized_start=197
+  _globals['_COORDINATORSTATUS']._serialized_end=516
+  _globals['_COORDINATORSTATUS_LASTMETRICSENTRY']._serialized_start=466
+  _globals['_COORDINATORSTATUS_LASTMETRICSENTRY']._serialized_end=516
+  _globals['_COORDINATORSERVICE']._serialized_start=519
+  _globals['_COORDINATORSERVICE']._serialized_end=875
 # @@protoc_insertion_point(module_scope)

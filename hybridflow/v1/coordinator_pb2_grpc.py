@@ -55,6 +55,11 @@ class CoordinatorServiceStub:
                 request_serializer=hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=hybridflow_dot_v1_dot_coordinator__pb2.CoordinatorStatus.FromString,
                 _registered_method=True)
+        self.Scale = channel.unary_unary(
+                '/hybridflow.v1.CoordinatorService/Scale',
+                request_serializer=hybridflow_dot_v1_dot_coordinator__pb2.ScaleRequest.SerializeToString,
+                response_deserializer=hybridflow_dot_v1_dot_coordinator__pb2.CoordinatorStatus.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -88,6 +93,15 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Scale(self, request, context):
+        """Add rollout replicas at new addresses (each serves once its catch-up weight sync passed
+        its check) and drain others (each ends its request in flight, then leaves). A request it
+        refuses changes nothing (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +123,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
             'Stop': grpc.unary_unary_rpc_method_handler(
                     servicer.Stop,
                     request_deserializer=hybridflow_dot_v1_dot_common__pb2.Empty.FromString,
+                    response_serializer=hybridflow_dot_v1_dot_coordinator__pb2.CoordinatorStatus.SerializeToString,
+            ),
+            'Scale': grpc.unary_unary_rpc_method_handler(
+                    servicer.Scale,
+                    request_deserializer=hybridflow_dot_v1_dot_coordinator__pb2.ScaleRequest.FromString,
                     response_serializer=hybridflow_dot_v1_dot_coordinator__pb2.CoordinatorStatus.SerializeToString,
             ),
     }
@@ -219,6 +238,33 @@ class CoordinatorService:
             target,
             '/hybridflow.v1.CoordinatorService/Stop',
             hybridflow_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            hybridflow_dot_v1_dot_coordinator__pb2.CoordinatorStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Scale(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hybridflow.v1.CoordinatorService/Scale',
+            hybridflow_dot_v1_dot_coordinator__pb2.ScaleRequest.SerializeToString,
             hybridflow_dot_v1_dot_coordinator__pb2.CoordinatorStatus.FromString,
             options,
             channel_credentials,
