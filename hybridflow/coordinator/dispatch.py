@@ -437,13 +437,16 @@ class ReplicaDispatcher(threading.Thread):
     def _wait_for_rejoin(self) -> bool:
         """Probes until the replica is back with the current weights; False if it is not
         back within ``rejoin_timeout_s`` (or the job stops): it stays out of the rotation.
-        No probe outlasts the deadline, so the verdict is logged when it passes."""
+        No probe outlasts the deadline, so the verdict is logged when it passes. A replica
+        that joins (``joining``) is tried at once, one that failed after a pause."""
         if self.rejoin is None or self.rejoin_timeout_s <= 0:
             return False
         deadline = self.clock() + self.rejoin_timeout_s
+        pause = 0.0 if self._joining else self.rejoin_interval_s
         while (left := deadline - self.clock()) > 0:
-            if self.stop_event.wait(min(self.rejoin_interval_s, left)):
+            if self.stop_event.wait(min(pause, left)):
                 return False
+            pause = self.rejoin_interval_s
             left = deadline - self.clock()
             if left <= 0:
                 break
