@@ -81,7 +81,12 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
     else:
         name = f"bench-{spec.model}-{spec.label}"
         executor = DistExecutor(
-            plan, group, shared_memory=spec.kind == "shm", group_name=name, check=spec.check
+            plan,
+            group,
+            shared_memory=spec.kind == "shm",
+            group_name=name,
+            check=spec.check,
+            sample=spec.check_samples,
         )
     role = plan.role(rank)
     baseline = memory_kib()

@@ -107,6 +107,12 @@ def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
             if checked and unchecked:
                 cost = checked["seconds_per_sync"] / unchecked["seconds_per_sync"]
                 out[f"check_cost_{kind}_tp{tp}"] = {"value": cost, "target": None, "met": None}
+            sampled = variants.get(f"{kind}_tp{tp}_sampled")
+            if sampled and unchecked:
+                cost = sampled["seconds_per_sync"] / unchecked["seconds_per_sync"]
+                out[f"check_cost_sampled_{kind}_tp{tp}"] = {
+                    "value": cost, "target": 1.1, "met": cost <= 1.1,
+                }  # fmt: skip
         for label in (f"planner_tp{tp}", f"shm_tp{tp}"):
             diffs = variants.get(label, {}).get("logprob_max_abs_diff_per_sync")
             if diffs:

@@ -22,7 +22,9 @@ ratios. Prints a table; writes JSON (hardware, versions, git commit) to
     PYTHONPATH=. python benchmarks/weight_sync/run_weight_sync.py --models tiny,100m --syncs 5
 
 With ``--check-cost`` each planner/shm/naive variant is followed by its twin with the
-delivery check (slice fingerprints, on by default in the services) off: ``..._nocheck``.
+delivery check (slice fingerprints, on by default in the services) off: ``..._nocheck``,
+and each planner/shm variant by one whose check after the first sync samples
+``CHECK_SAMPLES`` elements of each slice (``weight_sync.check: sampled``): ``..._sampled``.
 
 Models: ``tiny`` (the built-in model's shapes), ``small`` (7.3M), ``100m`` (100,449,920 fp32
 parameters), ``0.5b`` (Qwen2.5-0.5B's dims, 494M, TP 1), ``qwen3-100m`` (Qwen3-shaped: q/k norms, grouped-query attention, tied head;
@@ -156,13 +158,13 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     bucket = int(args.bucket_mib * 2**20) if args.bucket_mib else WeightSyncConfig().bucket_bytes
     chunk = args.chunk_kib * 1024 if args.chunk_kib else ChannelConfig().chunk_bytes
 
-    def spec(kind: str, tp: int, check: bool = True) -> VariantSpec:
+    def spec(kind: str, tp: int, check: bool = True, samples: int = 0) -> VariantSpec:
         return VariantSpec(
             model=name, kind=kind, tp=tp, num_src=args.num_src, bucket_bytes=bucket,  # type: ignore[arg-type]
             chunk_bytes=chunk, num_warmup=args.warmup, num_syncs=args.syncs,
             raw_broadcast=kind == "planner", timeout_s=args.timeout_s, store_port=0,
             parity_syncs=args.parity_syncs if kind in ("planner", "shm") and check else 0,
-            check=check,
+            check=check, check_samples=samples,
         )  # fmt: skip
 
     for tp in args.tp_sizes:  # a shape the planner cannot split fails here, before spawning
@@ -170,8 +172,17 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     kinds = ("planner", "shm", "naive") if args.shm else ("planner", "naive")
     if args.kinds:
         kinds = tuple(k for k in args.kinds.split(",") if k)
-    checks = (True, False) if args.check_cost else (True,)
-    specs = [spec(kind, tp, c) for tp in args.tp_sizes for kind in kinds for c in checks]
+    from hybridflow.weights.config import CHECK_SAMPLES
+
+    checks = ((True, 0), (False, 0)) if args.check_cost else ((True, 0),)
+    specs = [spec(kind, tp, c, n) for tp in args.tp_sizes for kind in kinds for c, n in checks]
+    if args.check_cost:
+        specs += [
+            spec(kind, tp, True, CHECK_SAMPLES)
+            for tp in args.tp_sizes
+            for kind in kinds
+            if kind in ("planner", "shm")
+        ]
     if not args.no_grpc:
         specs.append(spec("grpc", 1))
     variants = {}

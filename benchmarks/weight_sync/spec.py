@@ -42,6 +42,9 @@ class VariantSpec:
     check: bool = True
     """planner/shm/naive: every slice fingerprinted on both sides (``weights/transport/
     checked.py``, the default); False measures what that costs (label ``..._nocheck``)."""
+    check_samples: int = 0
+    """With ``check``: after the first sync, fingerprint this many elements of each slice
+    instead of every byte (``weight_sync.check: sampled``; label ``..._sampled``)."""
     parity_syncs: int = 0
     """planner/shm at TP 1: after timing, this many syncs of changed weights, each followed by
     the log-prob parity of a fixed batch (destination vs the learner's full weights)."""
@@ -61,4 +64,5 @@ class VariantSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.kind}_tp{self.tp}" + ("" if self.check else "_nocheck")
+        suffix = "_sampled" if self.check and self.check_samples else ""
+        return f"{self.kind}_tp{self.tp}" + (suffix if self.check else "_nocheck")

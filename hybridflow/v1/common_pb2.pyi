@@ -114,13 +114,23 @@ class WeightHeader(_message.Message):
     total_bytes: int
     def __init__(self, policy_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., total_bytes: _Optional[int] = ...) -> None: ...
 
+class WeightTrailer(_message.Message):
+    __slots__ = ("sums", "squares")
+    SUMS_FIELD_NUMBER: _ClassVar[int]
+    SQUARES_FIELD_NUMBER: _ClassVar[int]
+    sums: _containers.RepeatedScalarFieldContainer[int]
+    squares: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, sums: _Optional[_Iterable[int]] = ..., squares: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class WeightChunk(_message.Message):
-    __slots__ = ("header", "data")
+    __slots__ = ("header", "data", "trailer")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    TRAILER_FIELD_NUMBER: _ClassVar[int]
     header: WeightHeader
     data: bytes
-    def __init__(self, header: _Optional[_Union[WeightHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    trailer: WeightTrailer
+    def __init__(self, header: _Optional[_Union[WeightHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., trailer: _Optional[_Union[WeightTrailer, _Mapping]] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hybridflow.v1 import common_pb2 as hybridflow_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fhybridflow/v1/weight_sync.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"@\n\x14ProbeLogprobsRequest\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12\x14\n\x0cresponse_ids\x18\x02 \x03(\x05\"A\n\x15ProbeLogprobsResponse\x12\x10\n\x08logprobs\x18\x01 \x03(\x02\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\"\xa8\x01\n\x0eWeightSyncInfo\x12\x1c\n\x14tensor_parallel_size\x18\x01 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x61mily\x18\x03 \x01(\t\x12\x15\n\rlayout_digest\x18\x04 \x01(\t\x12*\n\x06layout\x18\x05 \x03(\x0b\x32\x1a.hybridflow.v1.ParamLayout\x12\r\n\x05\x64type\x18\x06 \x01(\t\"\x86\x01\n\x0bParamLayout\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x11\n\tplacement\x18\x03 \x01(\t\x12\x11\n\tsplit_dim\x18\x04 \x01(\x05\x12\x12\n\nnum_blocks\x18\x05 \x01(\x05\x12\x12\n\nmax_shards\x18\x06 \x01(\x05\x12\x0c\n\x04\x64\x65st\x18\x07 \x01(\t\"\xf6\x01\n\x15JoinWeightSyncRequest\x12\x12\n\nstore_host\x18\x01 \x01(\t\x12\x12\n\nstore_port\x18\x02 \x01(\x05\x12\x12\n\ngroup_name\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x15\n\rnum_src_ranks\x18\x05 \x01(\x05\x12\x18\n\x10replica_tp_sizes\x18\x06 \x03(\x05\x12\x15\n\rreplica_index\x18\x07 \x01(\x05\x12\x14\n\x0c\x62ucket_bytes\x18\x08 \x01(\x03\x12\x10\n\x08\x65xecutor\x18\t \x01(\t\x12\x11\n\ttimeout_s\x18\n \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x08\"C\n\x16JoinWeightSyncResponse\x12\x11\n\tplan_hash\x18\x01 \x01(\t\x12\x16\n\x0e\x62ytes_per_sync\x18\x02 \x01(\x03\"/\n\x15ReceiveWeightsRequest\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\"V\n\x15UpdateWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tnum_bytes\x18\x02 \x01(\x03\x12\x12\n\nduration_s\x18\x03 \x01(\x01\x32\xc2\x03\n\x11WeightSyncService\x12S\n\rUpdateWeights\x12\x1a.hybridflow.v1.WeightChunk\x1a$.hybridflow.v1.UpdateWeightsResponse(\x01\x12?\n\x08\x44\x65scribe\x12\x14.hybridflow.v1.Empty\x1a\x1d.hybridflow.v1.WeightSyncInfo\x12]\n\x0eJoinWeightSync\x12$.hybridflow.v1.JoinWeightSyncRequest\x1a%.hybridflow.v1.JoinWeightSyncResponse\x12\\\n\x0eReceiveWeights\x12$.hybridflow.v1.ReceiveWeightsRequest\x1a$.hybridflow.v1.UpdateWeightsResponse\x12Z\n\rProbeLogprobs\x12#.hybridflow.v1.ProbeLogprobsRequest\x1a$.hybridflow.v1.ProbeLogprobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fhybridflow/v1/weight_sync.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"@\n\x14ProbeLogprobsRequest\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12\x14\n\x0cresponse_ids\x18\x02 \x03(\x05\"A\n\x15ProbeLogprobsResponse\x12\x10\n\x08logprobs\x18\x01 \x03(\x02\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\"\xa8\x01\n\x0eWeightSyncInfo\x12\x1c\n\x14tensor_parallel_size\x18\x01 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x61mily\x18\x03 \x01(\t\x12\x15\n\rlayout_digest\x18\x04 \x01(\t\x12*\n\x06layout\x18\x05 \x03(\x0b\x32\x1a.hybridflow.v1.ParamLayout\x12\r\n\x05\x64type\x18\x06 \x01(\t\"\x86\x01\n\x0bParamLayout\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x11\n\tplacement\x18\x03 \x01(\t\x12\x11\n\tsplit_dim\x18\x04 \x01(\x05\x12\x12\n\nnum_blocks\x18\x05 \x01(\x05\x12\x12\n\nmax_shards\x18\x06 \x01(\x05\x12\x0c\n\x04\x64\x65st\x18\x07 \x01(\t\"\x8d\x02\n\x15JoinWeightSyncRequest\x12\x12\n\nstore_host\x18\x01 \x01(\t\x12\x12\n\nstore_port\x18\x02 \x01(\x05\x12\x12\n\ngroup_name\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x15\n\rnum_src_ranks\x18\x05 \x01(\x05\x12\x18\n\x10replica_tp_sizes\x18\x06 \x03(\x05\x12\x15\n\rreplica_index\x18\x07 \x01(\x05\x12\x14\n\x0c\x62ucket_bytes\x18\x08 \x01(\x03\x12\x10\n\x08\x65xecutor\x18\t \x01(\t\x12\x11\n\ttimeout_s\x18\n \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x08\x12\x15\n\rcheck_samples\x18\x0c \x01(\x05\"C\n\x16JoinWeightSyncResponse\x12\x11\n\tplan_hash\x18\x01 \x01(\t\x12\x16\n\x0e\x62ytes_per_sync\x18\x02 \x01(\x03\"/\n\x15ReceiveWeightsRequest\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\"V\n\x15UpdateWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tnum_bytes\x18\x02 \x01(\x03\x12\x12\n\nduration_s\x18\x03 \x01(\x01\x32\xc2\x03\n\x11WeightSyncService\x12S\n\rUpdateWeights\x12\x1a.hybridflow.v1.WeightChunk\x1a$.hybridflow.v1.UpdateWeightsResponse(\x01\x12?\n\x08\x44\x65scribe\x12\x14.hybridflow.v1.Empty\x1a\x1d.hybridflow.v1.WeightSyncInfo\x12]\n\x0eJoinWeightSync\x12$.hybridflow.v1.JoinWeightSyncRequest\x1a%.hybridflow.v1.JoinWeightSyncResponse\x12\\\n\x0eReceiveWeights\x12$.hybridflow.v1.ReceiveWeightsRequest\x1a$.hybridflow.v1.UpdateWeightsResponse\x12Z\n\rProbeLogprobs\x12#.hybridflow.v1.ProbeLogprobsRequest\x1a$.hybridflow.v1.ProbeLogprobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,13 +41,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PARAMLAYOUT']._serialized_start=383
   _globals['_PARAMLAYOUT']._serialized_end=517
   _globals['_JOINWEIGHTSYNCREQUEST']._serialized_start=520
-  _globals['_JOINWEIGHTSYNCREQUEST']._serialized_end=766
-  _globals['_JOINWEIGHTSYNCRESPONSE']._serialized_start=768
-  _globals['_JOINWEIGHTSYNCRESPONSE']._serialized_end=835
-  _globals['_RECEIVEWEIGHTSREQUEST']._serialized_start=837
-  _globals['_RECEIVEWEIGHTSREQUEST']._serialized_end=884
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=886
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=972
-  _globals['_WEIGHTSYNCSERVICE']._serialized_start=975
-  _globals['_WEIGHTSYNCSERVICE']._serialized_end=1425
+  _globals['_JOINWEIGHTSYNCREQUEST']._serialized_end=789
+  _globals['_JOINWEIGHTSYNCRESPONSE']._serialized_start=791
+  _globals['_JOINWEIGHTSYNCRESPONSE']._serialized_end=858
+  _globals['_RECEIVEWEIGHTSREQUEST']._serialized_start=860
+  _globals['_RECEIVEWEIGHTSREQUEST']._serialized_end=907
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=909
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=995
+  _globals['_WEIGHTSYNCSERVICE']._serialized_start=998
+  _globals['_WEIGHTSYNCSERVICE']._serialized_end=1448
 # @@protoc_insertion_point(module_scope)

@@ -58,7 +58,7 @@ class ParamLayout(_message.Message):
     def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., placement: _Optional[str] = ..., split_dim: _Optional[int] = ..., num_blocks: _Optional[int] = ..., max_shards: _Optional[int] = ..., dest: _Optional[str] = ...) -> None: ...
 
 class JoinWeightSyncRequest(_message.Message):
-    __slots__ = ("store_host", "store_port", "group_name", "backend", "num_src_ranks", "replica_tp_sizes", "replica_index", "bucket_bytes", "executor", "timeout_s", "delta")
+    __slots__ = ("store_host", "store_port", "group_name", "backend", "num_src_ranks", "replica_tp_sizes", "replica_index", "bucket_bytes", "executor", "timeout_s", "delta", "check_samples")
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
     STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class JoinWeightSyncRequest(_message.Message):
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
+    CHECK_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     store_host: str
     store_port: int
     group_name: str
@@ -81,7 +82,8 @@ class JoinWeightSyncRequest(_message.Message):
     executor: str
     timeout_s: float
     delta: bool
-    def __init__(self, store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., group_name: _Optional[str] = ..., backend: _Optional[str] = ..., num_src_ranks: _Optional[int] = ..., replica_tp_sizes: _Optional[_Iterable[int]] = ..., replica_index: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., executor: _Optional[str] = ..., timeout_s: _Optional[float] = ..., delta: _Optional[bool] = ...) -> None: ...
+    check_samples: int
+    def __init__(self, store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., group_name: _Optional[str] = ..., backend: _Optional[str] = ..., num_src_ranks: _Optional[int] = ..., replica_tp_sizes: _Optional[_Iterable[int]] = ..., replica_index: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., executor: _Optional[str] = ..., timeout_s: _Optional[float] = ..., delta: _Optional[bool] = ..., check_samples: _Optional[int] = ...) -> None: ...
 
 class JoinWeightSyncResponse(_message.Message):
     __slots__ = ("plan_hash", "bytes_per_sync")

@@ -42,16 +42,22 @@ class GrpcWeightSyncClient:
         self, named_tensors: Sequence[tuple[str, torch.Tensor]], policy_version: int
     ) -> WeightUpdateReport:
         """The gRPC transport: every tensor, streamed in chunks in the replica's dtype (its
-        ``Describe``, asked once); returns once applied/staged."""
+        ``Describe``, asked once), then their fingerprints; returns once applied/staged.
+        ``DeliveryFailed`` when the replica's check of a tensor refused it (ABORTED)."""
         start = time.perf_counter()
         if self._wire_dtype is None:
             self._wire_dtype = self._replica_dtype()
-        reply = self._stub.UpdateWeights(
-            iter_weight_chunks(
-                named_tensors, policy_version, self._chunk_bytes(), self._wire_dtype
-            ),
-            timeout=self._config.timeout_s,
-        )
+        try:
+            reply = self._stub.UpdateWeights(
+                iter_weight_chunks(
+                    named_tensors, policy_version, self._chunk_bytes(), self._wire_dtype
+                ),
+                timeout=self._config.timeout_s,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.ABORTED:
+                raise DeliveryFailed(f"replica {self.address}: {exc.details()}") from exc
+            raise
         return WeightUpdateReport(
             reply.policy_version, reply.num_bytes, time.perf_counter() - start
         )

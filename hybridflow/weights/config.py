@@ -9,6 +9,8 @@ from hybridflow.config.fields import field_problems, knob
 from hybridflow.config.ranges import raise_problems
 
 MIB = 1024 * 1024
+CHECK_SAMPLES = 1024
+"""Elements of each slice a sampled check reads (``weight_sync.check``)."""
 
 
 @dataclass
@@ -32,6 +34,14 @@ class WeightSyncConfig:
     values in the wire dtype (``transport/delta.py``; exact: the replica ends bit-equal to a
     full sync, which the delivery check verifies). Costs one more copy of the weights on each
     side; a rebuilt group (a failure, a replica joining or leaving) starts with a full sync."""
+    check: Literal["auto", "exact", "sampled"] = "auto"
+    """How each sync over the group is checked on every replica before it serves
+    (``transport/checked.py``): exact reads every byte on both sides, at every sync; sampled
+    reads every byte at a group's first sync (so every join, rejoin and rebuild) and then
+    ``CHECK_SAMPLES`` elements of each slice, at positions that move from sync to sync; auto:
+    exact on NCCL (a read of GPU memory is a small share of a sync over the network), sampled
+    on gloo (where the wire is memory too, an exact check costs 1.4-2.9x the sync). Delta syncs
+    are always checked exactly (docs/weight-sync.md "Every sync is checked")."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: nccl when the learner runs on CUDA, else gloo."""
     store_host: str = knob("127.0.0.1", free="an address, checked when the group forms")

@@ -42,12 +42,14 @@ def group_spec_to_proto(
         executor=spec.executor,
         timeout_s=spec.timeout_s,
         delta=spec.delta,
+        check_samples=spec.check_samples,
     )
 
 
 MIN_BUCKET_BYTES = 4096
 MAX_RANKS = 1024
 MAX_TP = 64
+MAX_CHECK_SAMPLES = 1 << 20
 
 
 def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSpec:
@@ -68,6 +70,8 @@ def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSp
         raise ValueError(f"num_src_ranks and the replica count must be at most {MAX_RANKS}")
     if any(not 1 <= t <= MAX_TP for t in msg.replica_tp_sizes):
         raise ValueError(f"replica_tp_sizes must be in [1, {MAX_TP}]")
+    if not 0 <= msg.check_samples <= MAX_CHECK_SAMPLES:
+        raise ValueError(f"check_samples must be in [0, {MAX_CHECK_SAMPLES}]")
     return GroupSpec(
         store_host=msg.store_host,
         store_port=msg.store_port,
@@ -79,6 +83,7 @@ def group_spec_from_proto(msg: weight_sync_pb2.JoinWeightSyncRequest) -> GroupSp
         executor=msg.executor,
         timeout_s=msg.timeout_s,
         delta=msg.delta,
+        check_samples=msg.check_samples,
     )
 
 
@@ -144,10 +149,13 @@ def iter_weight_chunks(
     chunk_bytes: int,
     dtype: str = "",
 ) -> Iterator[common_pb2.WeightChunk]:
-    """A weight stream: the header, then each tensor's bytes in ``chunk_bytes`` pieces;
-    ``dtype`` (a torch dtype's name, "" the tensors' own) is what the floating-point tensors
-    travel as, cast one tensor at a time."""
+    """A weight stream: the header, then each tensor's bytes in ``chunk_bytes`` pieces, then
+    the trailer with each tensor's fingerprint as sent; ``dtype`` (a torch dtype's name, ""
+    the tensors' own) is what the floating-point tensors travel as, cast one tensor at a
+    time."""
     import torch
+
+    from hybridflow.weights.transport.fingerprint import fingerprint
 
     cast = getattr(torch, dtype) if dtype else None
     metas = []
@@ -169,11 +177,16 @@ def iter_weight_chunks(
         policy_version=policy_version, tensors=metas, total_bytes=offset
     )
     yield common_pb2.WeightChunk(header=header)
+    trailer = common_pb2.WeightTrailer()
     for (_, t), meta in zip(named_tensors, metas, strict=True):
         flat = t.detach().to("cpu", getattr(torch, meta.dtype)).contiguous().reshape(-1)
+        total, squares = fingerprint(flat)
+        trailer.sums.append(total)
+        trailer.squares.append(squares)
         raw = flat.view(torch.uint8).numpy()
         for start in range(0, raw.size, chunk_bytes):
             yield common_pb2.WeightChunk(data=raw[start : start + chunk_bytes].tobytes())
+    yield common_pb2.WeightChunk(trailer=trailer)
 
 
 def stream_bound(layout: ReplicaLayout) -> int:
@@ -192,7 +205,9 @@ def receive_weights(
     chunks: Iterable[common_pb2.WeightChunk], max_bytes: int
 ) -> tuple[int, list[tuple[str, torch.Tensor]], int]:
     """Reads a weight stream of at most ``max_bytes`` → (policy_version, named tensors,
-    bytes received). Each tensor is allocated when its first byte arrives."""
+    bytes received). Each tensor is allocated when its first byte arrives; once all are in,
+    each is compared with the trailer's fingerprint: ``DeliveryFailed`` naming the first that
+    differs, ``ValueError`` for a stream without a trailer."""
     it = iter(chunks)
     first = next(it, None)
     if first is None or first.WhichOneof("payload") != "header":
@@ -216,15 +231,49 @@ def receive_weights(
     if expected != header.total_bytes:
         raise ValueError("header.total_bytes does not match the tensors it lists")
     filler = _TensorFiller(list(header.tensors))
+    trailer = None
     for chunk in it:
-        if chunk.WhichOneof("payload") != "data":
+        kind = chunk.WhichOneof("payload")
+        if trailer is not None:
+            raise ValueError("a weight stream goes on after its trailer")
+        if kind == "trailer":
+            trailer = chunk.trailer
+        elif kind == "data":
+            filler.write(chunk.data)
+        else:
             raise ValueError("a second header inside one weight stream")
-        filler.write(chunk.data)
     if filler.received != header.total_bytes:
         raise ValueError(
             f"weight stream ended after {filler.received} of {header.total_bytes} bytes"
         )
-    return header.policy_version, filler.finish(), filler.received
+    tensors = filler.finish()
+    _check_trailer(trailer, tensors, header.policy_version)
+    return header.policy_version, tensors, filler.received
+
+
+def _check_trailer(
+    trailer: common_pb2.WeightTrailer | None,
+    tensors: Sequence[tuple[str, torch.Tensor]],
+    policy_version: int,
+) -> None:
+    """Every received tensor against the sender's fingerprint of it (``WeightTrailer``)."""
+    from hybridflow.errors import DeliveryFailed
+    from hybridflow.weights.transport.fingerprint import fingerprint
+
+    if trailer is None:
+        raise ValueError("weight stream ended without its trailer (the tensors' fingerprints)")
+    if len(trailer.sums) != len(tensors) or len(trailer.squares) != len(tensors):
+        raise ValueError(
+            f"the trailer lists {len(trailer.sums)} fingerprints for {len(tensors)} tensors"
+        )
+    for (name, tensor), total, squares in zip(tensors, trailer.sums, trailer.squares):
+        got = fingerprint(tensor)
+        if got != (total, squares):
+            raise DeliveryFailed(
+                f"weights v{policy_version}: tensor {name} did not arrive as sent: its bytes "
+                f"here differ from the sender's (fingerprint {got[0]:08x}/{got[1]:08x}, sent "
+                f"{total:08x}/{squares:08x})"
+            )
 
 
 class _TensorFiller:

@@ -35,7 +35,7 @@ from hybridflow.resharding.coverage import check_learner_covered, check_same_par
 from hybridflow.resharding.layout import ReplicaLayout, check_same_layout, layout_of
 from hybridflow.resharding.plan import TransferPlan, make_plan
 from hybridflow.resharding.topology import DestParam, DestPart, ParamSpec, Placement, Topology
-from hybridflow.weights.config import WeightSyncConfig
+from hybridflow.weights.config import CHECK_SAMPLES, WeightSyncConfig
 from hybridflow.weights.spec import GroupSpec, ReplicaDescription
 from hybridflow.weights.transport.executors import DistExecutor, NaiveExecutor
 from hybridflow.weights.transport.group import (
@@ -100,19 +100,34 @@ def make_executor(
     group_name: str,
     shared_memory: bool = True,
     delta: bool = False,
+    check_samples: int = 0,
 ) -> DistExecutor | NaiveExecutor:
     """The executor every rank of the group builds (the planner's setup is collective).
     ``shared_memory``: this rank offers shared memory to its same-host peers; a pair uses it
     only when both offer (a learner with ``weight_sync.shared_memory: off`` offers nothing).
     ``delta``: the planner's socket buckets carry what changed after the first sync (the
-    group's spec says so to every rank; the naive oracle always sends everything)."""
+    group's spec says so to every rank; the naive oracle always sends everything).
+    ``check_samples``: after the first sync the check samples this many elements of each
+    slice (0: every byte; the naive oracle always checks every byte)."""
     if kind == "planner":
         return DistExecutor(
-            plan, group, shared_memory=shared_memory, group_name=group_name, delta=delta
+            plan,
+            group,
+            shared_memory=shared_memory,
+            group_name=group_name,
+            delta=delta,
+            sample=check_samples,
         )
     if kind == "naive":
         return NaiveExecutor(plan, group)
     raise ValueError(f"weight_sync.executor must be planner or naive, got {kind!r}")
+
+
+def check_samples(config: WeightSyncConfig, backend: str) -> int:
+    """Elements per slice the check of a group's later syncs reads (``weight_sync.check``;
+    auto: sampled on gloo, exact on NCCL); 0: every byte."""
+    sampled = config.check == "sampled" or (config.check == "auto" and backend == "gloo")
+    return CHECK_SAMPLES if sampled else 0
 
 
 def group_backend(config: WeightSyncConfig, device: torch.device) -> str:
@@ -229,6 +244,7 @@ def form_group(
         config.executor,
         config.timeout_s,
         config.delta,
+        check_samples(config, backend),
     )
     joins: list[Future[str]] = []
     if rank == 0:
@@ -257,7 +273,13 @@ def form_group(
         # Before waiting for the joins: a replica's join returns once its executor is built,
         # and the planner's setup is collective (shared-memory pairs meet in the store).
         executor = make_executor(
-            spec.executor, plan, group, name, config.shared_memory == "auto", spec.delta
+            spec.executor,
+            plan,
+            group,
+            name,
+            config.shared_memory == "auto",
+            spec.delta,
+            spec.check_samples,
         )
         for f in joins:
             replica_hash = f.result(timeout=spec.timeout_s)
@@ -325,7 +347,14 @@ def join_group(
     )
     try:
         check_plan_hash(group, plan.content_hash(), params=_plan_params(plan))
-        executor = make_executor(spec.executor, plan, group, spec.group_name, delta=spec.delta)
+        executor = make_executor(
+            spec.executor,
+            plan,
+            group,
+            spec.group_name,
+            delta=spec.delta,
+            check_samples=spec.check_samples,
+        )
     except Exception:
         group.abort()
         raise

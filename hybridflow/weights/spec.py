@@ -34,6 +34,9 @@ class GroupSpec:
     """Seconds any collective of the group may take before it fails."""
     delta: bool = False
     """After the first sync, socket buckets carry only what changed (``transport/delta``)."""
+    check_samples: int = 0
+    """After the first sync, the check reads this many elements of each slice; 0: every
+    byte at every sync (``weight_sync.check``)."""
 
 
 @dataclass(frozen=True)

@@ -156,11 +156,17 @@ def _fuzz_rollout(model_path, num_messages: int) -> FuzzReport:  # noqa: ANN001
                 )
             ],
         )
+        from hybridflow.weights.transport.fingerprint import fingerprint
+
+        total, squares = fingerprint(norm)  # the trailer every stream ends with
         seeds = {
             "Generate": [_generate_request()],
             "UpdateWeights": [
                 common_pb2.WeightChunk(header=header),
                 common_pb2.WeightChunk(data=norm.numpy().tobytes()),
+                common_pb2.WeightChunk(
+                    trailer=common_pb2.WeightTrailer(sums=[total], squares=[squares])
+                ),
             ],
         }
         report, before, after = _run(channel, services, num_messages, seeds)

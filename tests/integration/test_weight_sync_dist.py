@@ -289,3 +289,42 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     finally:
         for s in [learner_server, *servers]:
             s.stop(0)
+
+
+def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(tiny_model_path, monkeypatch):
+    """``weight_sync.check: sampled`` (the default on gloo): a group's first sync is checked
+    byte by byte, the later ones on 1024 elements of each slice. A slice the learner skips at
+    the second sync, after a train step moved its elements, is caught all the same, named, and
+    the replica keeps the weights of the first."""
+    import dataclasses
+
+    from hybridflow.errors import DeliveryFailed
+    from hybridflow.weights.transport import executors
+
+    skipped = "model.layers.1.mlp.up_proj.weight"
+    cfg = WeightSyncConfig(transport="dist", timeout_s=30, shared_memory="off", check="sampled")
+    learner_server, _ = start_learner_server(
+        tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
+    )
+    server, _ = start_rollout_server(tiny_model_path)
+    learner = GrpcLearnerClient(learner_server.address)
+    rollout = GrpcRolloutClient(server.address)
+    try:
+        train_once(rollout, learner, 0)
+        assert learner.publish_weights([server.address]).policy_version == 1  # checked whole
+        train_once(rollout, learner, 1)
+        pack = executors.pack
+
+        def without_skipped(bucket, tensors, buffer):  # type: ignore[no-untyped-def]
+            kept = tuple(o for o in bucket.ops if o.name != skipped)
+            return pack(dataclasses.replace(bucket, ops=kept), tensors, buffer)
+
+        monkeypatch.setattr(executors, "pack", without_skipped)
+        monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)
+        with pytest.raises(DeliveryFailed, match="1024 sampled elements") as err:
+            learner.publish_weights([server.address])
+        assert skipped in str(err.value)
+        assert rollout.status().policy_version == 1  # refused before staging
+    finally:
+        for s in (learner_server, server):
+            s.stop(0)

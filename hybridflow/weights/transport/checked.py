@@ -9,7 +9,8 @@ source copied it) and, once the lists arrive, compares: the first slice that dif
 executor raises before it returns the tensors, so nothing unchecked is staged or served.
 
 Both sides walk the same buckets in the plan's order, so the lists line up without names on
-the wire: one int64 pair per slice.
+the wire: one int64 pair per slice. With ``sample`` (count, salt) both take the fingerprint of
+the same ``count`` elements of each slice instead (``sampled_fingerprint``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from hybridflow.errors import DeliveryFailed
-from hybridflow.weights.transport.fingerprint import CHUNK_ELEMENTS, fingerprint
+from hybridflow.weights.transport.fingerprint import (
+    CHUNK_ELEMENTS,
+    fingerprint,
+    sampled_fingerprint,
+)
 from hybridflow.weights.transport.group import WeightSyncGroup
 from hybridflow.weights.transport.replay import CopyOp, RankBucket
 
@@ -32,14 +37,21 @@ def check_tag(num_buckets: int) -> int:
 
 
 class _Fingerprints:
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, sample: tuple[int, int] | None = None) -> None:
+        """``sample``: (elements per slice, salt) for a sampled check; None: every element."""
         self._device = device
         self._scratch = torch.empty(CHUNK_ELEMENTS, dtype=torch.int32, device=device)
+        self._sample = sample
         self.by_peer: dict[int, list[tuple[int, int]]] = {}
+
+    def _of(self, tensor: torch.Tensor, scratch: torch.Tensor) -> tuple[int, int]:
+        if self._sample is not None:
+            return sampled_fingerprint(tensor, *self._sample)
+        return fingerprint(tensor, scratch)
 
     def add(self, bucket: RankBucket, tensors: Mapping[str, torch.Tensor]) -> None:
         rows = self.by_peer.setdefault(bucket.peer, [])
-        rows.extend(fingerprint(tensors[op.name][op.index], self._scratch) for op in bucket.ops)
+        rows.extend(self._of(tensors[op.name][op.index], self._scratch) for op in bucket.ops)
 
     def add_all(
         self, buckets: Sequence[RankBucket], tensors: Mapping[str, torch.Tensor], threads: int
@@ -47,7 +59,7 @@ class _Fingerprints:
         """``add`` for many buckets at once, over ``threads`` threads (torch's kernels let go
         of the GIL): what a destination does with the slices same-host sources wrote, which
         it can read only once they all have."""
-        if threads <= 1 or len(buckets) < 2:
+        if threads <= 1 or len(buckets) < 2 or self._sample is not None:
             for bucket in buckets:
                 self.add(bucket, tensors)
             return
@@ -58,9 +70,7 @@ class _Fingerprints:
         ]
 
         def run(k: int) -> list[tuple[int, int]]:
-            return [
-                fingerprint(tensors[op.name][op.index], scratch[k]) for _, op in ops[k::threads]
-            ]
+            return [self._of(tensors[op.name][op.index], scratch[k]) for _, op in ops[k::threads]]
 
         with ThreadPoolExecutor(threads, "fingerprint") as pool:
             parts = list(pool.map(run, range(threads)))
@@ -74,8 +84,10 @@ class _Fingerprints:
 class SentSlices(_Fingerprints):
     """Source side of one sync (module doc)."""
 
-    def __init__(self, group: WeightSyncGroup, tag: int) -> None:
-        super().__init__(group.device)
+    def __init__(
+        self, group: WeightSyncGroup, tag: int, sample: tuple[int, int] | None = None
+    ) -> None:
+        super().__init__(group.device, sample)
         self._group, self._tag = group, tag
         self._sends: list[tuple[torch.distributed.Work, torch.Tensor]] = []
 
@@ -94,8 +106,14 @@ class SentSlices(_Fingerprints):
 class LandedSlices(_Fingerprints):
     """Destination side of one sync (module doc)."""
 
-    def __init__(self, group: WeightSyncGroup, tag: int, buckets: Sequence[RankBucket]) -> None:
-        super().__init__(group.device)
+    def __init__(
+        self,
+        group: WeightSyncGroup,
+        tag: int,
+        buckets: Sequence[RankBucket],
+        sample: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(group.device, sample)
         self._group, self._tag = group, tag
         self._ops: dict[int, list[CopyOp]] = {}
         for bucket in buckets:
@@ -115,10 +133,12 @@ class LandedSlices(_Fingerprints):
             landed = self.by_peer.get(peer, [])
             for op, want, got in zip(self._ops[peer], sent, landed, strict=True):
                 if tuple(got) != want:
+                    which = f"{self._sample[0]} sampled elements" if self._sample else "bytes"
                     raise DeliveryFailed(
                         f"tensor {op.name} {_describe(op)} from learner rank {peer} did not "
-                        "arrive as sent: its bytes here differ from the learner's (fingerprint "
-                        f"{got[0]:08x}/{got[1]:08x}, sent {want[0]:08x}/{want[1]:08x})"
+                        f"arrive as sent: its {which} here differ from the learner's "
+                        f"(fingerprint {got[0]:08x}/{got[1]:08x}, sent "
+                        f"{want[0]:08x}/{want[1]:08x})"
                     )
 
 

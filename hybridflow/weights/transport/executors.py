@@ -117,6 +117,7 @@ class DistExecutor:
         group_name: str = "group",
         check: bool = True,
         delta: bool = False,
+        sample: int = 0,
     ) -> None:
         """``num_buffers``: socket buckets in flight per rank. ``shared_memory``: offer
         same-host pairs a shared staging buffer (collective: every rank of the group builds its
@@ -124,9 +125,13 @@ class DistExecutor:
         unique per group (a rebuilt group gets a new one). ``check``: fingerprint every slice
         on both sides (``checked``); every rank of the group must pass the same (off only to
         measure what the check costs). ``delta``: after the first sync, socket buckets carry
-        only what changed (``delta``); every rank must pass the same."""
+        only what changed (``delta``); every rank must pass the same. ``sample``: after the
+        group's first sync (checked whole), the check reads ``sample`` elements of each slice
+        instead of every byte (``sampled_fingerprint``); 0 (and with ``delta``, whose decoding
+        the whole check vouches for): every byte at every sync; every rank the same."""
         _check_group(plan, group)
         self.check = check
+        self.sample = 0 if delta else sample
         if num_buffers < 1:
             raise ValueError(f"num_buffers: need >= 1, got {num_buffers}")
         self.plan, self.group, self.role = plan, group, plan.role(group.rank)
@@ -184,11 +189,22 @@ class DistExecutor:
             self._shared.close()
             self._shared = None
 
+    def _sampled(self) -> tuple[int, int] | None:
+        """(elements per slice, salt) when this sync's check samples; None: every byte (the
+        group's first sync, or ``sample`` 0). Both ends count the group's syncs alike."""
+        if self.sample <= 0 or self._num_syncs <= 1:
+            return None
+        return self.sample, self._num_syncs
+
     def _send(self, shards: Tensors) -> int:
         shared = self._shared if isinstance(self._shared, SharedDestinations) else None
         if shared is not None:
             shared.begin()
-        sent = SentSlices(self.group, check_tag(self.plan.num_buckets)) if self.check else None
+        sent = (
+            SentSlices(self.group, check_tag(self.plan.num_buckets), self._sampled())
+            if self.check
+            else None
+        )
         delta = self._delta_source if self._delta_source and self._delta_source.has_base else None
         counts = DeltaCounts()
         self.last_delta = None
@@ -252,7 +268,9 @@ class DistExecutor:
         peers = shared.peers if shared is not None else ()
         buckets = [b for b in self.buckets if b.peer not in peers]  # over the sockets
         landed = (
-            LandedSlices(self.group, check_tag(self.plan.num_buckets), self.buckets)
+            LandedSlices(
+                self.group, check_tag(self.plan.num_buckets), self.buckets, self._sampled()
+            )
             if self.check
             else None
         )

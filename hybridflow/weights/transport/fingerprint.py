@@ -16,6 +16,10 @@ plain sum can miss: a stale slice whose elements moved by +1 and -1 in the last 
 replica after a small optimizer step) sums to the same total, but not to the same squares.
 Cost: one read of the bytes on each side (about 0.12 s per GiB in fp32, 0.19 s in bf16
 on one CPU thread of this project's 2-core AMD machine), on the send's thread at the source.
+
+``sampled_fingerprint`` takes the same of ``count`` elements of a slice, at positions both
+sides compute alike from the slice's size and a salt (the sync's number): the cheaper check
+of the syncs after a group's first (``weight_sync.check``, docs/weight-sync.md).
 """
 
 from __future__ import annotations
@@ -59,6 +63,25 @@ def fingerprint(tensor: torch.Tensor, buffer: torch.Tensor | None = None) -> tup
         torch.mul(rows, rows, out=wide)
         squares += int(wide.sum(dtype=torch.int32))
     return total & MASK, squares & MASK
+
+
+def sample_positions(numel: int, count: int, salt: int) -> torch.Tensor:
+    """``count`` flat (row-major) positions out of ``numel``, evenly spread, starting at an
+    offset the ``salt`` moves from one sync to the next; every position when ``numel`` is not
+    larger than ``count``."""
+    if numel <= count:
+        return torch.arange(numel)
+    step = numel // count
+    return (salt * 7919) % step + step * torch.arange(count)
+
+
+def sampled_fingerprint(tensor: torch.Tensor, count: int, salt: int) -> tuple[int, int]:
+    """``fingerprint`` of ``count`` of the tensor's elements, at ``sample_positions`` in its
+    row-major order: equal on both sides of a copy whatever each side's strides, as long as
+    both read the slice in the same row-major order (pack and unpack do)."""
+    bits = int_view(tensor.reshape(1) if tensor.dim() == 0 else tensor)
+    positions = sample_positions(bits.numel(), count, salt).to(bits.device)
+    return fingerprint(bits[torch.unravel_index(positions, bits.shape)])
 
 
 def _row_chunks(bits: torch.Tensor) -> list[torch.Tensor]:

@@ -52,3 +52,37 @@ def test_last_bit_moves_that_cancel_in_the_sum_are_caught_by_the_squares() -> No
     stale = bits.view(torch.bfloat16)
     assert fingerprint(stale)[0] == fingerprint(x)[0]
     assert fingerprint(stale) != fingerprint(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sampled_fingerprint_reads_the_same_elements_on_both_sides_of_a_copy(dtype) -> None:
+    """What ``weight_sync.check: sampled`` compares after a group's first sync: the learner's
+    slice (a strided view of a row shard) and where the replica holds it (contiguous, or a
+    region of a fused tensor) read in row-major order give the same sampled fingerprint."""
+    from hybridflow.weights.transport.fingerprint import sampled_fingerprint
+
+    shard = torch.randn(40, 3000, generator=torch.Generator().manual_seed(3)).to(dtype)
+    sent = shard[:, 1000:2500]  # a TP slice of an FSDP row shard: strided
+    fused = torch.zeros(100, 1500, dtype=dtype)
+    fused[30:70].copy_(sent)  # the replica's region of a fused tensor
+    for salt in (2, 3, 50):
+        want = sampled_fingerprint(sent, 256, salt)
+        assert sampled_fingerprint(fused[30:70], 256, salt) == want
+        assert sampled_fingerprint(sent.contiguous().reshape(-1), 256, salt) == want
+    # Small slices are read whole: the sampled fingerprint is the exact one.
+    assert sampled_fingerprint(shard[:2, :100], 1024, 7) == fingerprint(shard[:2, :100])
+
+
+def test_a_stale_slice_is_caught_by_the_sampled_fingerprint_when_its_elements_moved() -> None:
+    """A slice left stale by a sync after an optimizer step that moved its elements (fp32
+    Adam moves nearly every one) differs in the sampled elements; which elements are read
+    moves from sync to sync (the salt)."""
+    from hybridflow.weights.transport.fingerprint import sample_positions, sampled_fingerprint
+
+    new = torch.randn(512, 512, generator=torch.Generator().manual_seed(4))
+    stale = new - 1e-3 * torch.randn(512, 512, generator=torch.Generator().manual_seed(5))
+    for salt in range(2, 6):
+        assert sampled_fingerprint(stale, 1024, salt) != sampled_fingerprint(new, 1024, salt)
+    first, second = sample_positions(new.numel(), 1024, 2), sample_positions(new.numel(), 1024, 3)
+    assert len(first) == 1024 and not torch.equal(first, second)
+    assert int(first.max()) < new.numel()

@@ -38,7 +38,8 @@ def test_round_trip_is_bit_equal_in_bounded_chunks() -> None:
     tensors = some_tensors()
     chunks = list(iter_weight_chunks(tensors, 7, chunk_bytes=4 * KIB))
     assert chunks[0].WhichOneof("payload") == "header"
-    assert all(0 < len(c.data) <= 4 * KIB for c in chunks[1:])
+    assert chunks[-1].WhichOneof("payload") == "trailer"
+    assert all(0 < len(c.data) <= 4 * KIB for c in chunks[1:-1])
     version, got, num_bytes = receive_weights(chunks, max_bytes=1 << 20)
     assert version == 7
     assert num_bytes == sum(t.numel() * t.element_size() for _, t in tensors)
@@ -87,16 +88,40 @@ def test_each_tensor_is_allocated_when_its_bytes_arrive(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(
     "mangle, words",
     [
-        (lambda c: c[:-1], "ended after"),
-        (lambda c: [*c, common_pb2.WeightChunk(data=b"x")], "longer than its header"),
+        (lambda c: [*c[:-2], c[-1]], "ended after"),
+        (lambda c: [*c[:-1], common_pb2.WeightChunk(data=b"x"), c[-1]], "longer than its header"),
         (lambda c: [c[0], c[0], *c[1:]], "second header"),
         (lambda c: c[1:], "must start with a header"),
+        (lambda c: c[:-1], "without its trailer"),
+        (lambda c: [*c, c[-1]], "goes on after its trailer"),
+        (lambda c: [*c[:-1], _trailer(c[-1], drop=1)], "4 fingerprints for 5 tensors"),
     ],
 )
 def test_a_bad_stream_is_refused_with_its_reason(mangle, words: str) -> None:  # noqa: ANN001
     chunks = list(iter_weight_chunks(some_tensors(), 1, 4 * KIB))
     with pytest.raises(ValueError, match=words):
         receive_weights(mangle(chunks), max_bytes=1 << 20)
+
+
+def _trailer(chunk: common_pb2.WeightChunk, drop: int) -> common_pb2.WeightChunk:
+    """The trailer of ``chunk`` without its last ``drop`` fingerprints."""
+    sums, squares = list(chunk.trailer.sums), list(chunk.trailer.squares)
+    trailer = common_pb2.WeightTrailer(sums=sums[:-drop], squares=squares[:-drop])
+    return common_pb2.WeightChunk(trailer=trailer)
+
+
+def test_a_tensor_whose_bytes_changed_on_the_way_is_named_and_nothing_returned() -> None:
+    """The trailer's fingerprints are the sender's; a byte that changed between the sender's
+    cast and the receiver's tensor (here: in the stream itself) fails the whole update with
+    ``DeliveryFailed`` naming the tensor."""
+    from hybridflow.errors import DeliveryFailed
+
+    chunks = list(iter_weight_chunks(some_tensors(), 4, 64 * KIB))
+    data = bytearray(chunks[1].data)
+    data[100] ^= 0x01  # one bit of tensor "a"
+    chunks[1] = common_pb2.WeightChunk(data=bytes(data))
+    with pytest.raises(DeliveryFailed, match="weights v4: tensor a did not arrive as sent"):
+        receive_weights(chunks, max_bytes=1 << 20)
 
 
 def test_a_stream_over_the_bound_is_refused_before_any_byte() -> None:
