@@ -24,7 +24,8 @@ from hybridflow.errors import DeliveryFailed
 from hybridflow.weights.transport.fingerprint import (
     CHUNK_ELEMENTS,
     fingerprint,
-    sampled_fingerprint,
+    fingerprints_of,
+    sample_elements,
 )
 from hybridflow.weights.transport.group import WeightSyncGroup
 from hybridflow.weights.transport.replay import CopyOp, RankBucket
@@ -42,16 +43,25 @@ class _Fingerprints:
         self._device = device
         self._scratch = torch.empty(CHUNK_ELEMENTS, dtype=torch.int32, device=device)
         self._sample = sample
+        self._samples: dict[int, list[torch.Tensor]] = {}
+        """Sampled mode: each slice's sampled elements by peer, fingerprinted together."""
         self.by_peer: dict[int, list[tuple[int, int]]] = {}
 
-    def _of(self, tensor: torch.Tensor, scratch: torch.Tensor) -> tuple[int, int]:
-        if self._sample is not None:
-            return sampled_fingerprint(tensor, *self._sample)
-        return fingerprint(tensor, scratch)
-
     def add(self, bucket: RankBucket, tensors: Mapping[str, torch.Tensor]) -> None:
+        if self._sample is not None:  # taken now (the tensors may change), summed at the end
+            samples = self._samples.setdefault(bucket.peer, [])
+            samples.extend(
+                sample_elements(tensors[op.name][op.index], *self._sample) for op in bucket.ops
+            )
+            return
         rows = self.by_peer.setdefault(bucket.peer, [])
-        rows.extend(self._of(tensors[op.name][op.index], self._scratch) for op in bucket.ops)
+        rows.extend(fingerprint(tensors[op.name][op.index], self._scratch) for op in bucket.ops)
+
+    def _settle(self) -> None:
+        """Sampled mode: the fingerprints of the samples taken so far, into ``by_peer``."""
+        for peer, samples in self._samples.items():
+            self.by_peer.setdefault(peer, []).extend(fingerprints_of(samples))
+        self._samples = {}
 
     def add_all(
         self, buckets: Sequence[RankBucket], tensors: Mapping[str, torch.Tensor], threads: int
@@ -70,7 +80,9 @@ class _Fingerprints:
         ]
 
         def run(k: int) -> list[tuple[int, int]]:
-            return [self._of(tensors[op.name][op.index], scratch[k]) for _, op in ops[k::threads]]
+            return [
+                fingerprint(tensors[op.name][op.index], scratch[k]) for _, op in ops[k::threads]
+            ]
 
         with ThreadPoolExecutor(threads, "fingerprint") as pool:
             parts = list(pool.map(run, range(threads)))
@@ -93,6 +105,7 @@ class SentSlices(_Fingerprints):
 
     def send(self) -> None:
         """Each destination its list (after its buckets: the lists are small)."""
+        self._settle()
         for peer, rows in self.by_peer.items():
             message = torch.tensor(rows, dtype=torch.int64, device=self._group.device)
             self._sends.append((self._group.send(message, peer, self._tag), message))
@@ -123,6 +136,7 @@ class LandedSlices(_Fingerprints):
         """Receives every source's list (posted after the buckets: NCCL matches point-to-point
         calls in the order each pair posts them) and raises ``DeliveryFailed`` at the first
         slice that differs from what its source sent."""
+        self._settle()
         posted = []
         for peer, ops in self._ops.items():
             message = torch.empty((len(ops), 2), dtype=torch.int64, device=self._group.device)

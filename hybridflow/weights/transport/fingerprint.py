@@ -65,23 +65,74 @@ def fingerprint(tensor: torch.Tensor, buffer: torch.Tensor | None = None) -> tup
     return total & MASK, squares & MASK
 
 
-def sample_positions(numel: int, count: int, salt: int) -> torch.Tensor:
-    """``count`` flat (row-major) positions out of ``numel``, evenly spread, starting at an
-    offset the ``salt`` moves from one sync to the next; every position when ``numel`` is not
-    larger than ``count``."""
-    if numel <= count:
-        return torch.arange(numel)
-    step = numel // count
-    return (salt * 7919) % step + step * torch.arange(count)
+SAMPLE_RUN = 64
+"""Consecutive elements a sample reads at each of its places: a few memory pages per slice
+instead of one per element (a scattered read of 1,024 elements in a slice another process
+just wrote cost more than the whole read of a small slice)."""
+
+_SPREADS: dict[tuple[int, int, str], torch.Tensor] = {}
+"""The positions before their offset, by (numel, count, device)."""
+
+
+def sample_positions(
+    numel: int, count: int, salt: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """``count`` flat (row-major) positions out of ``numel``: runs of ``SAMPLE_RUN``
+    consecutive elements whose starts are evenly spread, all shifted by an offset the
+    ``salt`` moves from one sync to the next; every position when ``numel`` is not larger
+    than ``count``."""
+    runs = max(1, -(-count // SAMPLE_RUN))
+    step = numel // runs
+    key = (numel, count, str(device))
+    spread = _SPREADS.get(key)
+    if spread is None:
+        if numel <= runs * SAMPLE_RUN:
+            spread = torch.arange(numel, device=device)
+        else:
+            starts = torch.arange(0, step * runs, step, device=device)
+            spread = (starts[:, None] + torch.arange(SAMPLE_RUN, device=device)).reshape(-1)
+        if len(_SPREADS) < 4096:  # one per slice size of a model: a few hundred
+            _SPREADS[key] = spread
+    if numel <= runs * SAMPLE_RUN:
+        return spread
+    return spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
+
+
+def sample_elements(tensor: torch.Tensor, count: int, salt: int) -> torch.Tensor:
+    """The bits (as int32) of ``count`` of the tensor's elements at ``sample_positions`` in
+    its row-major order (all of them when it has no more): equal on both sides of a copy
+    whatever each side's strides, as long as both read the slice in the same row-major order
+    (pack and unpack do)."""
+    bits = int_view(tensor.reshape(1) if tensor.dim() == 0 else tensor)
+    if bits.dtype == torch.int64:  # as 4-byte halves, as ``fingerprint`` reads them
+        bits = (bits if bits.stride(-1) == 1 else bits.contiguous()).view(torch.int32)
+    positions = sample_positions(bits.numel(), count, salt, bits.device)
+    if bits.is_contiguous():
+        picked = bits.reshape(-1)[positions]
+    else:
+        picked = bits[torch.unravel_index(positions, bits.shape)]
+    return picked if picked.dtype == torch.int32 else picked.to(torch.int32)
+
+
+def fingerprints_of(samples: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """``fingerprint`` of each of ``samples`` (int32 tensors, ``sample_elements``), in a few
+    operations for all of them together."""
+    if not samples:
+        return []
+    flat = torch.cat(samples)
+    ends = torch.tensor([s.numel() for s in samples]).cumsum(0) - 1
+    sums = flat.to(torch.int64).cumsum(0)
+    squares = (flat * flat).to(torch.int64).cumsum(0)  # int32 products wrap: mod 2^32 kept
+    out = []
+    for column in (sums, squares):
+        at = column[ends.to(column.device)].cpu()
+        out.append((at - torch.cat([at.new_zeros(1), at[:-1]])) & MASK)
+    return [(int(a), int(b)) for a, b in zip(out[0].tolist(), out[1].tolist(), strict=True)]
 
 
 def sampled_fingerprint(tensor: torch.Tensor, count: int, salt: int) -> tuple[int, int]:
-    """``fingerprint`` of ``count`` of the tensor's elements, at ``sample_positions`` in its
-    row-major order: equal on both sides of a copy whatever each side's strides, as long as
-    both read the slice in the same row-major order (pack and unpack do)."""
-    bits = int_view(tensor.reshape(1) if tensor.dim() == 0 else tensor)
-    positions = sample_positions(bits.numel(), count, salt).to(bits.device)
-    return fingerprint(bits[torch.unravel_index(positions, bits.shape)])
+    """``fingerprint`` of the tensor's ``sample_elements``."""
+    return fingerprints_of([sample_elements(tensor, count, salt)])[0]
 
 
 def _row_chunks(bits: torch.Tensor) -> list[torch.Tensor]:
