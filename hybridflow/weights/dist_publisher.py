@@ -220,7 +220,7 @@ class DistPublisher:
             shards = self._snapshot() if background else self._local()
         except Exception as exc:  # noqa: BLE001 — agreed on below, then raised
             error = _failure(exc)
-        failure, _ = self._agreed(targets, error, set(failed))
+        failure = self._agreed(targets, error, set(failed))
         if failure:
             why = "; ".join(f"replica {t}: {e}" for t, e in failed.items()) or failure
             raise RuntimeError(f"weight sync to {list(targets)} failed: {why}")
@@ -350,7 +350,7 @@ class DistPublisher:
         except Exception as exc:  # noqa: BLE001 — agreed on below, then reported
             report, error = None, _failure(exc)
             failed = set(getattr(exc, "failed_targets", ()))
-        failure, _ = self._agreed(sent.targets, "" if failed else error, failed)
+        failure = self._agreed(sent.targets, "" if failed else error, failed)
         return (None, error or failure) if failure else (report, "")
 
     def _settle_previous(self) -> None:
@@ -363,18 +363,16 @@ class DistPublisher:
         if failure:
             log.warning("background weight sync failed (%s); its groups are rebuilt", failure)
 
-    def _agreed(
-        self, targets: tuple[str, ...], error: str, failed: set[str]
-    ) -> tuple[str, set[str]]:
+    def _agreed(self, targets: tuple[str, ...], error: str, failed: set[str]) -> str:
         """The learner ranks' agreement (an all-reduce on their own group) on a step every
         one of them ran: ``error`` is this rank's failure that concerns every group ("" none),
-        ``failed`` the targets whose own group failed here. Returns ("", set()) when nothing
-        failed anywhere, else (why, the targets whose groups were aborted: those any rank
-        named, or all of ``targets`` and every other group when a rank failed wholly)."""
+        ``failed`` the targets whose own group failed here. Returns "" when nothing failed
+        anywhere, else why, once the groups concerned are aborted: those any rank named, or
+        every group when a rank failed wholly."""
         flags = [1 if error else 0] + [1 if t in failed else 0 for t in targets]
         agreed = _agreed_flags(flags, self.group)
         if not any(agreed):
-            return "", set()
+            return ""
         if agreed[0]:
             dropped = set(self._lanes) | set(targets)
         else:
@@ -382,7 +380,7 @@ class DistPublisher:
         for target in dropped:
             self._drop(target)
         named = ", ".join(sorted(t for t in dropped if t in failed))
-        return error or (f"replica {named}" if named else "on another learner rank"), dropped
+        return error or (f"replica {named}" if named else "on another learner rank")
 
     def _open_lanes(
         self, targets: tuple[str, ...], join: JoinFn | None, describe: DescribeFn | None
