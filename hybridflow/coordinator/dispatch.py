@@ -206,9 +206,14 @@ class ReplicaDispatcher(threading.Thread):
             if not self._failed:
                 self._published_version = version
 
-    def _rejoined(self, version: int) -> None:
+    def rejoined(self, version: int) -> None:
+        """Back in the serving set, holding ``version``. The publisher calls it under the
+        learner's lock, right after the catch-up sync, so that no publish names the serving
+        set without this replica (the learner would close the group it just formed); the
+        dispatcher calls it again after, a no-op then."""
         with self._state_lock:
-            self._failed, self._joining, self._published_version = False, False, version
+            if self._failed:
+                self._failed, self._joining, self._published_version = False, False, version
 
     # ------------------------------------------------------------------ serving
     def _admit(self) -> list[Prompt]:
@@ -443,6 +448,7 @@ class ReplicaDispatcher(threading.Thread):
             return False
         deadline = self.clock() + self.rejoin_timeout_s
         pause = 0.0 if self._joining else self.rejoin_interval_s
+        verb = "joined" if self._joining else "is back"
         while (left := deadline - self.clock()) > 0:
             if self.stop_event.wait(min(pause, left)):
                 return False
@@ -463,9 +469,8 @@ class ReplicaDispatcher(threading.Thread):
                 log.info("%s not back yet: %s", self.replica_name, describe_error(exc))
                 version = None
             if version is not None:
-                verb = "joined" if self._joining else "is back"
                 log.info("%s %s with the current weights (v%d)", self.replica_name, verb, version)
-                self._rejoined(version)
+                self.rejoined(version)
                 self.num_rejoined += 1
                 return True
         log.error("%s did not come back within %.0fs", self.replica_name, self.rejoin_timeout_s)

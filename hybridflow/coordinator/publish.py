@@ -90,6 +90,7 @@ class WeightPublisher:
             report = self.services.learner.publish_weights(
                 [self.services.weight_targets[index]], catch_up=True
             )
+            self.dispatchers[index].rejoined(report.policy_version)  # before the next publish
         finally:
             self.learner_lock.release()
         return report.policy_version
@@ -99,12 +100,12 @@ class WeightPublisher:
         every replica answers. The probes run after the learner's lock is released."""
         deadline = time.monotonic() + self._service_wait_s
         while True:
-            serving = [d for d in self.dispatchers if not d.failed]
-            if not serving:
-                return  # nobody to send to; rejoining replicas get weights when back
-            targets = [self.services.weight_targets[d.index] for d in serving]
             try:
-                with self.learner_lock:
+                with self.learner_lock:  # the serving set read under it: see ``rejoin``
+                    serving = [d for d in self.dispatchers if not d.failed]
+                    if not serving:
+                        return  # nobody to send to; rejoining replicas get weights when back
+                    targets = [self.services.weight_targets[d.index] for d in serving]
                     report = self.services.learner.publish_weights(targets)
                 for d in serving:
                     d.note_published(report.policy_version)
@@ -141,15 +142,19 @@ class WeightPublisher:
             self.hold_wait_s += waited
             self.events.record("eval_hold", start, time.time(), step=step)
         learner = self.services.learner
-        serving = [d for d in self.dispatchers if not d.failed]
-        if serving and self._overlap and isinstance(learner, PublishesInBackground):
-            targets = [self.services.weight_targets[d.index] for d in serving]
+        if self._overlap and isinstance(learner, PublishesInBackground):
+            serving: list[ReplicaDispatcher] = []
             try:
-                with self.learner_lock:
-                    learner.start_publish(targets)
+                with self.learner_lock:  # the serving set read under it: see ``rejoin``
+                    serving = [d for d in self.dispatchers if not d.failed]
+                    if serving:
+                        learner.start_publish(
+                            [self.services.weight_targets[d.index] for d in serving]
+                        )
             except ServiceError as exc:
                 log.warning("weight publish did not start (%s)", describe_error(exc))
-            else:
+                serving = []
+            if serving:
                 self._in_flight = threading.Thread(
                     target=self._complete,
                     args=(learner, serving, step, version, since),

@@ -205,13 +205,13 @@ def test_stalled_replica_rejoins_only_after_a_refit(tmp_path):
     num_stall_probes = int(STALL_S / stalled.probe_timeout_s)
     hanging.hang_in_next_generate()
     hanging.wake_after_probes = num_stall_probes + 2  # SIGCONT during its rejoin probes
-    real_rejoined = stalled._rejoined
+    real_rejoined = stalled.rejoined
 
     def rejoined(version):
         real_rejoined(version)
         learner.gate.set()
 
-    stalled._rejoined = rejoined
+    stalled.rejoined = rejoined  # type: ignore[method-assign]
     learner.gate_step = 6  # the run cannot end before the replica is back
     _gate(job, learner)
     summary = job.run()

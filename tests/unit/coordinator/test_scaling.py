@@ -194,3 +194,81 @@ def test_accepted_requests_pass_the_check() -> None:
 def test_scale_before_the_replicas_run_is_refused() -> None:
     with pytest.raises(FailedPrecondition, match="not running yet"):
         JobControl(3).scale(["a:1"], [])
+
+
+class _Replica:
+    """What the publisher reads of a dispatcher: its index, whether it serves, its probe."""
+
+    def __init__(self, index: int, failed: bool) -> None:
+        self.index, self.failed, self.rollout = index, failed, FakeRollout()
+        self.version: int | None = None
+
+    def note_published(self, version: int) -> None:
+        self.version = version
+
+    def rejoined(self, version: int) -> None:
+        self.failed, self.version = False, version
+
+
+class _LockWatch:
+    """The learner's lock, telling the test when a thread has come to wait for it."""
+
+    def __init__(self) -> None:
+        self.lock, self.waiting = threading.Lock(), threading.Event()
+
+    def acquire(self, timeout: float = -1) -> bool:
+        self.waiting.set()
+        return self.lock.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_publish_waiting_for_a_catch_up_names_the_replica_that_caught_up(
+    tmp_path: Path,
+) -> None:
+    """The learner closes the group of every replica a full publish does not name: a publish
+    that read the serving set before the joiner's catch-up ended would close the group the
+    catch-up just formed, and the next publish would form it again (a CI run saw five groups
+    formed for three replicas). The serving set is read under the learner's lock, and the
+    joiner is serving before that lock is let go."""
+    from hybridflow.coordinator.publish import WeightPublisher
+
+    entered, release = threading.Event(), threading.Event()
+    publishes: list[tuple[tuple[str, ...], bool]] = []
+
+    class GatedLearner(FakeLearner):
+        def publish_weights(self, targets, catch_up=False):  # type: ignore[no-untyped-def]
+            publishes.append((tuple(targets), catch_up))
+            if catch_up:
+                entered.set()
+                assert release.wait(WAIT_S), "the test never let the catch-up end"
+            return WeightUpdateReport(3, 8, 0.0)
+
+    services = Services(
+        [FakeRollout(), FakeRollout()], FakeReward(), GatedLearner([]), [R0, R1], decode=str
+    )
+    publisher = WeightPublisher(services, None, None, threading.Event(), 60.0, False)  # type: ignore[arg-type]
+    serving, joining = _Replica(0, failed=False), _Replica(1, failed=True)
+    publisher.dispatchers = [serving, joining]  # type: ignore[list-item]
+    watch = _LockWatch()
+    publisher.learner_lock = watch  # type: ignore[assignment]
+
+    catching_up = threading.Thread(target=publisher.rejoin, args=(1, WAIT_S))
+    catching_up.start()
+    assert entered.wait(WAIT_S)
+    watch.waiting.clear()
+    publishing = threading.Thread(target=publisher.publish)
+    publishing.start()
+    assert watch.waiting.wait(WAIT_S)  # the step's publish waits for the catch-up to end
+    release.set()
+    catching_up.join(WAIT_S)
+    publishing.join(WAIT_S)
+    assert publishes == [((R1,), True), ((R0, R1), False)]
+    assert serving.version == joining.version == 3
