@@ -291,18 +291,24 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
             s.stop(0)
 
 
-def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(tiny_model_path, monkeypatch):
+@pytest.mark.parametrize("shared_memory", ["off", "auto"], ids=["sockets", "shared-memory"])
+def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(
+    tiny_model_path, monkeypatch, shared_memory
+):
     """``weight_sync.check: sampled`` (the default on gloo): a group's first sync is checked
     byte by byte, the later ones on 1024 elements of each slice. A slice the learner skips at
     the second sync, after a train step moved its elements, is caught all the same, named, and
-    the replica keeps the weights of the first."""
+    the replica keeps the weights of the first; over sockets and through shared memory (where
+    the learner samples its slices while the replica copies them out)."""
     import dataclasses
 
     from hybridflow.errors import DeliveryFailed
-    from hybridflow.weights.transport import executors
+    from hybridflow.weights.transport import executors, same_host
 
     skipped = "model.layers.1.mlp.up_proj.weight"
-    cfg = WeightSyncConfig(transport="dist", timeout_s=30, shared_memory="off", check="sampled")
+    cfg = WeightSyncConfig(
+        transport="dist", timeout_s=30, shared_memory=shared_memory, check="sampled"
+    )
     learner_server, _ = start_learner_server(
         tiny_model_path, weight_sync=cfg, optimizer={"lr": 1e-3}
     )
@@ -319,11 +325,28 @@ def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(tiny_model_pa
             kept = tuple(o for o in bucket.ops if o.name != skipped)
             return pack(dataclasses.replace(bucket, ops=kept), tensors, buffer)
 
+        write = same_host.SharedDestinations.write
+        written_without: list[int] = []
+
+        def write_without_skipped(self, bucket, shards, sync):  # type: ignore[no-untyped-def]
+            copies = [stage[bucket.bucket_id] for stage in self.destinations[bucket.peer].copies]
+            kept = [list(c) for c in copies]
+            for c in copies:
+                c[:] = [copy for copy in c if copy[1] != skipped]
+            written_without.append(bucket.bucket_id)
+            try:
+                write(self, bucket, shards, sync)
+            finally:
+                for c, k in zip(copies, kept, strict=True):
+                    c[:] = k
+
         monkeypatch.setattr(executors, "pack", without_skipped)
+        monkeypatch.setattr(same_host.SharedDestinations, "write", write_without_skipped)
         monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)
         with pytest.raises(DeliveryFailed, match="1024 sampled elements") as err:
             learner.publish_weights([server.address])
         assert skipped in str(err.value)
+        assert bool(written_without) == (shared_memory == "auto")  # the path under test
         assert rollout.status().policy_version == 1  # refused before staging
     finally:
         for s in (learner_server, server):

@@ -211,11 +211,14 @@ class DistExecutor:
         inflight: deque[tuple[list[torch.distributed.Work], torch.Tensor, torch.Tensor]] = deque()
         pending: deque[torch.distributed.Work] = deque()
         total, nbuf, k = 0, len(self._buffers), 0  # k: socket buckets so far (buffer index)
+        written: list[RankBucket] = []  # to shared memory: checked while the replica copies
         for bucket in self.buckets:
             total += _payload(bucket)
             if shared is not None and bucket.peer in shared.destinations:
                 shared.write(bucket, shards, self._num_syncs)
-            elif delta is not None:
+                written.append(bucket)
+                continue
+            if delta is not None:
                 while len(inflight) >= nbuf:  # bounds the encoded buckets held at once
                     for work in inflight.popleft()[0]:
                         work.wait()
@@ -245,6 +248,8 @@ class DistExecutor:
         if shared is not None:
             shared.finish()
         if sent is not None:
+            for bucket in written:  # the shards stay as they are until the sync ends
+                sent.add(bucket, shards)
             sent.send()
             sent.wait()
         if self._delta_source is not None:  # the base of the next delta

@@ -73,6 +73,10 @@ just wrote cost more than the whole read of a small slice)."""
 _SPREADS: dict[tuple[int, int, str], torch.Tensor] = {}
 """The positions before their offset, by (numel, count, device)."""
 
+_SHIFTED: dict[tuple[int, int, str, int], torch.Tensor] = {}
+"""The positions of the latest salt (one sync's slices share a few sizes), by (numel, count,
+device, salt); emptied when the salt moves on."""
+
 
 def sample_positions(
     numel: int, count: int, salt: int, device: torch.device | str = "cpu"
@@ -81,10 +85,15 @@ def sample_positions(
     consecutive elements whose starts are evenly spread, all shifted by an offset the
     ``salt`` moves from one sync to the next; every position when ``numel`` is not larger
     than ``count``."""
+    key = (numel, count, str(device), salt)
+    shifted = _SHIFTED.get(key)
+    if shifted is not None:
+        return shifted
+    if any(k[3] != salt for k in _SHIFTED) or len(_SHIFTED) >= 4096:
+        _SHIFTED.clear()
     runs = max(1, -(-count // SAMPLE_RUN))
     step = numel // runs
-    key = (numel, count, str(device))
-    spread = _SPREADS.get(key)
+    spread = _SPREADS.get(key[:3])
     if spread is None:
         if numel <= runs * SAMPLE_RUN:
             spread = torch.arange(numel, device=device)
@@ -92,10 +101,11 @@ def sample_positions(
             starts = torch.arange(0, step * runs, step, device=device)
             spread = (starts[:, None] + torch.arange(SAMPLE_RUN, device=device)).reshape(-1)
         if len(_SPREADS) < 4096:  # one per slice size of a model: a few hundred
-            _SPREADS[key] = spread
-    if numel <= runs * SAMPLE_RUN:
-        return spread
-    return spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
+            _SPREADS[key[:3]] = spread
+    if numel > runs * SAMPLE_RUN:
+        spread = spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
+    _SHIFTED[key] = spread
+    return spread
 
 
 def sample_elements(tensor: torch.Tensor, count: int, salt: int) -> torch.Tensor:
@@ -108,7 +118,7 @@ def sample_elements(tensor: torch.Tensor, count: int, salt: int) -> torch.Tensor
         bits = (bits if bits.stride(-1) == 1 else bits.contiguous()).view(torch.int32)
     positions = sample_positions(bits.numel(), count, salt, bits.device)
     if bits.is_contiguous():
-        picked = bits.reshape(-1)[positions]
+        picked = bits.view(-1).index_select(0, positions)
     else:
         picked = bits[torch.unravel_index(positions, bits.shape)]
     return picked if picked.dtype == torch.int32 else picked.to(torch.int32)
@@ -116,18 +126,15 @@ def sample_elements(tensor: torch.Tensor, count: int, salt: int) -> torch.Tensor
 
 def fingerprints_of(samples: list[torch.Tensor]) -> list[tuple[int, int]]:
     """``fingerprint`` of each of ``samples`` (int32 tensors, ``sample_elements``), in a few
-    operations for all of them together."""
+    operations for all of them together: padded with zeros (which add nothing to either
+    sum) into one matrix, a row per sample."""
     if not samples:
         return []
-    flat = torch.cat(samples)
-    ends = torch.tensor([s.numel() for s in samples]).cumsum(0) - 1
-    sums = flat.to(torch.int64).cumsum(0)
-    squares = (flat * flat).to(torch.int64).cumsum(0)  # int32 products wrap: mod 2^32 kept
-    out = []
-    for column in (sums, squares):
-        at = column[ends.to(column.device)].cpu()
-        out.append((at - torch.cat([at.new_zeros(1), at[:-1]])) & MASK)
-    return [(int(a), int(b)) for a, b in zip(out[0].tolist(), out[1].tolist(), strict=True)]
+    rows = torch.nn.utils.rnn.pad_sequence(samples, batch_first=True)
+    sums = rows.sum(1, dtype=torch.int64)
+    squares = rows.mul_(rows).sum(1, dtype=torch.int64)  # int32 products wrap: mod 2^32 kept
+    pairs = torch.stack([sums, squares], 1).bitwise_and_(MASK).cpu().tolist()
+    return [(a, b) for a, b in pairs]
 
 
 def sampled_fingerprint(tensor: torch.Tensor, count: int, salt: int) -> tuple[int, int]:
