@@ -62,6 +62,10 @@ ReceiveFn = Callable[[str, int], int]
 """receive(target, policy_version) -> bytes the replica received (blocks until done)."""
 
 
+DELTA_GAINS_NOTHING = 0.5
+"""Share of changed elements above which a delta sync is warned about (``_warn_delta``)."""
+
+
 @dataclass
 class DistPublisher:
     """Learner side, on every learner rank: builds the group when the replica set changes,
@@ -103,6 +107,8 @@ class DistPublisher:
     ``start`` (see ``_snapshot``)."""
     _snapshot_reader: Future[WeightUpdateReport] | None = None
     """The send that last read ``_snapshots``: refilled only once it has ended."""
+    _delta_warned: bool = False
+    """Whether the warning that delta syncs gain nothing here was given (once a job)."""
 
     @property
     def backend(self) -> str:
@@ -309,6 +315,20 @@ class DistPublisher:
                     delta.num_elements,
                     delta.num_bytes,
                 )
+                if delta.num_changed > DELTA_GAINS_NOTHING * delta.num_elements:
+                    self._warn_delta(delta.num_changed / delta.num_elements)
+
+    def _warn_delta(self, share: float) -> None:
+        if not self._delta_warned:
+            self._delta_warned = True
+            log.warning(
+                "weight_sync.delta: %.1f%% of the elements changed since the last sync, so "
+                "nearly every slice goes whole and the delta only adds its comparison and "
+                "copies (an fp32 replica under Adam: every element moves every step; at the "
+                "0.5B shape a delta sync took 8x a full one, benchmarks/LOG.md). Delta pays "
+                "off for bf16 replicas across hosts; weight_sync.delta: false is faster here",
+                100.0 * share,
+            )
 
     def _local(self) -> dict[str, torch.Tensor]:
         """This rank's shards as they are (cast to the wire dtype when it differs: a copy)."""

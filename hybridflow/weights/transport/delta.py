@@ -88,18 +88,16 @@ class DeltaSource:
             current = shards[op.name][op.index]
             sent = self._sent[op.name][op.index]
             changed = int_view(current) != int_view(sent)
-            values = current[changed]
-            n = values.numel()
+            n = int(changed.sum())  # counted first: a slice that goes whole gathers nothing
             stats.num_elements += current.numel()
+            stats.num_changed += n
             if n * (INDEX_BYTES + current.element_size()) >= op.num_bytes:
                 counts.append(WHOLE)
                 parts.append(current.contiguous().reshape(-1).view(torch.uint8))
-                stats.num_changed += n
             else:
                 counts.append(n)
                 index = changed.reshape(-1).nonzero().squeeze(1).to(torch.int32)
-                parts += [index.view(torch.uint8), values.view(torch.uint8)]
-                stats.num_changed += n
+                parts += [index.view(torch.uint8), current[changed].view(torch.uint8)]
         device = next(iter(shards.values())).device
         header = torch.tensor(counts, dtype=torch.int64, device=device)
         payload = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)

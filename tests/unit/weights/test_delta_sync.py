@@ -9,6 +9,8 @@ on one host): learner rank 0 and two in-process ``DistReceiver``s, the planner e
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -27,9 +29,12 @@ def _model() -> nn.Module:
 
 
 @pytest.mark.parametrize("changed", [3, 10_000])
-def test_every_replica_ends_equal_to_the_learner_after_each_delta(changed: int) -> None:
+def test_every_replica_ends_equal_to_the_learner_after_each_delta(
+    changed: int, caplog: pytest.LogCaptureFixture
+) -> None:
     """``changed``: elements moved per step: a few (the delta carries indices and values) or
-    all of them (every slice goes whole)."""
+    all of them (every slice goes whole, and the job is told once that delta gains nothing)."""
+    caplog.set_level(logging.WARNING, "hybridflow.weights.dist_publisher")
     model = _model()
     receivers = {t: DistReceiver(param_table(model), torch.device("cpu")) for t in ("r0", "r1")}
     config = WeightSyncConfig(transport="dist", timeout_s=WAIT_S, shared_memory="off", delta=True)
@@ -80,6 +85,8 @@ def test_every_replica_ends_equal_to_the_learner_after_each_delta(changed: int) 
                     p.copy_(flat[offset : offset + p.numel()].view_as(p))
                     offset += p.numel()
         assert publisher._generation == 3  # r0's group was never formed again
+        warnings = [r for r in caplog.records if "weight_sync.delta: false" in r.getMessage()]
+        assert len(warnings) == (1 if changed == 10_000 else 0)
     finally:
         publisher.close()
         for receiver in receivers.values():
