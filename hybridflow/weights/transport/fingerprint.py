@@ -24,6 +24,8 @@ of the syncs after a group's first (``weight_sync.check``, docs/weight-sync.md).
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 CHUNK_ELEMENTS = 1 << 18
@@ -73,9 +75,14 @@ just wrote cost more than the whole read of a small slice)."""
 _SPREADS: dict[tuple[int, int, str], torch.Tensor] = {}
 """The positions before their offset, by (numel, count, device)."""
 
-_SHIFTED: dict[tuple[int, int, str, int], torch.Tensor] = {}
-"""The positions of the latest salt (one sync's slices share a few sizes), by (numel, count,
-device, salt); emptied when the salt moves on."""
+_SHIFTED: dict[int, dict[tuple[int, int, str], torch.Tensor]] = {}
+"""The positions of the last few salts (one sync's slices share a few sizes), by salt, then
+by (numel, count, device). Several groups' syncs sample at once, each with its own salt (a
+learner rank's replicas, one thread each): the lock keeps the eviction whole."""
+
+_SHIFTED_LOCK = threading.Lock()
+
+_SALTS_KEPT = 8
 
 
 def sample_positions(
@@ -85,15 +92,19 @@ def sample_positions(
     consecutive elements whose starts are evenly spread, all shifted by an offset the
     ``salt`` moves from one sync to the next; every position when ``numel`` is not larger
     than ``count``."""
-    key = (numel, count, str(device), salt)
-    shifted = _SHIFTED.get(key)
+    key = (numel, count, str(device))
+    with _SHIFTED_LOCK:
+        by_size = _SHIFTED.get(salt)
+        if by_size is None:
+            if len(_SHIFTED) >= _SALTS_KEPT:
+                del _SHIFTED[next(iter(_SHIFTED))]  # the oldest salt
+            by_size = _SHIFTED[salt] = {}
+        shifted = by_size.get(key)
     if shifted is not None:
         return shifted
-    if any(k[3] != salt for k in _SHIFTED) or len(_SHIFTED) >= 4096:
-        _SHIFTED.clear()
     runs = max(1, -(-count // SAMPLE_RUN))
     step = numel // runs
-    spread = _SPREADS.get(key[:3])
+    spread = _SPREADS.get(key)
     if spread is None:
         if numel <= runs * SAMPLE_RUN:
             spread = torch.arange(numel, device=device)
@@ -101,10 +112,11 @@ def sample_positions(
             starts = torch.arange(0, step * runs, step, device=device)
             spread = (starts[:, None] + torch.arange(SAMPLE_RUN, device=device)).reshape(-1)
         if len(_SPREADS) < 4096:  # one per slice size of a model: a few hundred
-            _SPREADS[key[:3]] = spread
+            _SPREADS[key] = spread
     if numel > runs * SAMPLE_RUN:
         spread = spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
-    _SHIFTED[key] = spread
+    if len(by_size) < 4096:
+        by_size[key] = spread
     return spread
 
 

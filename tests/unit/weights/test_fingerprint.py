@@ -86,3 +86,34 @@ def test_a_stale_slice_is_caught_by_the_sampled_fingerprint_when_its_elements_mo
     first, second = sample_positions(new.numel(), 1024, 2), sample_positions(new.numel(), 1024, 3)
     assert len(first) == 1024 and not torch.equal(first, second)
     assert int(first.max()) < new.numel()
+
+
+def test_positions_are_right_when_several_groups_sample_at_once() -> None:
+    """A learner rank's replicas sync at once, one thread each, each group at its own sync
+    number (the salt): the positions each thread gets are those of its own salt, whatever the
+    others do to the cache meanwhile."""
+    import threading
+
+    from hybridflow.weights.transport.fingerprint import SAMPLE_RUN, sample_positions
+
+    def expected(numel: int, salt: int) -> torch.Tensor:
+        runs = 1024 // SAMPLE_RUN
+        step = numel // runs
+        starts = torch.arange(0, step * runs, step)
+        spread = (starts[:, None] + torch.arange(SAMPLE_RUN)).reshape(-1)
+        return spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
+
+    wrong: list[tuple[int, int]] = []
+
+    def run(first_salt: int) -> None:
+        for salt in range(first_salt, first_salt + 40):
+            for numel in (5000, 70_000, 123_457):
+                if not torch.equal(sample_positions(numel, 1024, salt), expected(numel, salt)):
+                    wrong.append((numel, salt))
+
+    threads = [threading.Thread(target=run, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
