@@ -325,7 +325,7 @@ class DistPublisher:
                 "weight_sync.delta: %.1f%% of the elements changed since the last sync, so "
                 "nearly every slice goes whole and the delta only adds its comparison and "
                 "copies (an fp32 replica under Adam: every element moves every step; at the "
-                "0.5B shape a delta sync took 8x a full one, benchmarks/LOG.md). Delta pays "
+                "0.5B shape a delta sync took about 5x a full one, benchmarks/LOG.md). Delta pays "
                 "off for bf16 replicas across hosts; weight_sync.delta: false is faster here",
                 100.0 * share,
             )
