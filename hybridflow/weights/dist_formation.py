@@ -173,6 +173,61 @@ class FormedGroup(NamedTuple):
     """The replicas' dtype when it is not the learner's (shards are cast to it)."""
 
 
+class _Meeting(NamedTuple):
+    """What rank 0 learned of the replicas and where the group's store listens, as every
+    learner rank has it."""
+
+    port: int
+    name: str
+    tp_sizes: tuple[int, ...]
+    dtype: str
+    """The replicas' dtype ("" the learner's own)."""
+
+
+def _meet(
+    targets: tuple[str, ...],
+    describe: DescribeFn | None,
+    module: nn.Module,
+    whole: bool,
+    dtype: str,
+    config: WeightSyncConfig,
+    rank: int,
+    world_size: int,
+    learner_group: dist.ProcessGroup | None,
+    generation: int,
+) -> tuple[_Meeting, socket.socket | None]:
+    """Rank 0 describes the replicas (refusing them whole, for a dtype other than ``dtype``
+    among others) and opens the store's socket; every learner rank gets the same meeting, or
+    raises the same ``ValueError`` before any replica is asked to join. The socket: rank 0's
+    (None elsewhere)."""
+    tp_sizes, dtype_0, refusal = (
+        _describe(targets, describe, module, whole) if rank == 0 else ([], "", "")
+    )
+    if rank == 0 and not refusal and dtype and (dtype_0 or param_table(module)[0][2]) != dtype:
+        refusal = (
+            f"replicas hold their weights in different dtypes ({list(targets)}: "
+            f"{dtype_0 or param_table(module)[0][2]}, the replicas already served: {dtype}); "
+            "the learner sends one dtype: give every replica the same rollout.dtype"
+        )
+    store_socket = None
+    if rank == 0 and not refusal:
+        store_socket = listen_socket(config.store_host)
+    meeting: list[Any] = [
+        store_socket.getsockname()[1] if store_socket is not None else 0,
+        f"ws{generation}-{uuid.uuid4().hex[:8]}",
+        tp_sizes,
+        refusal,
+        dtype_0,
+    ]
+    if dist.is_initialized() and world_size > 1:
+        # Learner ranks agree on rank 0's meeting point and replicas over their own group.
+        dist.broadcast_object_list(meeting, src=0, group=learner_group)
+    if meeting[3]:  # every learner rank refuses, before any replica is asked to join
+        raise ValueError(str(meeting[3]))
+    port, name, sizes, _, wire = meeting
+    return _Meeting(int(port), str(name), tuple(sizes), str(wire)), store_socket
+
+
 def form_group(
     targets: tuple[str, ...],
     join: JoinFn | None,
@@ -198,35 +253,14 @@ def form_group(
     groups send ("" none), which these replicas must hold too. Raises ``ValueError`` on every
     rank for a refused replica, before any replica is asked to join."""
     backend = group_backend(config, device)
-    tp_sizes_0, dtype_0, refusal = (
-        _describe(targets, describe, module, whole) if rank == 0 else ([], "", "")
+    meeting, store_socket = _meet(
+        targets, describe, module, whole, dtype, config, rank, world_size, learner_group, generation
     )
-    if rank == 0 and not refusal and dtype and (dtype_0 or param_table(module)[0][2]) != dtype:
-        refusal = (
-            f"replicas hold their weights in different dtypes ({list(targets)}: "
-            f"{dtype_0 or param_table(module)[0][2]}, the replicas already served: {dtype}); "
-            "the learner sends one dtype: give every replica the same rollout.dtype"
-        )
-    store_socket = None
-    if rank == 0 and not refusal:
-        store_socket = listen_socket(config.store_host)
-    meeting: list[Any] = [
-        store_socket.getsockname()[1] if store_socket is not None else 0,
-        f"ws{generation}-{uuid.uuid4().hex[:8]}",
-        tp_sizes_0,
-        refusal,
-        dtype_0,
-    ]
-    if dist.is_initialized() and world_size > 1:
-        # Learner ranks agree on rank 0's meeting point and replicas over their own group.
-        dist.broadcast_object_list(meeting, src=0, group=learner_group)
-    if meeting[3]:  # every learner rank refuses, before any replica is asked to join
-        raise ValueError(str(meeting[3]))
-    port, name, tp_sizes = int(meeting[0]), str(meeting[1]), tuple(meeting[2])
+    port, name, tp_sizes = meeting.port, meeting.name, meeting.tp_sizes
     # Sent in the replicas' dtype: a bf16 replica of an fp32 learner gets bf16 (half the
     # bytes), cast from the learner's shards just before each sync.
     own = param_table(module)
-    wire = str(meeting[4]) or own[0][2]
+    wire = meeting.dtype or own[0][2]
     table = [(n, shape, wire) for n, shape, _ in own]
     wire_dtype = None if wire == own[0][2] else torch_dtype(wire)
     sliced = None if whole else _sliced_topology(module, tp_sizes, wire)

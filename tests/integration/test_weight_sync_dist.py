@@ -207,6 +207,42 @@ def test_a_bf16_replica_of_an_fp32_learner_gets_its_weights_in_bf16(tiny_model_p
             s.stop(0)
 
 
+def skip_slices(monkeypatch, skipped: str, applies) -> list[int]:  # type: ignore[no-untyped-def]
+    """The learner drops tensor ``skipped``'s slices from what it sends while ``applies()``:
+    from the buckets it packs for the sockets (every bucket packed, none sent in place) and
+    from its copies into a same-host replica's buffer (planned at join). Returns the ids of
+    the buckets whose same-host copy left it out (empty when no pair used shared memory)."""
+    import dataclasses
+
+    from hybridflow.weights.transport import executors, same_host
+
+    pack, write = executors.pack, same_host.SharedDestinations.write
+    skipped_in_copy: list[int] = []
+
+    def without_skipped(bucket):  # type: ignore[no-untyped-def]
+        if not applies():
+            return bucket
+        return dataclasses.replace(bucket, ops=tuple(o for o in bucket.ops if o.name != skipped))
+
+    def write_without_skipped(self, bucket, shards, sync):  # type: ignore[no-untyped-def]
+        copies = [stage[bucket.bucket_id] for stage in self.destinations[bucket.peer].copies]
+        kept = [list(c) for c in copies]
+        if applies():
+            skipped_in_copy.append(bucket.bucket_id)
+            for c in copies:
+                c[:] = [copy for copy in c if copy[1] != skipped]
+        try:
+            write(self, bucket, shards, sync)
+        finally:
+            for c, k in zip(copies, kept, strict=True):
+                c[:] = k
+
+    monkeypatch.setattr(executors, "pack", lambda b, t, buf: pack(without_skipped(b), t, buf))
+    monkeypatch.setattr(same_host.SharedDestinations, "write", write_without_skipped)
+    monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)  # all packed
+    return skipped_in_copy
+
+
 @pytest.mark.parametrize("shared_memory", ["off", "auto"], ids=["sockets", "shared-memory"])
 def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     tiny_model_path, monkeypatch, shared_memory
@@ -216,11 +252,10 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     refuses the update before staging it, and the learner's publish fails with
     ``DeliveryFailed`` (never retried) naming the replica and the tensor. The replica keeps
     serving its previous weights; once the fault is gone the next publish delivers."""
-    import dataclasses
     import threading
 
     from hybridflow.errors import DeliveryFailed
-    from hybridflow.weights.transport import executors, same_host
+    from hybridflow.weights.transport import executors
 
     skipped = "model.layers.1.mlp.up_proj.weight"
     cfg = WeightSyncConfig(transport="dist", timeout_s=30, shared_memory=shared_memory)
@@ -234,33 +269,7 @@ def test_a_slice_the_learner_skipped_for_one_replica_stops_the_sync_naming_it(
     # is in the second replica's group only, whose sends run on their own thread.
     sending = threading.local()
 
-    def to_victim() -> bool:
-        return getattr(sending, "victim", False)
-
-    def without_skipped(bucket):
-        if not to_victim():
-            return bucket
-        return dataclasses.replace(bucket, ops=tuple(o for o in bucket.ops if o.name != skipped))
-
-    pack, write = executors.pack, same_host.SharedDestinations.write
-    skipped_in_copy = []
-
-    def write_without_skipped(self, bucket, shards, sync):  # its copies are planned at join
-        copies = [stage[bucket.bucket_id] for stage in self.destinations[bucket.peer].copies]
-        kept = [list(c) for c in copies]
-        if to_victim():
-            skipped_in_copy.append(bucket.bucket_id)
-            for c in copies:
-                c[:] = [copy for copy in c if copy[1] != skipped]
-        try:
-            write(self, bucket, shards, sync)
-        finally:
-            for c, k in zip(copies, kept):
-                c[:] = k
-
-    monkeypatch.setattr(executors, "pack", lambda b, t, buf: pack(without_skipped(b), t, buf))
-    monkeypatch.setattr(same_host.SharedDestinations, "write", write_without_skipped)
-    monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)  # all packed
+    skipped_in_copy = skip_slices(monkeypatch, skipped, lambda: getattr(sending, "victim", False))
     sent_attempts = []
     send = executors.DistExecutor._send
 
@@ -300,10 +309,8 @@ def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(
     the second sync, after a train step moved its elements, is caught all the same, named, and
     the replica keeps the weights of the first; over sockets and through shared memory (where
     the learner samples its slices while the replica copies them out)."""
-    import dataclasses
 
     from hybridflow.errors import DeliveryFailed
-    from hybridflow.weights.transport import executors, same_host
 
     skipped = "model.layers.1.mlp.up_proj.weight"
     cfg = WeightSyncConfig(
@@ -319,30 +326,7 @@ def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(
         train_once(rollout, learner, 0)
         assert learner.publish_weights([server.address]).policy_version == 1  # checked whole
         train_once(rollout, learner, 1)
-        pack = executors.pack
-
-        def without_skipped(bucket, tensors, buffer):  # type: ignore[no-untyped-def]
-            kept = tuple(o for o in bucket.ops if o.name != skipped)
-            return pack(dataclasses.replace(bucket, ops=kept), tensors, buffer)
-
-        write = same_host.SharedDestinations.write
-        written_without: list[int] = []
-
-        def write_without_skipped(self, bucket, shards, sync):  # type: ignore[no-untyped-def]
-            copies = [stage[bucket.bucket_id] for stage in self.destinations[bucket.peer].copies]
-            kept = [list(c) for c in copies]
-            for c in copies:
-                c[:] = [copy for copy in c if copy[1] != skipped]
-            written_without.append(bucket.bucket_id)
-            try:
-                write(self, bucket, shards, sync)
-            finally:
-                for c, k in zip(copies, kept, strict=True):
-                    c[:] = k
-
-        monkeypatch.setattr(executors, "pack", without_skipped)
-        monkeypatch.setattr(same_host.SharedDestinations, "write", write_without_skipped)
-        monkeypatch.setattr(executors, "_direct_view", lambda bucket, tensors: None)
+        written_without = skip_slices(monkeypatch, skipped, lambda: True)
         with pytest.raises(DeliveryFailed, match="1024 sampled elements") as err:
             learner.publish_weights([server.address])
         assert skipped in str(err.value)

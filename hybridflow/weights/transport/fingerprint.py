@@ -24,8 +24,6 @@ of the syncs after a group's first (``weight_sync.check``, docs/weight-sync.md).
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 CHUNK_ELEMENTS = 1 << 18
@@ -75,15 +73,6 @@ just wrote cost more than the whole read of a small slice)."""
 _SPREADS: dict[tuple[int, int, str], torch.Tensor] = {}
 """The positions before their offset, by (numel, count, device)."""
 
-_SHIFTED: dict[int, dict[tuple[int, int, str], torch.Tensor]] = {}
-"""The positions of the last few salts (one sync's slices share a few sizes), by salt, then
-by (numel, count, device). Several groups' syncs sample at once, each with its own salt (a
-learner rank's replicas, one thread each): the lock keeps the eviction whole."""
-
-_SHIFTED_LOCK = threading.Lock()
-
-_SALTS_KEPT = 8
-
 
 def sample_positions(
     numel: int, count: int, salt: int, device: torch.device | str = "cpu"
@@ -92,18 +81,9 @@ def sample_positions(
     consecutive elements whose starts are evenly spread, all shifted by an offset the
     ``salt`` moves from one sync to the next; every position when ``numel`` is not larger
     than ``count``."""
-    key = (numel, count, str(device))
-    with _SHIFTED_LOCK:
-        by_size = _SHIFTED.get(salt)
-        if by_size is None:
-            if len(_SHIFTED) >= _SALTS_KEPT:
-                del _SHIFTED[next(iter(_SHIFTED))]  # the oldest salt
-            by_size = _SHIFTED[salt] = {}
-        shifted = by_size.get(key)
-    if shifted is not None:
-        return shifted
     runs = max(1, -(-count // SAMPLE_RUN))
     step = numel // runs
+    key = (numel, count, str(device))
     spread = _SPREADS.get(key)
     if spread is None:
         if numel <= runs * SAMPLE_RUN:
@@ -113,11 +93,9 @@ def sample_positions(
             spread = (starts[:, None] + torch.arange(SAMPLE_RUN, device=device)).reshape(-1)
         if len(_SPREADS) < 4096:  # one per slice size of a model: a few hundred
             _SPREADS[key] = spread
-    if numel > runs * SAMPLE_RUN:
-        spread = spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
-    if len(by_size) < 4096:
-        by_size[key] = spread
-    return spread
+    if numel <= runs * SAMPLE_RUN:
+        return spread
+    return spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
 
 
 def sample_elements(tensor: torch.Tensor, count: int, salt: int) -> torch.Tensor:

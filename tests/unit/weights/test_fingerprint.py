@@ -91,7 +91,7 @@ def test_a_stale_slice_is_caught_by_the_sampled_fingerprint_when_its_elements_mo
 def test_positions_are_right_when_several_groups_sample_at_once() -> None:
     """A learner rank's replicas sync at once, one thread each, each group at its own sync
     number (the salt): the positions each thread gets are those of its own salt, whatever the
-    others do to the cache meanwhile."""
+    others ask for meanwhile (the positions cached per slice size are shared)."""
     import threading
 
     from hybridflow.weights.transport.fingerprint import SAMPLE_RUN, sample_positions
