@@ -26,6 +26,7 @@ from hybridflow.weights.transport.fingerprint import (
     fingerprint,
     fingerprints_of,
     sample_elements,
+    sampled_fingerprints,
 )
 from hybridflow.weights.transport.group import WeightSyncGroup
 from hybridflow.weights.transport.replay import CopyOp, RankBucket
@@ -68,8 +69,17 @@ class _Fingerprints:
     ) -> None:
         """``add`` for many buckets at once, over ``threads`` threads (torch's kernels let go
         of the GIL): what a destination does with the slices same-host sources wrote, which
-        it can read only once they all have."""
-        if threads <= 1 or len(buckets) < 2 or self._sample is not None:
+        it can read only once they all have. Sampled: the slices of all the buckets in one
+        ``sampled_fingerprints`` (the slices of one storage, a replica's shared-memory
+        buffer, in one gather)."""
+        if self._sample is not None:
+            self._settle()  # what ``add`` took comes first: the lists keep the plan's order
+            views = [(b.peer, tensors[op.name][op.index]) for b in buckets for op in b.ops]
+            sampled = sampled_fingerprints([view for _, view in views], *self._sample)
+            for (peer, _), print_ in zip(views, sampled, strict=True):
+                self.by_peer.setdefault(peer, []).append(print_)
+            return
+        if threads <= 1 or len(buckets) < 2:
             for bucket in buckets:
                 self.add(bucket, tensors)
             return

@@ -248,8 +248,7 @@ class DistExecutor:
         if shared is not None:
             shared.finish()
         if sent is not None:
-            for bucket in written:  # the shards stay as they are until the sync ends
-                sent.add(bucket, shards)
+            sent.add_all(written, shards, threads=1)  # the shards stay until the sync ends
             sent.send()
             sent.wait()
         if self._delta_source is not None:  # the base of the next delta

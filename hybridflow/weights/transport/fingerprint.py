@@ -24,6 +24,8 @@ of the syncs after a group's first (``weight_sync.check``, docs/weight-sync.md).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 CHUNK_ELEMENTS = 1 << 18
@@ -130,6 +132,92 @@ def fingerprints_of(samples: list[torch.Tensor]) -> list[tuple[int, int]]:
 def sampled_fingerprint(tensor: torch.Tensor, count: int, salt: int) -> tuple[int, int]:
     """``fingerprint`` of the tensor's ``sample_elements``."""
     return fingerprints_of([sample_elements(tensor, count, salt)])[0]
+
+
+def sampled_fingerprints(
+    views: Sequence[torch.Tensor], count: int, salt: int
+) -> list[tuple[int, int]]:
+    """``sampled_fingerprint`` of each of ``views``, equal to it view by view. Contiguous
+    views that share a storage (a replica's slices in its shared-memory buffer) are read
+    together: one gather of their samples out of the storage and two segment sums, where a
+    view at a time costs four torch calls each. A 100M model's 222 slices, warm, on this
+    project's 2-core machine: 19-27 ms a view at a time, 5-6 ms together; on the replica's
+    path before it serves. The positions of such a set, before the sync's shift, are kept
+    for the next sync (``_StoragePositions``)."""
+    out: list[tuple[int, int] | None] = [None] * len(views)
+    shared: dict[tuple[int, int, str], list[int]] = {}
+    for i, view in enumerate(views):
+        if view.is_contiguous() and view.numel() and view.element_size() in (1, 2, 4):
+            key = (view.untyped_storage().data_ptr(), view.element_size(), str(view.device))
+            shared.setdefault(key, []).append(i)
+    for members in shared.values():
+        if len(members) < 2:
+            continue
+        group = [views[i] for i in members]
+        for i, print_ in zip(members, _storage_fingerprints(group, count, salt), strict=True):
+            out[i] = print_
+    alone = [i for i, print_ in enumerate(out) if print_ is None]
+    if alone:
+        prints = fingerprints_of([sample_elements(views[i], count, salt) for i in alone])
+        for i, print_ in zip(alone, prints, strict=True):
+            out[i] = print_
+    return [print_ for print_ in out if print_ is not None]
+
+
+class _StoragePositions:
+    """The sample positions of a set of contiguous views of one storage, in the storage's
+    elements: ``base`` (each view's ``sample_positions`` at salt 0, plus its offset), each
+    view's modulus of the shift (1 where a view is read whole: no shift), how many positions
+    each view has and the index of the view each position belongs to."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]], count: int, device: torch.device):
+        bases, mods, lengths = [], [], []
+        runs = max(1, -(-count // SAMPLE_RUN))
+        for offset, numel in spans:
+            spread = sample_positions(numel, count, 0, device)
+            bases.append(spread + offset)
+            whole = numel <= runs * SAMPLE_RUN
+            mods.append(1 if whole else numel // runs - SAMPLE_RUN + 1)
+            lengths.append(spread.numel())
+        self.base = torch.cat(bases)
+        self.mods = torch.tensor(mods, device=device)
+        self.lengths = torch.tensor(lengths, device=device)
+        self.owner = torch.arange(len(spans), device=device).repeat_interleave(self.lengths)
+        self.num_views = len(spans)
+
+    def at(self, salt: int) -> torch.Tensor:
+        """The positions at ``salt``: as ``sample_positions`` moves each view's."""
+        shifts = torch.remainder(salt * 7919, self.mods)  # a view's shift, then its positions'
+        return self.base + shifts.repeat_interleave(self.lengths, output_size=len(self.base))
+
+
+_POSITIONS: dict[tuple[object, ...], _StoragePositions] = {}
+"""By (count, width, device, spans): a replica's buffers (one, or two while an update waits) give
+the same spans at every sync, so a few entries serve a whole job."""
+
+
+def _storage_fingerprints(
+    views: Sequence[torch.Tensor], count: int, salt: int
+) -> list[tuple[int, int]]:
+    """``sampled_fingerprint`` of each of ``views``: contiguous, of one storage and width."""
+    first = views[0]
+    spans = tuple((int(v.storage_offset()), v.numel()) for v in views)
+    key = (count, first.element_size(), str(first.device), spans)
+    positions = _POSITIONS.get(key)
+    if positions is None:
+        positions = _StoragePositions(spans, count, first.device)
+        if len(_POSITIONS) >= 8:  # not a job's: start again (threads only get, set and clear)
+            _POSITIONS.clear()
+        _POSITIONS[key] = positions
+    bits = int_view(first)
+    whole = bits.as_strided((first.untyped_storage().nbytes() // first.element_size(),), (1,), 0)
+    picked = whole.index_select(0, positions.at(salt)).to(torch.int32)
+    sums = torch.zeros(positions.num_views, dtype=torch.int64, device=first.device)
+    squares = torch.zeros_like(sums)
+    sums.index_add_(0, positions.owner, picked.to(torch.int64))
+    squares.index_add_(0, positions.owner, picked.mul_(picked).to(torch.int64))  # int32: wraps
+    pairs = torch.stack([sums, squares], 1).bitwise_and_(MASK).cpu().tolist()
+    return [(a, b) for a, b in pairs]
 
 
 def _row_chunks(bits: torch.Tensor) -> list[torch.Tensor]:

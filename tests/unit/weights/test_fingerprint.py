@@ -117,3 +117,40 @@ def test_positions_are_right_when_several_groups_sample_at_once() -> None:
     for t in threads:
         t.join()
     assert not wrong
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_slices_of_one_buffer_read_together_give_each_slice_its_own_sampled_fingerprint(
+    dtype,
+) -> None:
+    """What a replica does with the slices same-host learner ranks wrote into its staging
+    buffer (``sampled_fingerprints``: one gather for all the slices of one storage) gives, slice
+    by slice, what the learner computes from its own tensors one at a time; a slice skipped in
+    the buffer differs, and only that one."""
+    from hybridflow.weights.transport.fingerprint import (
+        sampled_fingerprint,
+        sampled_fingerprints,
+    )
+
+    generator = torch.Generator().manual_seed(6)
+    buffer = torch.randn(600_000, generator=generator).to(dtype)
+    sizes = [1, 7, 1024, 1025, 1087, 100_000, 333_333, 5]  # read whole, and sampled
+    views, offset = [], 0
+    for size in sizes:
+        views.append(buffer[offset : offset + size])
+        offset += size + 3
+    views.append(buffer[offset : offset + 600].view(20, 30))
+    views.append(buffer[offset : offset + 600].view(20, 30)[:, :10])  # strided: alone
+    views.append(torch.randn(4000, generator=generator).to(dtype))  # a storage of its own
+    for salt in (0, 1, 2, 17, 123_456):
+        want = [sampled_fingerprint(view, 1024, salt) for view in views]
+        assert sampled_fingerprints(views, 1024, salt) == want
+    # A second buffer with the same layout (a replica's two staging buffers) reuses the
+    # positions and reads its own elements; the stale slice 6 is the one that differs.
+    other = buffer.clone()
+    other[sum(sizes[:6]) + 18 : sum(sizes[:6]) + 18 + sizes[6]] += 1
+    moved = [other[v.storage_offset() : v.storage_offset() + v.numel()] for v in views[:8]]
+    salt = 3
+    got = sampled_fingerprints(moved, 1024, salt)
+    want = sampled_fingerprints(views[:8], 1024, salt)
+    assert [k for k in range(8) if got[k] != want[k]] == [6]
