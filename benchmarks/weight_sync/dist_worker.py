@@ -100,9 +100,13 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
         tensors = None  # the first sync returns the staging tensors; later ones reuse them
     else:
         tensors = allocate_destination(plan, role.replica, role.tp_rank)
-    received: dict[str, Any] = {"tensors": tensors}
+    received: dict[str, Any] = {"tensors": tensors, "syncs": 0}
 
     def one_sync() -> Any:
+        timed = received["syncs"] - spec.num_warmup
+        received["syncs"] += 1
+        if spec.alternate and isinstance(executor, DistExecutor) and timed >= 0:
+            executor.check = timed % 2 == 1  # every rank counts alike: both ends agree
         result = executor.sync(received["tensors"])
         if not role.is_source:
             received["tensors"] = result.tensors
@@ -128,6 +132,7 @@ def _run(spec: VariantSpec, rank: int) -> dict[str, Any]:
         ),
         "num_buckets": plan.num_buckets,
         "bytes_shared": last.stats.num_bytes_shared,
+        "alternating": spec.alternate,
     }
     if spec.raw_broadcast:
         num_bytes = max(plan.bytes_received(0, t) for t in range(spec.tp))

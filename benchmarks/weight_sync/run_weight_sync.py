@@ -24,7 +24,10 @@ ratios. Prints a table; writes JSON (hardware, versions, git commit) to
 With ``--check-cost`` each planner/shm/naive variant is followed by its twin with the
 delivery check (slice fingerprints, on by default in the services) off: ``..._nocheck``,
 and each planner/shm variant by one whose check after the first sync samples
-``CHECK_SAMPLES`` elements of each slice (``weight_sync.check: sampled``): ``..._sampled``.
+``CHECK_SAMPLES`` elements of each slice (``weight_sync.check: sampled``): ``..._sampled``,
+and one whose timed syncs alternate unchecked and sampled in one process set:
+``..._alternating``, its cost the median of each sampled sync over the unchecked one before it
+(two process sets of one variant differ by up to 20 % on the 2-core machine).
 
 Models: ``tiny`` (the built-in model's shapes), ``small`` (7.3M), ``100m`` (100,449,920 fp32
 parameters), ``0.5b`` (Qwen2.5-0.5B's dims, 494M, TP 1), ``qwen3-100m`` (Qwen3-shaped: q/k norms, grouped-query attention, tied head;
@@ -158,13 +161,15 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     bucket = int(args.bucket_mib * 2**20) if args.bucket_mib else WeightSyncConfig().bucket_bytes
     chunk = args.chunk_kib * 1024 if args.chunk_kib else ChannelConfig().chunk_bytes
 
-    def spec(kind: str, tp: int, check: bool = True, samples: int = 0) -> VariantSpec:
+    def spec(
+        kind: str, tp: int, check: bool = True, samples: int = 0, alternate: bool = False
+    ) -> VariantSpec:
         return VariantSpec(
             model=name, kind=kind, tp=tp, num_src=args.num_src, bucket_bytes=bucket,  # type: ignore[arg-type]
             chunk_bytes=chunk, num_warmup=args.warmup, num_syncs=args.syncs,
             raw_broadcast=kind == "planner", timeout_s=args.timeout_s, store_port=0,
             parity_syncs=args.parity_syncs if kind in ("planner", "shm") and check else 0,
-            check=check, check_samples=samples,
+            check=check, check_samples=samples, alternate=alternate,
         )  # fmt: skip
 
     for tp in args.tp_sizes:  # a shape the planner cannot split fails here, before spawning
@@ -178,10 +183,11 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     specs = [spec(kind, tp, c, n) for tp in args.tp_sizes for kind in kinds for c, n in checks]
     if args.check_cost:
         specs += [
-            spec(kind, tp, True, CHECK_SAMPLES)
+            spec(kind, tp, True, CHECK_SAMPLES, alternate)
             for tp in args.tp_sizes
             for kind in kinds
             if kind in ("planner", "shm")
+            for alternate in (False, True)
         ]
     if not args.no_grpc:
         specs.append(spec("grpc", 1))

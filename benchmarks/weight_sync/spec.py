@@ -45,6 +45,10 @@ class VariantSpec:
     check_samples: int = 0
     """With ``check``: after the first sync, fingerprint this many elements of each slice
     instead of every byte (``weight_sync.check: sampled``; label ``..._sampled``)."""
+    alternate: bool = False
+    """With ``check_samples``: the timed syncs alternate unchecked (even) and sampled (odd) in
+    one process set, so the check's cost is read from neighbouring syncs instead of two runs
+    that differ by up to 20 % here (label ``..._alternating``)."""
     parity_syncs: int = 0
     """planner/shm at TP 1: after timing, this many syncs of changed weights, each followed by
     the log-prob parity of a fixed batch (destination vs the learner's full weights)."""
@@ -65,4 +69,6 @@ class VariantSpec:
     @property
     def label(self) -> str:
         suffix = "_sampled" if self.check and self.check_samples else ""
+        if suffix and self.alternate:
+            suffix = "_alternating"
         return f"{self.kind}_tp{self.tp}" + (suffix if self.check else "_nocheck")
