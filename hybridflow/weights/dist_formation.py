@@ -14,7 +14,9 @@ executor. A formation that fails aborts what it built, then raises.
 This module knows nothing of gRPC (replicas are reached through the ``join`` and
 ``describe`` callables) nor of sending: agreeing on a failure across learner ranks and the
 sends are ``dist_publisher``'s, the receives ``dist_receiver``'s, the rendezvous and
-backends ``transport.group``'s, the plans ``hybridflow.resharding``'s.
+backends ``transport.group``'s, the plans ``hybridflow.resharding``'s. Both ends stay in one
+file (about 490 lines) because each checks what the other computes: the plan, its hash, the
+layout a replica describes.
 """
 
 from __future__ import annotations
@@ -228,6 +230,23 @@ def _meet(
     return _Meeting(int(port), str(name), tuple(sizes), str(wire)), store_socket
 
 
+def _plan(
+    module: nn.Module, meeting: _Meeting, whole: bool, world_size: int, bucket_bytes: int
+) -> tuple[TransferPlan, torch.dtype | None]:
+    """The transfer plan from this learner's parameters to the replicas met, and the dtype
+    the shards are cast to before each sync (None: sent as they are). Sent in the replicas'
+    dtype: a bf16 replica of an fp32 learner gets bf16 (half the bytes)."""
+    own = param_table(module)
+    wire = meeting.dtype or own[0][2]
+    table = [(n, shape, wire) for n, shape, _ in own]
+    wire_dtype = None if wire == own[0][2] else torch_dtype(wire)
+    sliced = None if whole else _sliced_topology(module, meeting.tp_sizes, wire)
+    topology = weight_sync_topology(table, meeting.tp_sizes, sliced, whole)
+    check_learner_covered(topology, table)
+    plan = make_plan(topology, world_size, list(meeting.tp_sizes), bucket_bytes)
+    return plan, wire_dtype
+
+
 def form_group(
     targets: tuple[str, ...],
     join: JoinFn | None,
@@ -257,16 +276,7 @@ def form_group(
         targets, describe, module, whole, dtype, config, rank, world_size, learner_group, generation
     )
     port, name, tp_sizes = meeting.port, meeting.name, meeting.tp_sizes
-    # Sent in the replicas' dtype: a bf16 replica of an fp32 learner gets bf16 (half the
-    # bytes), cast from the learner's shards just before each sync.
-    own = param_table(module)
-    wire = meeting.dtype or own[0][2]
-    table = [(n, shape, wire) for n, shape, _ in own]
-    wire_dtype = None if wire == own[0][2] else torch_dtype(wire)
-    sliced = None if whole else _sliced_topology(module, tp_sizes, wire)
-    topology = weight_sync_topology(table, tp_sizes, sliced, whole)
-    check_learner_covered(topology, table)
-    plan = make_plan(topology, world_size, list(tp_sizes), config.bucket_bytes)
+    plan, wire_dtype = _plan(module, meeting, whole, world_size, config.bucket_bytes)
     spec = GroupSpec(
         config.store_host,
         port,

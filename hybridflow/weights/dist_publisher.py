@@ -26,6 +26,9 @@ replicas and on the send are bounded by ``weight_sync.timeout_s``.
 This module knows nothing of gRPC: replicas are reached through ``ReplicaWeightClient``s
 (``hybridflow.weights.client`` over gRPC) from rank 0, or through ``publish_with``'s
 ``join`` / ``receive`` / ``describe`` callables.
+
+Its length (about 550 lines) is one state machine, ``DistPublisher``'s start, send and settle,
+with the per-replica groups they act on; forming a group is already ``dist_formation``'s.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ check every sync before they return a destination's tensors: each slice (``DistE
 each full tensor (``NaiveExecutor``) as it landed against what its source sent, by exact
 fingerprints (``checked``); a difference raises ``DeliveryFailed`` naming the tensor.
 Executors know tensors and the group; they do not know services, RPCs or policy versions.
+The oracle stays beside the executor it checks (about 470 lines together): they share the
+plan walk, the payload sums and the construction (``make_executor``); the parts each uses
+alone (``same_host``, ``delta``, ``checked``, ``replay``) are modules of their own.
 """
 
 from __future__ import annotations

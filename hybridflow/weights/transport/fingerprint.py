@@ -72,8 +72,28 @@ SAMPLE_RUN = 64
 instead of one per element (a scattered read of 1,024 elements in a slice another process
 just wrote cost more than the whole read of a small slice)."""
 
-_SPREADS: dict[tuple[int, int, str], torch.Tensor] = {}
-"""The positions before their offset, by (numel, count, device)."""
+_SPREADS: dict[tuple[int, int, str], tuple[torch.Tensor, int]] = {}
+"""``_spread`` by (numel, count, device)."""
+
+
+def _spread(numel: int, count: int, device: torch.device | str) -> tuple[torch.Tensor, int]:
+    """The positions of ``sample_positions`` before their offset, and the modulus the salt's
+    offset is taken by (1: no offset, the slice is read whole)."""
+    key = (numel, count, str(device))
+    cached = _SPREADS.get(key)
+    if cached is not None:
+        return cached
+    runs = max(1, -(-count // SAMPLE_RUN))
+    if numel <= runs * SAMPLE_RUN:
+        cached = torch.arange(numel, device=device), 1
+    else:
+        step = numel // runs
+        starts = torch.arange(0, step * runs, step, device=device)
+        spread = (starts[:, None] + torch.arange(SAMPLE_RUN, device=device)).reshape(-1)
+        cached = spread, step - SAMPLE_RUN + 1
+    if len(_SPREADS) < 4096:  # one per slice size of a model: a few hundred
+        _SPREADS[key] = cached
+    return cached
 
 
 def sample_positions(
@@ -83,21 +103,8 @@ def sample_positions(
     consecutive elements whose starts are evenly spread, all shifted by an offset the
     ``salt`` moves from one sync to the next; every position when ``numel`` is not larger
     than ``count``."""
-    runs = max(1, -(-count // SAMPLE_RUN))
-    step = numel // runs
-    key = (numel, count, str(device))
-    spread = _SPREADS.get(key)
-    if spread is None:
-        if numel <= runs * SAMPLE_RUN:
-            spread = torch.arange(numel, device=device)
-        else:
-            starts = torch.arange(0, step * runs, step, device=device)
-            spread = (starts[:, None] + torch.arange(SAMPLE_RUN, device=device)).reshape(-1)
-        if len(_SPREADS) < 4096:  # one per slice size of a model: a few hundred
-            _SPREADS[key] = spread
-    if numel <= runs * SAMPLE_RUN:
-        return spread
-    return spread + (salt * 7919) % (step - SAMPLE_RUN + 1)
+    spread, modulus = _spread(numel, count, device)
+    return spread if modulus == 1 else spread + (salt * 7919) % modulus
 
 
 def sample_elements(tensor: torch.Tensor, count: int, salt: int) -> torch.Tensor:
@@ -125,6 +132,11 @@ def fingerprints_of(samples: list[torch.Tensor]) -> list[tuple[int, int]]:
     rows = torch.nn.utils.rnn.pad_sequence(samples, batch_first=True)
     sums = rows.sum(1, dtype=torch.int64)
     squares = rows.mul_(rows).sum(1, dtype=torch.int64)  # int32 products wrap: mod 2^32 kept
+    return _pairs(sums, squares)
+
+
+def _pairs(sums: torch.Tensor, squares: torch.Tensor) -> list[tuple[int, int]]:
+    """Per-sample int64 sums of the elements and of their squares, as fingerprints."""
     pairs = torch.stack([sums, squares], 1).bitwise_and_(MASK).cpu().tolist()
     return [(a, b) for a, b in pairs]
 
@@ -166,18 +178,16 @@ def sampled_fingerprints(
 
 class _StoragePositions:
     """The sample positions of a set of contiguous views of one storage, in the storage's
-    elements: ``base`` (each view's ``sample_positions`` at salt 0, plus its offset), each
-    view's modulus of the shift (1 where a view is read whole: no shift), how many positions
+    elements: ``base`` (each view's ``_spread`` plus its offset), each view's modulus of the
+    shift (1 where a view is read whole: no shift), how many positions
     each view has and the index of the view each position belongs to."""
 
     def __init__(self, spans: Sequence[tuple[int, int]], count: int, device: torch.device):
         bases, mods, lengths = [], [], []
-        runs = max(1, -(-count // SAMPLE_RUN))
         for offset, numel in spans:
-            spread = sample_positions(numel, count, 0, device)
+            spread, modulus = _spread(numel, count, device)
             bases.append(spread + offset)
-            whole = numel <= runs * SAMPLE_RUN
-            mods.append(1 if whole else numel // runs - SAMPLE_RUN + 1)
+            mods.append(modulus)
             lengths.append(spread.numel())
         self.base = torch.cat(bases)
         self.mods = torch.tensor(mods, device=device)
@@ -216,8 +226,7 @@ def _storage_fingerprints(
     squares = torch.zeros_like(sums)
     sums.index_add_(0, positions.owner, picked.to(torch.int64))
     squares.index_add_(0, positions.owner, picked.mul_(picked).to(torch.int64))  # int32: wraps
-    pairs = torch.stack([sums, squares], 1).bitwise_and_(MASK).cpu().tolist()
-    return [(a, b) for a, b in pairs]
+    return _pairs(sums, squares)
 
 
 def _row_chunks(bits: torch.Tensor) -> list[torch.Tensor]:
