@@ -1,0 +1,194 @@
+"""The futures of the Tinker-compatible service: every call that does work is queued and
+answered at once with a request id; one worker thread runs the queue; ``wait`` hands a result
+back when it is there (docs/tinker-wire.md §2.4, §7).
+
+Order: a model's operations run in its ``seq_id`` order (the SDK numbers them per training
+client, from 1 after ``create_model``; the chunks of one ``forward_backward`` may arrive out of
+order), so an operation waits until every lower ``seq_id`` of its model ran. Between models:
+round-robin, one operation at a time, over the models whose next operation is there.
+Operations without a ``seq_id`` (``create_model``) run in arrival order, before the others.
+
+Exactly once: an operation is keyed by its owner and ``(model_id, seq_id)`` and by the SDK's
+``X-Idempotency-Key``; a retried POST gets the first request id back and runs nothing again.
+Transport-free: knows nothing of HTTP or of what an operation does (``run`` is given).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hybridflow.errors import BadRequest, ResourceExhausted
+
+
+class UserError(BadRequest):
+    """The caller's mistake, reported in the future as ``category: user``."""
+
+
+@dataclass
+class Result:
+    """A finished operation: a JSON object, or a protobuf body, or an error."""
+
+    json: dict[str, Any] | None = None
+    proto: bytes | None = None
+    error: str | None = None
+    category: str = "user"
+
+
+@dataclass
+class Operation:
+    """One queued call: whose, what, for which model at which ``seq_id``; its result once
+    ``done`` is set."""
+
+    request_id: str
+    owner: str
+    kind: str
+    payload: Any
+    model_id: str | None = None
+    seq_id: int | None = None
+    result: Result | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Operations:
+    """The queue, the worker and the results table. ``run(op)`` does an operation's work and
+    returns its ``Result`` (a ``UserError`` it raises becomes an error result)."""
+
+    def __init__(
+        self,
+        run: Callable[[Operation], Result],
+        max_queued_per_model: int = 64,
+        max_results: int = 4096,
+    ) -> None:
+        self._run = run
+        self.max_queued_per_model = max_queued_per_model
+        self.max_results = max_results
+        self._lock = threading.Condition()
+        self._ops: OrderedDict[str, Operation] = OrderedDict()
+        self._by_key: dict[tuple[str, str], str] = {}
+        self._next_seq: dict[str, int] = {}
+        self._waiting: dict[str, dict[int, Operation]] = {}
+        self._unordered: deque[Operation] = deque()
+        self._turn = itertools.count()
+        self._closed = False
+        self._worker = threading.Thread(target=self._work, name="tinker-operations", daemon=True)
+        self._worker.start()
+
+    def open_model(self, model_id: str, next_seq: int = 1) -> None:
+        """Operations of ``model_id`` may queue from now; the first to run has ``next_seq``."""
+        with self._lock:
+            self._next_seq.setdefault(model_id, next_seq)
+            self._waiting.setdefault(model_id, {})
+
+    def submit(
+        self,
+        owner: str,
+        kind: str,
+        payload: Any,
+        model_id: str | None = None,
+        seq_id: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Queues an operation and returns its request id, or the first request id of the
+        same operation submitted before (nothing queued again)."""
+        with self._lock:
+            if self._closed:
+                raise ResourceExhausted("the service is shutting down")
+            keys = []
+            if idempotency_key:
+                keys.append((owner, f"idem:{idempotency_key}"))
+            if model_id is not None and seq_id is not None:
+                keys.append((owner, f"seq:{model_id}:{seq_id}"))
+            for key in keys:
+                if key in self._by_key:
+                    return self._by_key[key]
+            op = Operation(uuid.uuid4().hex, owner, kind, payload, model_id, seq_id)
+            if seq_id is None:
+                self._unordered.append(op)
+            else:
+                assert model_id is not None
+                if model_id not in self._next_seq:
+                    raise UserError(f"no model {model_id!r}")
+                if seq_id < self._next_seq[model_id]:
+                    raise UserError(
+                        f"seq_id {seq_id} of model {model_id!r} already ran (next: "
+                        f"{self._next_seq[model_id]}) under another request"
+                    )
+                # a window, not a count: the operation that unblocks the others always fits
+                last = self._next_seq[model_id] + self.max_queued_per_model - 1
+                if seq_id > last:
+                    raise ResourceExhausted(
+                        f"seq_id {seq_id} of model {model_id!r} is beyond the queue's bound of "
+                        f"{self.max_queued_per_model} operations (up to seq_id {last} now)"
+                    )
+                self._waiting[model_id][seq_id] = op
+            self._ops[op.request_id] = op
+            for key in keys:
+                self._by_key[key] = op.request_id
+            self._forget_oldest()
+            self._lock.notify_all()
+            return op.request_id
+
+    def wait(self, owner: str, request_id: str, timeout: float) -> Result | None:
+        """The operation's result, or None if it has not finished within ``timeout``.
+        KeyError: no such request for this owner (another owner's id is unknown here)."""
+        with self._lock:
+            op = self._ops.get(request_id)
+            if op is None or op.owner != owner:
+                raise KeyError(request_id)
+        op.done.wait(timeout)
+        return op.result
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._worker.join(timeout=30)
+
+    def _next_op(self) -> Operation | None:
+        if self._unordered:
+            return self._unordered.popleft()
+        ready = [m for m, w in self._waiting.items() if self._next_seq[m] in w]
+        if not ready:
+            return None
+        models = sorted(ready)
+        model = models[next(self._turn) % len(models)]
+        op = self._waiting[model].pop(self._next_seq[model])
+        self._next_seq[model] += 1
+        return op
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                op = self._next_op()
+                while op is None and not self._closed:
+                    self._lock.wait()
+                    op = self._next_op()
+                if op is None:
+                    return
+            try:
+                result = self._run(op)
+            except UserError as exc:
+                result = Result(error=str(exc), category="user")
+            except BadRequest as exc:
+                result = Result(error=str(exc), category="user")
+            except Exception as exc:  # the worker must outlive one failed operation
+                result = Result(error=f"{type(exc).__name__}: {exc}", category="server")
+            op.result = result
+            op.done.set()
+
+    def _forget_oldest(self) -> None:
+        """Drops the oldest finished operations beyond ``max_results`` (their ids then answer
+        as unknown; the SDK reads that as an expired promise)."""
+        excess = len(self._ops) - self.max_results
+        if excess <= 0:
+            return
+        for request_id in [rid for rid, op in self._ops.items() if op.done.is_set()][:excess]:
+            del self._ops[request_id]
+        live = set(self._ops)
+        self._by_key = {k: v for k, v in self._by_key.items() if v in live}

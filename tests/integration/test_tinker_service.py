@@ -1,0 +1,199 @@
+"""The Tinker-compatible service as its users meet it: a real server process on a loopback
+port, driven by the official ``tinker`` SDK, unchanged. A LoRA model learns through
+``forward_backward`` and ``optim_step``; two owners train at once, each on its solo curve and
+blind to the other; a retried call is applied once; a call without a known key is refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tinker
+from tinker import types
+from tinker.proto import request_conv
+
+BASE = "builtin:tiny-qwen3"
+KEYS = {"alice": "tml-alice-key", "bob": "tml-bob-key"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The service, started as users start it; its base URL."""
+    keys = tmp_path_factory.mktemp("tinker") / "keys"
+    keys.write_text("".join(f"{owner} {key}\n" for owner, key in KEYS.items()))
+    env = {k: v for k, v in os.environ.items() if k != "HYBRIDFLOW_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hybridflow.services.tinker", "--model", BASE, "--port", "0"]
+        + ["--keys-file", str(keys), "--poll-seconds", "5"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 300
+        line = ""
+        while "listening on" not in line:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
+            assert ready and proc.poll() is None, "the tinker service did not come up"
+            line = proc.stdout.readline()
+        match = re.search(r"(http://\S+)", line)
+        assert match is not None
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@pytest.fixture(autouse=True)
+def _sdk_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _batch(seed: int) -> list[types.Datum]:
+    rng = np.random.default_rng(seed)
+    data = []
+    for n in (7, 11, 5):
+        tokens = rng.integers(0, 200, n + 1).tolist()
+        data.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * n},
+            )
+        )
+    return data
+
+
+def _train(url: str, owner: str, seed: int, steps: int) -> list[float]:
+    """A user's own loop: the same batch each step; the loss of each step."""
+    service = tinker.ServiceClient(base_url=url, api_key=KEYS[owner])
+    client = service.create_lora_training_client(base_model=BASE, rank=8, seed=seed).result()
+    losses = []
+    batch = _batch(seed)
+    for _ in range(steps):
+        fwdbwd = client.forward_backward(batch, "cross_entropy")
+        optim = client.optim_step(types.AdamParams(learning_rate=2e-2))
+        out = fwdbwd.result()
+        optim.result()
+        assert [len(o["logprobs"].tolist()) for o in out.loss_fn_outputs] == [7, 11, 5]
+        losses.append(out.metrics["loss:sum"])
+    return losses
+
+
+def test_the_sdk_trains_a_lora_model_and_its_loss_falls(server: str) -> None:
+    service = tinker.ServiceClient(base_url=server, api_key=KEYS["alice"])
+    client = service.create_lora_training_client(base_model=BASE, rank=4).result()
+    info = client.get_info()
+    assert (info.model_data.model_name, info.lora_rank, info.is_lora) == (BASE, 4, True)
+    assert Path(info.model_data.tokenizer_id or "").is_dir()  # local: nothing downloaded
+    losses = _train(server, "alice", seed=3, steps=6)
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_two_owners_train_at_once_each_on_its_solo_curve(server: str) -> None:
+    solo = {owner: _train(server, owner, seed, 4) for owner, seed in (("alice", 5), ("bob", 6))}
+    together: dict[str, list[float]] = {}
+
+    def run(owner: str, seed: int) -> None:
+        together[owner] = _train(server, owner, seed, 4)
+
+    threads = [threading.Thread(target=run, args=a) for a in (("alice", 5), ("bob", 6))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert set(together) == {"alice", "bob"}
+    for owner in solo:
+        np.testing.assert_allclose(together[owner], solo[owner], rtol=1e-5)
+
+
+def _post(url: str, path: str, key: str, body: object, **headers: str) -> httpx.Response:
+    return httpx.post(f"{url}/api/v1/{path}", json=body, headers={"X-API-Key": key, **headers})
+
+
+def _future(url: str, key: str, request_id: str) -> httpx.Response:
+    while True:
+        reply = _post(url, "retrieve_future", key, {"request_id": request_id})
+        if reply.status_code != 200 or reply.headers["content-type"].startswith(
+            "application/x-protobuf"
+        ):
+            return reply
+        if reply.json().get("type") != "try_again":
+            return reply
+
+
+def _model(url: str, key: str) -> str:
+    session = _post(url, "create_session", key, {"tags": [], "sdk_version": "test"}).json()
+    created = _post(
+        url,
+        "create_model",
+        key,
+        {
+            "session_id": session["session_id"],
+            "model_seq_id": 0,
+            "base_model": BASE,
+            "lora_config": {"rank": 4},
+        },
+    ).json()
+    return str(_future(url, key, created["request_id"]).json()["model_id"])
+
+
+def _fwdbwd_body(model_id: str, seq_id: int) -> bytes:
+    request = types.ForwardBackwardRequest(
+        forward_backward_input=types.ForwardBackwardInput(data=_batch(0), loss_fn="cross_entropy"),
+        model_id=model_id,
+        seq_id=seq_id,
+    )
+    return request_conv.forward_backward_request_to_proto(request).SerializeToString()
+
+
+def test_a_retried_optim_step_is_applied_once(server: str) -> None:
+    key = KEYS["alice"]
+    model_id = _model(server, key)
+    fwdbwd = httpx.post(
+        f"{server}/api/v1/forward_backward",
+        content=_fwdbwd_body(model_id, 1),
+        headers={"X-API-Key": key, "Content-Type": "application/x-protobuf"},
+    ).json()["request_id"]
+    assert _future(server, key, fwdbwd).status_code == 200
+    step = {"model_id": model_id, "seq_id": 2, "adam_params": {"learning_rate": 1e-3}}
+    first = _post(server, "optim_step", key, step, **{"X-Idempotency-Key": str(uuid.uuid4())})
+    again = _post(server, "optim_step", key, step, **{"X-Idempotency-Key": str(uuid.uuid4())})
+    assert first.json()["request_id"] == again.json()["request_id"]
+    assert _future(server, key, first.json()["request_id"]).json()["metrics"]["step:max"] == 1
+    step["seq_id"] = 3
+    later = _post(server, "optim_step", key, step).json()["request_id"]
+    assert _future(server, key, later).json()["metrics"]["step:max"] == 2  # not 3
+
+
+def test_an_owner_cannot_reach_another_owners_model_or_futures(server: str) -> None:
+    model_id = _model(server, KEYS["alice"])
+    bob = KEYS["bob"]
+    info = _post(server, "get_info", bob, {"model_id": model_id})
+    assert info.status_code == 404 and model_id in info.json()["error"]
+    step = {"model_id": model_id, "seq_id": 1, "adam_params": {}}
+    assert _post(server, "optim_step", bob, step).status_code == 404
+    alices = _post(server, "optim_step", KEYS["alice"], step).json()["request_id"]
+    assert _post(server, "retrieve_future", bob, {"request_id": alices}).status_code == 404
+
+
+def test_calls_without_a_known_key_are_refused_and_the_handshake_is_open(server: str) -> None:
+    assert _post(server, "create_session", "tml-wrong", {}).status_code == 401
+    assert httpx.post(f"{server}/api/v1/create_session", json={}).status_code == 401
+    config = httpx.post(f"{server}/api/v1/client/config", json={"sdk_version": "0.38.0"})
+    assert config.status_code == 200 and config.json()["use_pyqwest_transport"] is False
+    unserved = _post(server, "save_weights", KEYS["alice"], {"model_id": "x"})
+    assert unserved.status_code == 400 and "not served" in unserved.json()["error"]
