@@ -22,12 +22,12 @@ from hybridflow.services.learner.tenants import (
     AdapterSpec,
     TenantTrainer,
 )
-from hybridflow.services.tinker.operations import Operation, Operations, Result, UserError
 from hybridflow.services.tinker.convert import (
     ForwardBackwardCall,
     decode_forward_backward,
     encode_forward_backward,
 )
+from hybridflow.services.tinker.operations import Operation, Operations, Result, UserError
 
 NOT_SERVED_YET = (
     "save_weights",
