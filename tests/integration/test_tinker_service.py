@@ -5,9 +5,11 @@ blind to the other; a retried call is applied once; a call without a known key i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -21,21 +23,21 @@ import numpy as np
 import pytest
 import tinker
 from tinker import types
-from tinker.proto import request_conv
+from tinker.proto import request_conv, response_conv
 
 BASE = "builtin:tiny-qwen3"
 KEYS = {"alice": "tml-alice-key", "bob": "tml-bob-key"}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The service, started as users start it; its base URL."""
-    keys = tmp_path_factory.mktemp("tinker") / "keys"
+@contextlib.contextmanager
+def _running(folder: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The service, started as users start it, on ``folder``'s keys and state; its base URL."""
+    keys = folder / "keys"
     keys.write_text("".join(f"{owner} {key}\n" for owner, key in KEYS.items()))
     env = {k: v for k, v in os.environ.items() if k != "HYBRIDFLOW_TOKEN"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "hybridflow.services.tinker", "--model", BASE, "--port", "0"]
-        + ["--keys-file", str(keys), "--poll-seconds", "5"],
+        + ["--keys-file", str(keys), "--poll-seconds", "5", "--state-dir", str(folder / "state")],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -51,10 +53,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             line = proc.stdout.readline()
         match = re.search(r"(http://\S+)", line)
         assert match is not None
-        yield match.group(1)
+        yield match.group(1), proc
     finally:
-        proc.terminate()
+        proc.kill()
         proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _running(tmp_path_factory.mktemp("tinker")) as (url, _):
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -79,18 +87,18 @@ def _batch(seed: int) -> list[types.Datum]:
 
 def _train(url: str, owner: str, seed: int, steps: int) -> list[float]:
     """A user's own loop: the same batch each step; the loss of each step."""
-    service = tinker.ServiceClient(base_url=url, api_key=KEYS[owner])
-    client = service.create_lora_training_client(base_model=BASE, rank=8, seed=seed).result()
-    losses = []
-    batch = _batch(seed)
-    for _ in range(steps):
-        fwdbwd = client.forward_backward(batch, "cross_entropy")
-        optim = client.optim_step(types.AdamParams(learning_rate=2e-2))
-        out = fwdbwd.result()
-        optim.result()
-        assert [len(o["logprobs"].tolist()) for o in out.loss_fn_outputs] == [7, 11, 5]
-        losses.append(out.metrics["loss:sum"])
-    return losses
+    with tinker.ServiceClient(base_url=url, api_key=KEYS[owner]) as service:
+        client = service.create_lora_training_client(base_model=BASE, rank=8, seed=seed).result()
+        losses = []
+        batch = _batch(seed)
+        for _ in range(steps):
+            fwdbwd = client.forward_backward(batch, "cross_entropy")
+            optim = client.optim_step(types.AdamParams(learning_rate=2e-2))
+            out = fwdbwd.result()
+            optim.result()
+            assert [len(o["logprobs"].tolist()) for o in out.loss_fn_outputs] == [7, 11, 5]
+            losses.append(out.metrics["loss:sum"])
+    return losses  # the session finished: its tenant left the learner
 
 
 def test_the_sdk_trains_a_lora_model_and_its_loss_falls(server: str) -> None:
@@ -118,6 +126,36 @@ def test_two_owners_train_at_once_each_on_its_solo_curve(server: str) -> None:
     assert set(together) == {"alice", "bob"}
     for owner in solo:
         np.testing.assert_allclose(together[owner], solo[owner], rtol=1e-5)
+
+
+def test_a_saved_state_resumes_where_it_was_saved(server: str) -> None:
+    service = tinker.ServiceClient(base_url=server, api_key=KEYS["bob"])
+    first = service.create_lora_training_client(base_model=BASE, rank=4, seed=9).result()
+    batch = _batch(9)
+    adam = types.AdamParams(learning_rate=2e-2)
+
+    def step(client: tinker.TrainingClient) -> float:
+        out = client.forward_backward(batch, "cross_entropy").result()
+        client.optim_step(adam).result()
+        return float(out.metrics["loss:sum"])
+
+    step(first)
+    step(first)
+    path = first.save_state("two-steps").result().path
+    assert path.endswith("/weights/two-steps")
+    sampler = first.save_weights_for_sampler("adapter-only").result().path
+    assert sampler.endswith("/sampler_weights/adapter-only")
+    third = step(first)
+    resumed = service.create_training_client_from_state_with_optimizer(path).result()
+    assert resumed.get_info().lora_rank == 4
+    assert step(resumed) == pytest.approx(third, rel=1e-6)  # the AdamW moments came back too
+    weights_only = service.create_training_client_from_state(sampler).result()
+    # the adapter as it was, a fresh optimizer: the same loss, a different step after it
+    out = weights_only.forward_backward(batch, "cross_entropy").result()
+    assert out.metrics["loss:sum"] == pytest.approx(third, rel=1e-6)
+    alice = tinker.ServiceClient(base_url=server, api_key=KEYS["alice"])
+    with pytest.raises(tinker.NotFoundError):  # another owner's checkpoint is unknown to alice
+        alice.create_training_client_from_state(path).result()
 
 
 def _post(url: str, path: str, key: str, body: object, **headers: str) -> httpx.Response:
@@ -195,5 +233,48 @@ def test_calls_without_a_known_key_are_refused_and_the_handshake_is_open(server:
     assert httpx.post(f"{server}/api/v1/create_session", json={}).status_code == 401
     config = httpx.post(f"{server}/api/v1/client/config", json={"sdk_version": "0.38.0"})
     assert config.status_code == 200 and config.json()["use_pyqwest_transport"] is False
-    unserved = _post(server, "save_weights", KEYS["alice"], {"model_id": "x"})
-    assert unserved.status_code == 400 and "not served" in unserved.json()["error"]
+    unknown = _post(server, "save_weights", KEYS["alice"], {"model_id": "x", "seq_id": 1})
+    assert unknown.status_code == 404 and "no model 'x'" in unknown.json()["error"]
+
+
+def test_a_killed_service_restarts_with_every_acknowledged_step_and_none_twice(
+    tmp_path: Path,
+) -> None:
+    key = KEYS["alice"]
+
+    def fwdbwd(url: str, model_id: str, seq: int) -> httpx.Response:
+        return httpx.post(
+            f"{url}/api/v1/forward_backward",
+            content=_fwdbwd_body(model_id, seq),
+            headers={"X-API-Key": key, "Content-Type": "application/x-protobuf"},
+        )
+
+    def optim(url: str, model_id: str, seq: int) -> httpx.Response:
+        step = {"model_id": model_id, "seq_id": seq, "adam_params": {"learning_rate": 2e-2}}
+        return _post(url, "optim_step", key, step)
+
+    def loss(url: str, request_id: str) -> float:
+        body = _future(url, key, request_id).content
+        return float(response_conv.deserialize_forward_backward_output(body).metrics["loss:sum"])
+
+    with _running(tmp_path) as (url, proc):
+        model_id = _model(url, key)
+        reference = _model(url, key)  # the same seed, never interrupted
+        for mid in (model_id, reference):
+            for seq in (1, 3):
+                loss(url, fwdbwd(url, mid, seq).json()["request_id"])
+                _future(url, key, optim(url, mid, seq + 1).json()["request_id"])
+        last_step = optim(url, model_id, 4).json()["request_id"]  # a retry of an answered call
+        pending = fwdbwd(url, model_id, 5).json()["request_id"]
+        loss(url, pending)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    with _running(tmp_path) as (url, _):
+        assert _future(url, key, last_step).json()["metrics"]["step:max"] == 2  # kept
+        assert optim(url, model_id, 4).json()["request_id"] == last_step  # not run again
+        step = _future(url, key, optim(url, model_id, 6).json()["request_id"]).json()
+        assert step["metrics"]["step:max"] == 3  # the lost gradients of seq 5 came back
+        loss(url, fwdbwd(url, reference, 5).json()["request_id"])
+        _future(url, key, optim(url, reference, 6).json()["request_id"])
+        after = loss(url, fwdbwd(url, model_id, 7).json()["request_id"])
+        assert after == pytest.approx(loss(url, fwdbwd(url, reference, 7).json()["request_id"]))

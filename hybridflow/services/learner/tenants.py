@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -92,7 +92,6 @@ class _Tenant:
     steps: int = 0
     pending_datums: int = 0
     """Datums whose gradients wait for the next ``optim_step``."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class TenantError(BadRequest):
@@ -236,18 +235,59 @@ class TenantTrainer:
         tenant.pending_datums = 0
         return {"grad_norm:mean": norm, "step:max": float(tenant.steps)}
 
-    def state(self, name: str) -> dict[str, Any]:
-        """Tenant ``name``'s adapter tensors (by parameter name), optimizer state and step
-        count: what ``load_state`` takes back."""
+    def state(self, name: str, optimizer: bool = True) -> dict[str, Any]:
+        """Tenant ``name``'s adapter tensors (by parameter name, the tenant's own name
+        replaced by ``{tenant}``), spec and step count, and unless ``optimizer`` is False its
+        AdamW state: what ``load`` takes back, under any tenant name. Tensors and plain values
+        only (``torch.load(weights_only=True)`` reads it)."""
         tenant = self._tenant(name)
-        return {
+        out: dict[str, Any] = {
             "adapter": {
-                n: p.detach().clone() for n, p in self.model.named_parameters() if _mine(n, name)
+                _placeholder(n, name): p.detach().clone()
+                for n, p in self.model.named_parameters()
+                if _mine(n, name)
             },
-            "optimizer": tenant.optimizer.state_dict(),
+            "spec": asdict(tenant.spec),
             "steps": tenant.steps,
-            "spec": tenant.spec,
         }
+        if optimizer:
+            out["optimizer"] = tenant.optimizer.state_dict()
+        return out
+
+    def load(self, name: str, state: dict[str, Any], optimizer: bool = True) -> None:
+        """Tenant ``name``'s adapter (and, with ``optimizer``, its AdamW state and step count)
+        from a ``state``; all or nothing: every tensor's name and shape is checked first.
+        Gradients waiting for a step are dropped."""
+        import torch
+
+        tenant = self._tenant(name)
+        live = {
+            _placeholder(n, name): p for n, p in self.model.named_parameters() if _mine(n, name)
+        }
+        given = state.get("adapter", {})
+        if set(given) != set(live):
+            missing = sorted(set(live) - set(given))[:3]
+            extra = sorted(set(given) - set(live))[:3]
+            raise TenantError(
+                f"the saved adapter does not fit tenant {name!r} (rank {tenant.spec.rank}): "
+                f"missing {missing}, unknown {extra}"
+            )
+        for key, tensor in given.items():
+            if tuple(tensor.shape) != tuple(live[key].shape):
+                raise TenantError(
+                    f"saved adapter tensor {key!r} has shape {tuple(tensor.shape)}, "
+                    f"tenant {name!r}'s is {tuple(live[key].shape)}"
+                )
+        if optimizer and "optimizer" not in state:
+            raise TenantError("the saved state has no optimizer state (a sampler checkpoint)")
+        with torch.no_grad():
+            for key, tensor in given.items():
+                live[key].copy_(tensor)
+        tenant.optimizer.zero_grad(set_to_none=True)
+        tenant.pending_datums = 0
+        if optimizer:
+            tenant.optimizer.load_state_dict(state["optimizer"])
+            tenant.steps = int(state["steps"])
 
     def _tenant(self, name: str) -> _Tenant:
         try:
@@ -309,6 +349,10 @@ class _ActiveAdapter:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _placeholder(param_name: str, tenant: str) -> str:
+    return param_name.replace(f".{tenant}.", ".{tenant}.")
 
 
 def _mine(param_name: str, tenant: str) -> bool:

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from hybridflow.errors import BadRequest, ResourceExhausted
-from hybridflow.services.tinker.service import NOT_SERVED_YET, NotFound, TinkerService
+from hybridflow.services.tinker.service import NotFound, TinkerService
 
 PROTO = "application/x-protobuf"
 MAX_BODY_BYTES = 64 << 20
@@ -106,7 +106,7 @@ def build_app(service: TinkerService, keys: dict[str, str], poll_seconds: float 
 
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish(session_id: str, request: Request) -> dict[str, Any]:
-        owner_of(request)
+        service.finish_session(owner_of(request), session_id)
         return {}
 
     @app.post("/api/v1/telemetry")
@@ -143,8 +143,26 @@ def build_app(service: TinkerService, keys: dict[str, str], poll_seconds: float 
         body = await json_body(request)
         return {"request_id": service.optim_step(owner, body, _idempotency(request))}
 
-    for kind in NOT_SERVED_YET:
-        _not_served_route(app, service, kind, owner_of, json_body)
+    @app.post("/api/v1/save_weights")
+    async def save_weights(request: Request) -> dict[str, Any]:
+        owner = owner_of(request)
+        body = await json_body(request)
+        return {
+            "request_id": service.save_weights(owner, "save_weights", body, _idempotency(request))
+        }
+
+    @app.post("/api/v1/save_weights_for_sampler")
+    async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
+        owner = owner_of(request)
+        body = await json_body(request)
+        kind = "save_weights_for_sampler"
+        return {"request_id": service.save_weights(owner, kind, body, _idempotency(request))}
+
+    @app.post("/api/v1/load_weights")
+    async def load_weights(request: Request) -> dict[str, Any]:
+        owner = owner_of(request)
+        body = await json_body(request)
+        return {"request_id": service.load_weights(owner, body, _idempotency(request))}
 
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request) -> Response:
@@ -165,19 +183,6 @@ def build_app(service: TinkerService, keys: dict[str, str], poll_seconds: float 
         return JSONResponse(result.json)
 
     return app
-
-
-def _not_served_route(
-    app: FastAPI, service: TinkerService, kind: str, owner_of: Any, json_body: Any
-) -> None:
-    async def route(request: Request) -> dict[str, Any]:
-        owner = owner_of(request)
-        body = await json_body(request)
-        if "seq_id" not in body:
-            raise _Refused(400, f"{kind} is not served by this service yet (docs/tinker.md)")
-        return {"request_id": service.not_served(owner, kind, body, _idempotency(request))}
-
-    app.post(f"/api/v1/{kind}")(route)
 
 
 def _idempotency(request: Request) -> str | None:

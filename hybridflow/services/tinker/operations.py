@@ -51,6 +51,8 @@ class Operation:
     payload: Any
     model_id: str | None = None
     seq_id: int | None = None
+    idempotency_key: str | None = None
+    """The SDK's idempotency key it came with."""
     result: Result | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -64,8 +66,16 @@ class Operations:
         run: Callable[[Operation], Result],
         max_queued_per_model: int = 64,
         max_results: int = 4096,
+        on_submit: Callable[[Operation], None] | None = None,
+        on_done: Callable[[Operation], None] | None = None,
+        start: bool = True,
     ) -> None:
+        """``on_submit(op)`` runs before a new operation is queued (its failure refuses the
+        submit) and ``on_done(op)`` before its result is told: the journal's hooks. With
+        ``start`` False the worker waits for ``start()`` (recovery restores first)."""
         self._run = run
+        self._on_submit = on_submit
+        self._on_done = on_done
         self.max_queued_per_model = max_queued_per_model
         self.max_results = max_results
         self._lock = threading.Condition()
@@ -77,7 +87,32 @@ class Operations:
         self._turn = itertools.count()
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="tinker-operations", daemon=True)
+        if start:
+            self._worker.start()
+
+    def start(self) -> None:
         self._worker.start()
+
+    def restore(self, op: Operation, pending: bool) -> None:
+        """Recovery: an operation accepted before a restart, queued again (``pending``) or
+        finished with ``op.result``; its retries find it as before."""
+        with self._lock:
+            self._ops[op.request_id] = op
+            for key in self._keys(op, op.idempotency_key):
+                self._by_key[key] = op.request_id
+            if not pending:
+                op.done.set()
+            elif op.seq_id is None:
+                self._unordered.append(op)
+            else:
+                assert op.model_id is not None
+                self._waiting.setdefault(op.model_id, {})[op.seq_id] = op
+            self._lock.notify_all()
+
+    def set_next_seq(self, model_id: str, next_seq: int) -> None:
+        with self._lock:
+            self._next_seq[model_id] = next_seq
+            self._waiting.setdefault(model_id, {})
 
     def open_model(self, model_id: str, next_seq: int = 1) -> None:
         """Operations of ``model_id`` may queue from now; the first to run has ``next_seq``."""
@@ -99,18 +134,14 @@ class Operations:
         with self._lock:
             if self._closed:
                 raise ResourceExhausted("the service is shutting down")
-            keys = []
-            if idempotency_key:
-                keys.append((owner, f"idem:{idempotency_key}"))
-            if model_id is not None and seq_id is not None:
-                keys.append((owner, f"seq:{model_id}:{seq_id}"))
+            op = Operation(
+                uuid.uuid4().hex, owner, kind, payload, model_id, seq_id, idempotency_key
+            )
+            keys = self._keys(op, idempotency_key)
             for key in keys:
                 if key in self._by_key:
                     return self._by_key[key]
-            op = Operation(uuid.uuid4().hex, owner, kind, payload, model_id, seq_id)
-            if seq_id is None:
-                self._unordered.append(op)
-            else:
+            if seq_id is not None:
                 assert model_id is not None
                 if model_id not in self._next_seq:
                     raise UserError(f"no model {model_id!r}")
@@ -126,7 +157,13 @@ class Operations:
                         f"seq_id {seq_id} of model {model_id!r} is beyond the queue's bound of "
                         f"{self.max_queued_per_model} operations (up to seq_id {last} now)"
                     )
+            if self._on_submit is not None:
+                self._on_submit(op)
+            if seq_id is not None:
+                assert model_id is not None
                 self._waiting[model_id][seq_id] = op
+            else:
+                self._unordered.append(op)
             self._ops[op.request_id] = op
             for key in keys:
                 self._by_key[key] = op.request_id
@@ -180,7 +217,23 @@ class Operations:
             except Exception as exc:  # the worker must outlive one failed operation
                 result = Result(error=f"{type(exc).__name__}: {exc}", category="server")
             op.result = result
+            if self._on_done is not None:
+                try:
+                    self._on_done(op)
+                except OSError as exc:
+                    op.result = Result(
+                        error=f"the result was not journaled: {exc}", category="server"
+                    )
             op.done.set()
+
+    @staticmethod
+    def _keys(op: Operation, idempotency_key: str | None) -> list[tuple[str, str]]:
+        keys = []
+        if idempotency_key:
+            keys.append((op.owner, f"idem:{idempotency_key}"))
+        if op.model_id is not None and op.seq_id is not None:
+            keys.append((op.owner, f"seq:{op.model_id}:{op.seq_id}"))
+        return keys
 
     def _forget_oldest(self) -> None:
         """Drops the oldest finished operations beyond ``max_results`` (their ids then answer

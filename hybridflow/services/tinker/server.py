@@ -38,6 +38,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--token-file", default="", help="the run's token (else $HYBRIDFLOW_TOKEN)")
     parser.add_argument("--keys-file", default="", help="lines of '<owner> tml-<key>'")
+    parser.add_argument(
+        "--state-dir",
+        default="tinker-state",
+        help="where the journal, model states and checkpoints live ('' keeps nothing: a "
+        "restart then loses every model)",
+    )
     parser.add_argument("--max-tenants", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=65536, help="per forward_backward")
     parser.add_argument("--num-threads", type=int, default=1, help="torch threads")
@@ -114,6 +120,7 @@ def build_service(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from hybridflow.models import resolve_model_path
     from hybridflow.services.learner.tenants import TenantTrainer
     from hybridflow.services.tinker.service import ServedBase, TinkerService
+    from hybridflow.services.tinker.store import Store
 
     torch.set_num_threads(max(1, args.num_threads))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -125,4 +132,5 @@ def build_service(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         name=args.served_name or args.model, tokenizer_id=str(path), aliases=tuple(args.alias)
     )
     log.info("serving %s (%s) for up to %d tenants", base.name, path, args.max_tenants)
-    return TinkerService(trainer, base)
+    store = Store(args.state_dir) if args.state_dir else None
+    return TinkerService(trainer, base, store)

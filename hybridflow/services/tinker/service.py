@@ -1,91 +1,66 @@
 """What the Tinker-compatible service does, transport-free: sessions, models (one LoRA tenant
-each), the calls that do work as futures (``operations.Operations``), and what each one runs on
-the tenant engine (``learner.tenants.TenantTrainer``). ``app.py`` puts HTTP in front of it.
+each), and the calls that do work, accepted as futures (``operations.Operations``), journaled
+(``store.Store``) and run by ``work.Work`` on the tenant engine. ``app.py`` puts HTTP in front.
 
-Owners: every call comes with the owner its API key names (``app.py``); a session, a model and
-a future belong to the owner that made them, and another owner's are unknown to it (never
-"forbidden": their existence is not told). Model ids are ``<session>:train:<n>``, the id the
-SDK itself assumes (docs/tinker-wire.md §2.2).
+Owners: every call comes with the owner its API key names (``app.py``); a session, a model, a
+checkpoint and a future belong to the owner that made them, and another owner's are unknown
+to it (never "forbidden": their existence is not told). Model ids are
+``<session>:train:<n>``, the id the SDK itself assumes (docs/tinker-wire.md §2.2).
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from hybridflow.errors import BadRequest
-from hybridflow.services.learner.tenants import (
-    LORA_ALPHA,
-    AdamParams,
-    AdapterSpec,
-    TenantTrainer,
-)
-from hybridflow.services.tinker.convert import (
-    ForwardBackwardCall,
-    decode_forward_backward,
-    encode_forward_backward,
-)
+from hybridflow.services.learner.tenants import LORA_ALPHA, AdamParams, AdapterSpec, TenantTrainer
+from hybridflow.services.tinker.convert import decode_forward_backward
 from hybridflow.services.tinker.operations import Operation, Operations, Result, UserError
+from hybridflow.services.tinker.store import Store, encode_bytes
+from hybridflow.services.tinker.work import Model, NotFound, ServedBase, Work, parse_path
 
-NOT_SERVED_YET = (
-    "save_weights",
-    "save_weights_for_sampler",
-    "load_weights",
-)
-"""Calls the SDK makes that this service refuses, each as a failed future (so the model's
-``seq_id`` order goes on): see docs/tinker.md, "What is not served"."""
-
-
-class NotFound(KeyError):
-    """No such session, model or future for this owner."""
-
-
-@dataclass
-class ServedBase:
-    """The one base model: the names the SDK may ask for it by, and what ``get_info`` tells."""
-
-    name: str
-    """The name ``get_info`` reports as the model name (``model_data.model_name``)."""
-    tokenizer_id: str
-    """A local tokenizer directory, so nothing is downloaded."""
-    aliases: tuple[str, ...] = ()
-    """Other names a ``create_model`` may ask for (a hub id mapped to the local checkpoint)."""
-
-    def accepts(self, base_model: str) -> bool:
-        return base_model in (self.name, self.tokenizer_id, *self.aliases)
-
-
-@dataclass
-class _Model:
-    owner: str
-    session_id: str
-    spec: AdapterSpec
-    user_metadata: dict[str, Any] = field(default_factory=dict)
-    created: bool = False
+__all__ = ["NotFound", "ServedBase", "TinkerService"]
 
 
 class TinkerService:
-    """The service's state and calls. ``trainer`` holds every tenant's adapter on the base."""
+    """The service's state and calls. ``trainer`` holds every tenant's adapter on the base;
+    with a ``store`` every acknowledged call survives a restart (``store.py``)."""
 
     def __init__(
         self,
         trainer: TenantTrainer,
         base: ServedBase,
+        store: Store | None = None,
         max_sessions: int = 256,
         max_queued_per_model: int = 64,
     ) -> None:
-        self.trainer = trainer
         self.base = base
+        self.store = store
         self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}
-        self._models: dict[str, _Model] = {}
-        self.operations = Operations(self._run, max_queued_per_model=max_queued_per_model)
+        self._models: dict[str, Model] = {}
+        self.work = Work(trainer, store, self._models)
+        self.operations = Operations(
+            self.work.run,
+            max_queued_per_model=max_queued_per_model,
+            on_submit=self._journal_submit if store else None,
+            on_done=self._journal_done if store else None,
+            start=False,
+        )
+        if store is not None:
+            from hybridflow.services.tinker.recovery import recover
+
+            recover(store, self.work, self.operations, self._sessions)
+        self.operations.start()
 
     def close(self) -> None:
         self.operations.close()
+        if self.store is not None:
+            self.store.close()
 
     @staticmethod
     def client_config() -> dict[str, Any]:
@@ -103,15 +78,30 @@ class TinkerService:
             if len(self._sessions) >= self.max_sessions:
                 raise UserError(f"at most {self.max_sessions} sessions on this service")
             session_id = uuid.uuid4().hex[:16]
+            if self.store is not None:
+                self.store.append({"t": "session", "id": session_id, "owner": owner})
             self._sessions[session_id] = owner
             return session_id
 
     def heartbeat(self, owner: str, session_id: str) -> None:
         self._session(owner, session_id)
 
-    def create_model(self, owner: str, body: dict[str, Any], idempotency_key: str | None) -> str:
-        session_id = str(body.get("session_id", ""))
+    def finish_session(self, owner: str, session_id: str) -> None:
+        """The session is over (the SDK's ``ServiceClient.close``): its models leave the
+        learner, freeing their tenant places; their checkpoints stay. Later calls on them
+        answer "not found"."""
         self._session(owner, session_id)
+        with self._lock:
+            if self.store is not None:
+                self.store.append({"t": "finish", "id": session_id})
+            del self._sessions[session_id]
+            gone = [m for m, model in self._models.items() if model.session_id == session_id]
+            for model_id in gone:
+                del self._models[model_id]
+        for model_id in gone:
+            self.operations.submit(owner, "drop_model", model_id)
+
+    def create_model(self, owner: str, body: dict[str, Any], idempotency_key: str | None) -> str:
         base_model = str(body.get("base_model", ""))
         if not self.base.accepts(base_model):
             raise UserError(
@@ -129,17 +119,25 @@ class TinkerService:
             train_mlp=bool(lora.get("train_mlp", True)),
             train_unembed=bool(lora.get("train_unembed", True)),
         )
-        model_id = f"{session_id}:train:{_int(body.get('model_seq_id', 0), 'model_seq_id')}"
-        with self._lock:
-            existing = self._models.get(model_id)
-            if existing is None:
-                self._models[model_id] = _Model(
-                    owner, session_id, spec, dict(body.get("user_metadata") or {})
-                )
-        self.operations.open_model(model_id)
-        return self.operations.submit(
-            owner, "create_model", model_id, idempotency_key=idempotency_key or f"create:{model_id}"
-        )
+        return self._new_model(owner, body, {"spec": asdict(spec)}, idempotency_key)
+
+    def load_weights(self, owner: str, body: dict[str, Any], idempotency_key: str | None) -> str:
+        """Both forms: into an existing model (``model_id`` and ``seq_id``) or a new model made
+        from the checkpoint (``session_id`` and ``model_seq_id``, the SDK's create-via-load)."""
+        base_model = body.get("base_model")
+        if base_model is not None and not self.base.accepts(str(base_model)):
+            raise UserError(f"base_model {base_model!r} is not served here ({self.base.name!r})")
+        path = str(body.get("path", ""))
+        source, _, _ = parse_path(path)
+        self._model(owner, source)  # only one's own checkpoints
+        load = {"path": path, "optimizer": bool(body.get("optimizer", False))}
+        if body.get("session_id") is None:
+            model_id = str(body.get("model_id", ""))
+            self._model(owner, model_id)
+            return self.operations.submit(
+                owner, "load_weights", load, model_id, _seq(body), idempotency_key
+            )
+        return self._new_model(owner, body, {"load": load}, idempotency_key)
 
     def get_info(self, owner: str, model_id: str) -> dict[str, Any]:
         model = self._model(owner, model_id)
@@ -153,7 +151,7 @@ class TinkerService:
             },
             "optimizer_config": {"type": "adamw"},
             "is_lora": True,
-            "lora_rank": model.spec.rank,
+            "lora_rank": model.spec.rank if model.spec else None,
             "model_name": self.base.name,
             "lora_alpha": LORA_ALPHA,
         }
@@ -162,7 +160,7 @@ class TinkerService:
         call = decode_forward_backward(body)
         self._model(owner, call.model_id)
         return self.operations.submit(
-            owner, "forward_backward", call, call.model_id, call.seq_id, idempotency_key
+            owner, "forward_backward", body, call.model_id, call.seq_id, idempotency_key
         )
 
     def optim_step(self, owner: str, body: dict[str, Any], idempotency_key: str | None) -> str:
@@ -175,17 +173,18 @@ class TinkerService:
             **{k: float(v) for k, v in raw.items() if k in AdamParams.__dataclass_fields__}
         )
         return self.operations.submit(
-            owner, "optim_step", adam, model_id, _seq(body), idempotency_key
+            owner, "optim_step", asdict(adam), model_id, _seq(body), idempotency_key
         )
 
-    def not_served(
+    def save_weights(
         self, owner: str, kind: str, body: dict[str, Any], idempotency_key: str | None
     ) -> str:
-        """A call with a ``seq_id`` that this service does not serve yet: queued in its place
-        (so the model's later calls still run) and failed there, naming the call."""
+        """``save_weights`` (the training state) or ``save_weights_for_sampler`` (the adapter),
+        under a name; the unnamed sampler form needs sampling, not served yet."""
         model_id = str(body.get("model_id", ""))
         self._model(owner, model_id)
-        return self.operations.submit(owner, kind, None, model_id, _seq(body), idempotency_key)
+        payload = {"name": body.get("path"), "overwrite": bool(body.get("overwrite", False))}
+        return self.operations.submit(owner, kind, payload, model_id, _seq(body), idempotency_key)
 
     def retrieve(self, owner: str, request_id: str, timeout: float) -> Result | None:
         try:
@@ -193,32 +192,58 @@ class TinkerService:
         except KeyError:
             raise NotFound(f"no future {request_id!r}") from None
 
-    def _run(self, op: Operation) -> Result:
-        if op.kind == "create_model":
-            model_id = op.payload
-            model = self._models[model_id]
-            if not model.created:
-                self.trainer.create(model_id, model.spec)
-                model.created = True
-            return Result(json={"type": "create_model", "model_id": model_id})
-        if op.kind == "forward_backward":
-            call: ForwardBackwardCall = op.payload
-            logprobs, metrics = self.trainer.forward_backward(
-                call.model_id, call.datums, call.loss_fn, call.config, call.forward_only
-            )
-            return Result(proto=encode_forward_backward(logprobs, metrics))
-        if op.kind == "optim_step":
-            assert op.model_id is not None
-            metrics = self.trainer.optim_step(op.model_id, op.payload)
-            return Result(json={"type": "optim_step", "metrics": metrics})
-        raise UserError(f"{op.kind} is not served by this service yet (docs/tinker.md)")
+    def _new_model(
+        self, owner: str, body: dict[str, Any], how: dict[str, Any], idempotency_key: str | None
+    ) -> str:
+        session_id = str(body.get("session_id", ""))
+        self._session(owner, session_id)
+        model_id = f"{session_id}:train:{_int(body.get('model_seq_id', 0), 'model_seq_id')}"
+        payload = {"model_id": model_id, "session_id": session_id, **how}
+        payload["user_metadata"] = dict(body.get("user_metadata") or {})
+        with self._lock:
+            if model_id not in self._models:
+                self._models[model_id] = Model.from_payload(owner, payload)
+        self.operations.open_model(model_id)
+        return self.operations.submit(
+            owner, "create_model", payload, idempotency_key=idempotency_key or f"new:{model_id}"
+        )
+
+    def _journal_submit(self, op: Operation) -> None:
+        assert self.store is not None
+        payload = op.payload
+        if isinstance(payload, bytes):
+            payload = {"body": encode_bytes(payload)}
+        self.store.append(
+            {
+                "t": "submit",
+                "rid": op.request_id,
+                "owner": op.owner,
+                "kind": op.kind,
+                "model": op.model_id,
+                "seq": op.seq_id,
+                "idem": op.idempotency_key,
+                "payload": payload,
+            }
+        )
+
+    def _journal_done(self, op: Operation) -> None:
+        assert self.store is not None and op.result is not None
+        result = op.result
+        record: dict[str, Any] = {"t": "done", "rid": op.request_id}
+        if result.error is not None:
+            record.update(error=result.error, category=result.category)
+        elif result.proto is not None:
+            record["proto"] = encode_bytes(result.proto)
+        else:
+            record["json"] = result.json
+        self.store.append(record)
 
     def _session(self, owner: str, session_id: str) -> None:
         with self._lock:
             if self._sessions.get(session_id) != owner:
                 raise NotFound(f"no session {session_id!r}")
 
-    def _model(self, owner: str, model_id: str) -> _Model:
+    def _model(self, owner: str, model_id: str) -> Model:
         with self._lock:
             model = self._models.get(model_id)
         if model is None or model.owner != owner:
