@@ -278,3 +278,43 @@ def test_a_killed_service_restarts_with_every_acknowledged_step_and_none_twice(
         _future(url, key, optim(url, reference, 6).json()["request_id"])
         after = loss(url, fwdbwd(url, model_id, 7).json()["request_id"])
         assert after == pytest.approx(loss(url, fwdbwd(url, reference, 7).json()["request_id"]))
+
+
+def test_an_rl_loop_samples_its_own_adapter_and_learns(server: str) -> None:
+    """The cookbook's RL shape, by hand: sample a group from the current adapter, reward,
+    importance-sampling step. The reward: the first token is not the base model's favourite."""
+    prompt = [16, 17, 10, 18, 19, 28]  # "12+34=": the favourite first token has p = 0.69
+    with tinker.ServiceClient(base_url=server, api_key=KEYS["alice"]) as service:
+        client = service.create_lora_training_client(base_model=BASE, rank=8, seed=1).result()
+        base = service.create_sampling_client(base_model=BASE).result()
+        params = types.SamplingParams(max_tokens=1, temperature=0.0)
+        favourite = base.sample(types.ModelInput.from_ints(prompt), 1, params).result()
+        avoid = favourite.sequences[0].tokens[0]
+        rates = []
+        for step in range(8):
+            sampler = client.save_weights_and_get_sampling_client().result()
+            group = sampler.sample(
+                types.ModelInput.from_ints(prompt),
+                num_samples=16,
+                sampling_params=types.SamplingParams(max_tokens=1, seed=100 + step),
+            ).result()
+            rewards = np.array([float(s.tokens[0] != avoid) for s in group.sequences])
+            rates.append(rewards.mean())
+            data = [
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(prompt),
+                    loss_fn_inputs={
+                        "target_tokens": [*prompt[1:], s.tokens[0]],
+                        "logprobs": [0.0] * 5 + [s.logprobs[0]],
+                        "advantages": [0.0] * 5 + [float(r - rewards.mean())],
+                    },
+                )
+                for s, r in zip(group.sequences, rewards, strict=True)
+            ]
+            out = client.forward_backward(data, "importance_sampling").result()
+            # on-policy: the learner's log-prob of each sampled token is the sampler's
+            for s, o in zip(group.sequences, out.loss_fn_outputs, strict=True):
+                assert o["logprobs"].tolist()[-1] == pytest.approx(s.logprobs[0], abs=1e-4)
+            client.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+    print("reward rate per step:", rates)
+    assert rates[0] < 0.6 and np.mean(rates[-2:]) > 0.9, rates

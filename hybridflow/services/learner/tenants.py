@@ -102,15 +102,25 @@ class TenantError(BadRequest):
 class TenantTrainer:
     """LoRA tenants on ``model`` (a causal LM, frozen here), at most ``max_tenants``."""
 
-    def __init__(self, model: nn.Module, max_tenants: int = 8, max_tokens: int = 65536) -> None:
-        if max_tenants < 1:
-            raise ValueError(f"max_tenants must be at least 1, got {max_tenants}")
+    def __init__(
+        self,
+        model: nn.Module,
+        max_tenants: int = 8,
+        max_tokens: int = 65536,
+        max_frozen: int = 8,
+    ) -> None:
+        """``max_frozen``: how many frozen adapters (sampling snapshots, ``add_frozen``) the
+        model holds besides the tenants."""
+        if max_tenants < 1 or max_frozen < 1:
+            raise ValueError(f"max_tenants and max_frozen must be at least 1, got {max_tenants}")
         for param in model.parameters():
             param.requires_grad_(False)
         self.model = model
         self.max_tenants = max_tenants
         self.max_tokens = max_tokens
         self._tenants: dict[str, _Tenant] = {}
+        self.max_frozen = max_frozen
+        self._frozen: dict[str, AdapterSpec] = {}
 
     @property
     def names(self) -> list[str]:
@@ -123,10 +133,8 @@ class TenantTrainer:
         """Add tenant ``name``: a fresh adapter (B zero, so it starts as the base; A from
         ``spec.seed``) and a fresh AdamW."""
         import torch
-        from peft import LoraConfig as PeftLoraConfig
-        from peft import inject_adapter_in_model
 
-        if name in self._tenants:
+        if name in self._tenants or name in self._frozen:
             raise TenantError(f"tenant {name!r} exists")
         if len(self._tenants) >= self.max_tenants:
             raise TenantError(
@@ -135,22 +143,9 @@ class TenantTrainer:
             )
         if not 1 <= spec.rank <= 1024:
             raise TenantError(f"lora rank must be in [1, 1024], got {spec.rank}")
-        targets = spec.targets()
-        if not targets:
+        if not spec.targets():
             raise TenantError("lora_config trains nothing: train_attn, train_mlp and train_unembed")
-        config = PeftLoraConfig(
-            r=spec.rank, lora_alpha=int(LORA_ALPHA), target_modules=targets, bias="none"
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(spec.seed)
-            try:
-                with warnings.catch_warnings():
-                    # "several adapters in one model" and "a tied head has an adapter": both
-                    # meant here (each tenant its own adapter; the tied base stays frozen)
-                    warnings.simplefilter("ignore", UserWarning)
-                    inject_adapter_in_model(config, self.model, adapter_name=name)
-            except ValueError as exc:
-                raise TenantError(f"lora_config: {exc}") from exc
+        self._inject(name, spec)
         params = self._adapter_params(name)
         for param in self.model.parameters():
             param.requires_grad_(False)
@@ -158,13 +153,63 @@ class TenantTrainer:
         self._tenants[name] = _Tenant(spec=spec, params=params, optimizer=optimizer)
 
     def drop(self, name: str) -> None:
+        self._tenant(name)
+        self._delete_adapter(name)
+        del self._tenants[name]
+
+    @property
+    def frozen(self) -> list[str]:
+        return list(self._frozen)
+
+    def add_frozen(self, name: str, state: dict[str, Any]) -> None:
+        """A frozen adapter ``name`` from a ``state`` (a tenant's, at some step): what a
+        sampling session samples with. At most ``max_frozen``; nothing trains it."""
+        if name in self._frozen or name in self._tenants:
+            raise TenantError(f"adapter {name!r} exists")
+        if len(self._frozen) >= self.max_frozen:
+            raise TenantError(f"at most {self.max_frozen} frozen adapters on this model")
+        spec = AdapterSpec(**state["spec"])
+        self._inject(name, spec)
+        live = {
+            _placeholder(n, name): p for n, p in self.model.named_parameters() if _mine(n, name)
+        }
+        if set(live) != set(state["adapter"]):
+            self._delete_adapter(name)
+            raise TenantError(f"the saved adapter does not fit its own spec (rank {spec.rank})")
+        import torch
+
+        with torch.no_grad():
+            for key, tensor in state["adapter"].items():
+                live[key].copy_(tensor)
+        for param in self.model.parameters():
+            param.requires_grad_(False)
+        self._frozen[name] = spec
+
+    def remove_frozen(self, name: str) -> None:
+        if name not in self._frozen:
+            raise TenantError(f"no frozen adapter {name!r}")
+        self._delete_adapter(name)
+        del self._frozen[name]
+
+    def using(self, name: str | None) -> Any:
+        """A context in which the model runs with adapter ``name`` alone (a tenant's or a
+        frozen one), or with none (the base) for None."""
+        if name is None:
+            from hybridflow.lora.peft_layers import adapters_off
+
+            return adapters_off(self.model)
+        if name not in self._tenants and name not in self._frozen:
+            raise TenantError(f"no adapter {name!r} on this model")
+        return _ActiveAdapter(self.model, name)
+
+    def _delete_adapter(self, name: str) -> None:
         from peft.tuners.tuners_utils import BaseTunerLayer
 
-        self._tenant(name)
-        for module in self.model.modules():
-            if isinstance(module, BaseTunerLayer) and name in getattr(module, "lora_A", {}):
-                cast(Any, module).delete_adapter(name)
-        del self._tenants[name]
+        with warnings.catch_warnings():  # "the active adapter was deleted": set per call
+            warnings.simplefilter("ignore", UserWarning)
+            for module in self.model.modules():
+                if isinstance(module, BaseTunerLayer) and name in getattr(module, "lora_A", {}):
+                    cast(Any, module).delete_adapter(name)
 
     def forward_backward(
         self,
@@ -288,6 +333,25 @@ class TenantTrainer:
         if optimizer:
             tenant.optimizer.load_state_dict(state["optimizer"])
             tenant.steps = int(state["steps"])
+
+    def _inject(self, name: str, spec: AdapterSpec) -> None:
+        import torch
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import inject_adapter_in_model
+
+        config = PeftLoraConfig(
+            r=spec.rank, lora_alpha=int(LORA_ALPHA), target_modules=spec.targets(), bias="none"
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            try:
+                with warnings.catch_warnings():
+                    # "several adapters in one model" and "a tied head has an adapter": both
+                    # meant here (each tenant its own adapter; the tied base stays frozen)
+                    warnings.simplefilter("ignore", UserWarning)
+                    inject_adapter_in_model(config, self.model, adapter_name=name)
+            except ValueError as exc:
+                raise TenantError(f"lora_config: {exc}") from exc
 
     def _tenant(self, name: str) -> _Tenant:
         try:

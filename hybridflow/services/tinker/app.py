@@ -3,7 +3,7 @@
 Every route but ``client/config``, ``client/dynamic_config`` and ``healthz`` needs an
 ``X-API-Key`` the service knows; the key names the owner (``service.py``). Errors always carry
 a JSON body (the SDK reads an empty 400 as a proxy's reject): 400 bad input, 401 bad key, 404
-unknown to this owner, 413 body too large, 415 an encoding not decoded, 429 a bound reached
+unknown to this owner (410 for a future: the SDK then sends a sample again), 413 body too large, 415 an encoding not decoded, 429 a bound reached
 (the SDK backs off and retries). ``retrieve_future`` long-polls up to ``poll_seconds`` and then
 answers ``try_again`` (under the SDK's 45 s read timeout).
 """
@@ -163,6 +163,27 @@ def build_app(service: TinkerService, keys: dict[str, str], poll_seconds: float 
         owner = owner_of(request)
         body = await json_body(request)
         return {"request_id": service.load_weights(owner, body, _idempotency(request))}
+
+    @app.post("/api/v1/create_sampling_session")
+    async def create_sampling_session(request: Request) -> dict[str, Any]:
+        owner = owner_of(request)
+        body = await json_body(request)
+        sampler_id = service.create_sampling_session(owner, body)
+        return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
+
+    @app.get("/api/v1/samplers/{sampler_id}")
+    async def get_sampler(sampler_id: str, request: Request) -> dict[str, Any]:
+        return service.get_sampler(owner_of(request), sampler_id)
+
+    @app.post("/api/v1/asample")
+    async def asample(request: Request) -> dict[str, Any]:
+        owner = owner_of(request)
+        body = await json_body(request)
+        request_id, count = service.sample(owner, body)
+        return {
+            "request_id": request_id,
+            "sample_sequence_ids": [f"{request_id}-{i}" for i in range(count)],
+        }
 
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request) -> Response:

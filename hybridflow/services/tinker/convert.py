@@ -6,6 +6,7 @@ indices, unknown dtypes) with a ``BadRequest`` that names it; never guesses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,4 +120,41 @@ def encode_forward_backward(
     out.loss_fn_outputs.append(record)
     for key, value in metrics.items():
         out.metrics[key] = value
+    return out.SerializeToString()
+
+
+def prompt_tokens(prompt: Any) -> np.ndarray:
+    """The token ids of a JSON ``ModelInput`` (``{"chunks": [{"type": "encoded_text", ...}]}``)."""
+    chunks = prompt.get("chunks") if isinstance(prompt, dict) else None
+    if not isinstance(chunks, list) or not chunks:
+        raise BadRequest("prompt: a ModelInput with at least one chunk")
+    tokens: list[int] = []
+    for chunk in chunks:
+        kind = chunk.get("type", "encoded_text") if isinstance(chunk, dict) else None
+        if kind != "encoded_text":
+            raise BadRequest(f"prompt: {kind} chunks are not served (text only)")
+        ids = chunk.get("tokens")
+        if not isinstance(ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in ids
+        ):
+            raise BadRequest("prompt: a chunk's tokens must be a list of integers")
+        tokens.extend(ids)
+    if not tokens:
+        raise BadRequest("prompt: no tokens")
+    return np.asarray(tokens, dtype=np.int64)
+
+
+def encode_sample(
+    sequences: list[tuple[list[int], list[float], bool]], prompt_logprobs: np.ndarray | None
+) -> bytes:
+    """A ``SampleResponse``: each sequence's tokens (int32), log-probs (float32) and stop
+    reason, and the prompt's log-probs (NaN first) when asked for."""
+    out = pb.SampleResponse()
+    for tokens, logprobs, stopped in sequences:
+        seq = out.sequences.add()
+        seq.stop_reason = pb.STOP_REASON_STOP if stopped else pb.STOP_REASON_LENGTH
+        seq.tokens = np.asarray(tokens, dtype="<i4").tobytes()
+        seq.logprobs = np.asarray(logprobs, dtype="<f4").tobytes()
+    if prompt_logprobs is not None:
+        out.prompt_logprobs = np.asarray(prompt_logprobs, dtype="<f4").tobytes()
     return out.SerializeToString()

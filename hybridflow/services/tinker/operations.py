@@ -6,7 +6,9 @@ Order: a model's operations run in its ``seq_id`` order (the SDK numbers them pe
 client, from 1 after ``create_model``; the chunks of one ``forward_backward`` may arrive out of
 order), so an operation waits until every lower ``seq_id`` of its model ran. Between models:
 round-robin, one operation at a time, over the models whose next operation is there.
-Operations without a ``seq_id`` (``create_model``) run in arrival order, before the others.
+Operations of no model (``create_model``) run in arrival order, before the others; operations
+of a key without ``seq_id``s (a sampling session's samples) run in arrival order, in the
+round-robin like a model.
 
 Exactly once: an operation is keyed by its owner and ``(model_id, seq_id)`` and by the SDK's
 ``X-Idempotency-Key``; a retried POST gets the first request id back and runs nothing again.
@@ -84,6 +86,7 @@ class Operations:
         self._next_seq: dict[str, int] = {}
         self._waiting: dict[str, dict[int, Operation]] = {}
         self._unordered: deque[Operation] = deque()
+        self._fifo: dict[str, deque[Operation]] = {}
         self._turn = itertools.count()
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="tinker-operations", daemon=True)
@@ -162,6 +165,8 @@ class Operations:
             if seq_id is not None:
                 assert model_id is not None
                 self._waiting[model_id][seq_id] = op
+            elif model_id is not None:
+                self._fifo.setdefault(model_id, deque()).append(op)
             else:
                 self._unordered.append(op)
             self._ops[op.request_id] = op
@@ -191,12 +196,18 @@ class Operations:
         if self._unordered:
             return self._unordered.popleft()
         ready = [m for m, w in self._waiting.items() if self._next_seq[m] in w]
+        ready += [k for k, q in self._fifo.items() if q]
         if not ready:
             return None
-        models = sorted(ready)
-        model = models[next(self._turn) % len(models)]
-        op = self._waiting[model].pop(self._next_seq[model])
-        self._next_seq[model] += 1
+        keys = sorted(ready)
+        key = keys[next(self._turn) % len(keys)]
+        if key in self._fifo and self._fifo[key]:
+            op = self._fifo[key].popleft()
+            if not self._fifo[key]:
+                del self._fifo[key]
+            return op
+        op = self._waiting[key].pop(self._next_seq[key])
+        self._next_seq[key] += 1
         return op
 
     def _work(self) -> None:

@@ -14,6 +14,10 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hybridflow.services.tinker.work import Tokens
 
 log = logging.getLogger("hybridflow.tinker")
 
@@ -133,4 +137,18 @@ def build_service(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
     log.info("serving %s (%s) for up to %d tenants", base.name, path, args.max_tenants)
     store = Store(args.state_dir) if args.state_dir else None
-    return TinkerService(trainer, base, store)
+    return TinkerService(trainer, base, store, tokens=_tokens(path, model))
+
+
+def _tokens(path: Path, model: Any) -> Tokens:
+    """EOS ids (the generation config's, else the tokenizer's) and decoding, for sampling."""
+    from transformers import AutoTokenizer
+
+    from hybridflow.services.tinker.service import Tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = {eos} if isinstance(eos, int) else set(eos or ())
+    return Tokens(ids, lambda tokens: str(tokenizer.decode(tokens, skip_special_tokens=False)))

@@ -17,12 +17,21 @@ from typing import Any
 
 from hybridflow.errors import BadRequest
 from hybridflow.services.learner.tenants import LORA_ALPHA, AdamParams, AdapterSpec, TenantTrainer
-from hybridflow.services.tinker.convert import decode_forward_backward
+from hybridflow.services.tinker.convert import decode_forward_backward, prompt_tokens
 from hybridflow.services.tinker.operations import Operation, Operations, Result, UserError
+from hybridflow.services.tinker.sampler import MAX_SAMPLES, SampleParams
 from hybridflow.services.tinker.store import Store, encode_bytes
-from hybridflow.services.tinker.work import Model, NotFound, ServedBase, Work, parse_path
+from hybridflow.services.tinker.work import (
+    Model,
+    NotFound,
+    SamplerSession,
+    ServedBase,
+    Tokens,
+    Work,
+    parse_path,
+)
 
-__all__ = ["NotFound", "ServedBase", "TinkerService"]
+__all__ = ["NotFound", "ServedBase", "TinkerService", "Tokens"]
 
 
 class TinkerService:
@@ -36,6 +45,7 @@ class TinkerService:
         store: Store | None = None,
         max_sessions: int = 256,
         max_queued_per_model: int = 64,
+        tokens: Tokens | None = None,
     ) -> None:
         self.base = base
         self.store = store
@@ -43,7 +53,7 @@ class TinkerService:
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}
         self._models: dict[str, Model] = {}
-        self.work = Work(trainer, store, self._models)
+        self.work = Work(trainer, store, self._models, tokens)
         self.operations = Operations(
             self.work.run,
             max_queued_per_model=max_queued_per_model,
@@ -186,6 +196,53 @@ class TinkerService:
         payload = {"name": body.get("path"), "overwrite": bool(body.get("overwrite", False))}
         return self.operations.submit(owner, kind, payload, model_id, _seq(body), idempotency_key)
 
+    def create_sampling_session(self, owner: str, body: dict[str, Any]) -> str:
+        """A sampling session on a sampler checkpoint of one's own (``model_path``) or on the
+        base (``base_model``)."""
+        self._session(owner, str(body.get("session_id", "")))
+        path = body.get("model_path")
+        if path is not None:
+            source, _, _ = parse_path(str(path))
+            self._model(owner, source)
+            self.work.check_checkpoint(str(path))
+            return self.work.new_sampler(SamplerSession(owner, model_path=str(path)))
+        base_model = str(body.get("base_model", ""))
+        if not self.base.accepts(base_model):
+            raise UserError(f"base_model {base_model!r} is not served here ({self.base.name!r})")
+        return self.work.new_sampler(SamplerSession(owner))
+
+    def get_sampler(self, owner: str, sampler_id: str) -> dict[str, Any]:
+        session = self._sampler(owner, sampler_id)
+        return {
+            "sampler_id": sampler_id,
+            "base_model": self.base.name,
+            "model_path": session.model_path,
+        }
+
+    def sample(self, owner: str, body: dict[str, Any]) -> tuple[str, int]:
+        """Queues one ``asample``; its request id and how many sequences it makes."""
+        sampler_id = str(body.get("sampling_session_id", ""))
+        self._sampler(owner, sampler_id)
+        for unserved in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k"):
+            if body.get(unserved):
+                raise UserError(f"{unserved} is not served (docs/tinker.md)")
+        if body.get("target_prompt_logprobs") is not None:
+            raise UserError("target_prompt_logprobs is not served (docs/tinker.md)")
+        num = body.get("num_samples", 1)
+        if not isinstance(num, int) or not 1 <= num <= MAX_SAMPLES:
+            raise UserError(f"num_samples must be in [1, {MAX_SAMPLES}], got {num!r}")
+        raw_params = body.get("sampling_params") or {}
+        SampleParams.from_json(raw_params)  # refused here, not in the future
+        payload = {
+            "sampler": sampler_id,
+            "prompt": prompt_tokens(body.get("prompt")).tolist(),
+            "num_samples": num,
+            "params": raw_params,
+            "prompt_logprobs": bool(body.get("prompt_logprobs", False)),
+        }
+        request_id = self.operations.submit(owner, "sample", payload, f"sampler:{sampler_id}")
+        return request_id, num
+
     def retrieve(self, owner: str, request_id: str, timeout: float) -> Result | None:
         try:
             return self.operations.wait(owner, request_id, timeout)
@@ -210,6 +267,8 @@ class TinkerService:
 
     def _journal_submit(self, op: Operation) -> None:
         assert self.store is not None
+        if op.kind == "sample":
+            return  # changes nothing: a sample lost in a restart is sent again by the SDK
         payload = op.payload
         if isinstance(payload, bytes):
             payload = {"body": encode_bytes(payload)}
@@ -228,6 +287,8 @@ class TinkerService:
 
     def _journal_done(self, op: Operation) -> None:
         assert self.store is not None and op.result is not None
+        if op.kind == "sample":
+            return
         result = op.result
         record: dict[str, Any] = {"t": "done", "rid": op.request_id}
         if result.error is not None:
@@ -242,6 +303,12 @@ class TinkerService:
         with self._lock:
             if self._sessions.get(session_id) != owner:
                 raise NotFound(f"no session {session_id!r}")
+
+    def _sampler(self, owner: str, sampler_id: str) -> SamplerSession:
+        session = self.work.samplers.get(sampler_id)
+        if session is None or session.owner != owner:
+            raise NotFound(f"no sampling session {sampler_id!r}")
+        return session
 
     def _model(self, owner: str, model_id: str) -> Model:
         with self._lock:

@@ -8,12 +8,23 @@ AdamW step (its state written before its result is told), save and load checkpoi
 
 from __future__ import annotations
 
+import threading
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hybridflow.services.learner.tenants import AdamParams, AdapterSpec, TenantTrainer
-from hybridflow.services.tinker.convert import decode_forward_backward, encode_forward_backward
+from hybridflow.services.tinker.convert import (
+    decode_forward_backward,
+    encode_forward_backward,
+    encode_sample,
+)
 from hybridflow.services.tinker.operations import Operation, Result, UserError
+from hybridflow.services.tinker.sampler import SampleParams, prompt_logprobs, sample
 from hybridflow.services.tinker.store import Store, decode_bytes
 
 CHECKPOINT_KINDS = {"save_weights": "weights", "save_weights_for_sampler": "sampler_weights"}
@@ -75,17 +86,58 @@ def parse_path(path: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-class Work:
-    """Runs operations on ``trainer``; ``models`` is the service's table (shared)."""
+@dataclass
+class SamplerSession:
+    """What a sampling session samples with: the base (neither set), a sampler checkpoint
+    (``model_path``) or an adapter snapshot taken by an unnamed ``save_weights_for_sampler``
+    (kept in memory only)."""
 
-    def __init__(self, trainer: TenantTrainer, store: Store | None, models: dict[str, Model]):
+    owner: str
+    model_path: str | None = None
+    snapshot: dict[str, Any] | None = None
+
+    @property
+    def adapter(self) -> bool:
+        return self.model_path is not None or self.snapshot is not None
+
+
+@dataclass
+class Tokens:
+    """What sampling needs of the tokenizer: the EOS ids and the text of some ids."""
+
+    eos_ids: set[int]
+    decode: Callable[[list[int]], str]
+
+
+class Work:
+    """Runs operations on ``trainer``; ``models`` and ``samplers`` are the service's tables
+    (shared)."""
+
+    def __init__(
+        self,
+        trainer: TenantTrainer,
+        store: Store | None,
+        models: dict[str, Model],
+        tokens: Tokens | None = None,
+    ):
         self.trainer = trainer
         self.store = store
         self.models = models
+        self.tokens = tokens or Tokens(set(), lambda ids: "")
+        self.samplers: dict[str, SamplerSession] = {}
+        self._lock = threading.Lock()
+
+    def new_sampler(self, session: SamplerSession) -> str:
+        sampler_id = uuid.uuid4().hex
+        with self._lock:
+            self.samplers[sampler_id] = session
+        return sampler_id
 
     def run(self, op: Operation) -> Result:
         if op.kind == "create_model":
             return self._create(op.payload)
+        if op.kind == "sample":
+            return self._sample(op.payload)
         if op.kind == "drop_model":
             if op.payload in self.trainer.names:
                 self.trainer.drop(op.payload)
@@ -149,10 +201,11 @@ class Work:
         kind = CHECKPOINT_KINDS[op.kind]
         name = op.payload["name"]
         if name is None:
-            raise UserError(
-                f"{op.kind} without a name makes a sampling client: sampling is not served "
-                "yet (docs/tinker.md)"
-            )
+            if op.kind != "save_weights_for_sampler":
+                raise UserError("save_weights needs a name (path)")
+            snapshot = self.trainer.state(op.model_id, optimizer=False)
+            sampler_id = self.new_sampler(SamplerSession(op.owner, snapshot=snapshot))
+            return Result(json={"type": op.kind, "sampling_session_id": sampler_id})
         store = self._need_store(op.kind)
         try:
             path = store.checkpoint_path(op.model_id, kind, str(name))
@@ -167,13 +220,50 @@ class Work:
         store.write(path, state)
         return Result(json={"type": op.kind, "path": f"tinker://{op.model_id}/{kind}/{name}"})
 
-    def _read_checkpoint(self, path: str) -> dict[str, Any]:
+    def check_checkpoint(self, path: str) -> Path:
+        """The file of checkpoint ``path``; a ``UserError`` if there is none."""
         model_id, kind, name = parse_path(path)
-        store = self._need_store("load_weights")
-        file = store.checkpoint_path(model_id, kind, name)
+        store = self._need_store("a checkpoint")
+        try:
+            file = store.checkpoint_path(model_id, kind, name)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         if not file.exists():
             raise UserError(f"no checkpoint {path!r}")
-        return store.read(file)
+        return file
+
+    def _read_checkpoint(self, path: str) -> dict[str, Any]:
+        assert self.store is not None
+        return self.store.read(self.check_checkpoint(path))
+
+    def _sample(self, payload: dict[str, Any]) -> Result:
+        session = self.samplers[payload["sampler"]]
+        adapter = f"sampler-{payload['sampler']}" if session.adapter else None
+        if adapter is not None and adapter not in self.trainer.frozen:
+            if len(self.trainer.frozen) >= self.trainer.max_frozen:
+                self.trainer.remove_frozen(self.trainer.frozen[0])  # the oldest goes
+            if session.snapshot is not None:
+                state = session.snapshot
+            else:
+                assert session.model_path is not None
+                state = self._read_checkpoint(session.model_path)
+            self.trainer.add_frozen(adapter, state)
+        prompt = np.asarray(payload["prompt"], dtype=np.int64)
+        params = SampleParams.from_json(payload["params"])
+        with self.trainer.using(adapter):
+            completions = sample(
+                self.trainer.model,
+                prompt,
+                payload["num_samples"],
+                params,
+                self.tokens.eos_ids,
+                self.tokens.decode,
+            )
+            lps = (
+                prompt_logprobs(self.trainer.model, prompt) if payload["prompt_logprobs"] else None
+            )
+        sequences = [(c.tokens, c.logprobs, c.stopped) for c in completions]
+        return Result(proto=encode_sample(sequences, lps))
 
     def _need_store(self, what: str) -> Store:
         if self.store is None:
