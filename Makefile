@@ -13,7 +13,8 @@ LOCK := requirements/$(DEVICE).lock
 
 SUITE ?= throughput
 
-.PHONY: setup sandbox-tools device-check lock lock-check proto builtins lint test test-slow run bench \
+.PHONY: setup sandbox-tools device-check lock lock-check cookbook-venv cookbook-lock proto builtins lint \
+	test test-slow run bench \
 	bench-compare bench-overhead clean
 
 setup: $(STAMP) sandbox-tools
@@ -97,6 +98,21 @@ lock-check:
 	    --report "$$tmp/report.json" -r $(LOCK) && \
 	  "$$tmp/venv/bin/python" -c "import json, sys; r = json.load(open(sys.argv[1])); \
 	    print(len(r['install']), 'packages resolve from', sys.argv[2])" "$$tmp/report.json" $(LOCK)
+
+# The Tinker cookbook's venv (docs/tinker.md): a client of the Tinker-compatible service, apart
+# from the project's venv (its transformers pin excludes vLLM's). From requirements/cookbook.lock
+# with hashes, like `make setup`; `make cookbook-lock` re-resolves requirements/cookbook.in.
+COOKBOOK_VENV ?= .venv-cookbook
+cookbook-venv: $(COOKBOOK_VENV)/.installed
+
+$(COOKBOOK_VENV)/.installed: requirements/cookbook.lock
+	test -x $(COOKBOOK_VENV)/bin/python || $(PYTHON) -m venv $(COOKBOOK_VENV)
+	$(COOKBOOK_VENV)/bin/python -m pip install --quiet --no-deps --require-hashes \
+	  $(call install_args_cpu,$(COOKBOOK_VENV)/bin/python) -r requirements/cookbook.lock
+	touch $@
+
+cookbook-lock: setup
+	$(PIP_COMPILE) $(call torch_index,$(VPY)) -o requirements/cookbook.lock requirements/cookbook.in
 
 proto: setup
 	$(VPY) scripts/gen_protos.py

@@ -6,14 +6,9 @@ blind to the other; a retried call is applied once; a call without a known key i
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import select
 import signal
 import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,38 +20,13 @@ import tinker
 from tinker import types
 from tinker.proto import request_conv, response_conv
 
-BASE = "builtin:tiny-qwen3"
+from tests.tinker_service import BASE, running
+
 KEYS = {"alice": "tml-alice-key", "bob": "tml-bob-key"}
 
 
-@contextlib.contextmanager
-def _running(folder: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """The service, started as users start it, on ``folder``'s keys and state; its base URL."""
-    keys = folder / "keys"
-    keys.write_text("".join(f"{owner} {key}\n" for owner, key in KEYS.items()))
-    env = {k: v for k, v in os.environ.items() if k != "HYBRIDFLOW_TOKEN"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hybridflow.services.tinker", "--model", BASE, "--port", "0"]
-        + ["--keys-file", str(keys), "--poll-seconds", "5", "--state-dir", str(folder / "state")],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 300
-        line = ""
-        while "listening on" not in line:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
-            assert ready and proc.poll() is None, "the tinker service did not come up"
-            line = proc.stdout.readline()
-        match = re.search(r"(http://\S+)", line)
-        assert match is not None
-        yield match.group(1), proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=60)
+def _running(folder: Path) -> contextlib.AbstractContextManager[tuple[str, subprocess.Popen[str]]]:
+    return running(folder, KEYS)
 
 
 @pytest.fixture(scope="module")

@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=30,
     )
     server = uvicorn.Server(config)
+    sock.listen(128)  # connections wait in the backlog from the moment the address is told
     host, port = sock.getsockname()[:2]
     scheme = "https" if args.tls_cert else "http"
     print(f"tinker service listening on {scheme}://{host}:{port}", flush=True)
