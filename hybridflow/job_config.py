@@ -19,6 +19,7 @@ from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.preference_config import PreferenceConfig
 from hybridflow.services.reward.config import RewardConfig
 from hybridflow.services.rollout.config import RolloutConfig
+from hybridflow.services.tinker.config import TinkerConfig
 from hybridflow.weights.config import WeightSyncConfig
 
 
@@ -79,6 +80,9 @@ class JobConfig:
     preference: PreferenceConfig = field(default_factory=PreferenceConfig)
     """Offline DPO / KTO / SFT: with preference.data set, deploy/launch.sh runs only this
     learner-side job (no rollout, reward service or coordinator)."""
+    tinker: TinkerConfig = field(default_factory=TinkerConfig)
+    """The Tinker-compatible service: with tinker.enabled, deploy/launch.sh runs only it, and
+    the user's own loop drives training through the tinker SDK (docs/tinker.md)."""
 
     def validate(self) -> None:
         if not self.model:
@@ -121,6 +125,11 @@ class JobConfig:
                 "environment.envs starts the environment service, but coordinator.multi_turn.env "
                 "is empty, so no episode would use it: set coordinator.multi_turn.env to one of "
                 f"{list(self.environment.envs)}"
+            )
+        if self.tinker.enabled and self.preference.data:
+            raise ValueError(
+                "tinker.enabled and preference.data each make the job one process of its own: "
+                "set one"
             )
         if self.preference.data and self.learner.topology.critic_nproc_per_node > 0:
             raise ValueError(

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from hybridflow.job.plan import JobPlan, Process, plan
+from hybridflow.job.plan import ONE_PROCESS_JOBS, JobPlan, Process, plan
 from hybridflow.job_config import JobConfig, load_job_config
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
@@ -87,7 +87,8 @@ def render_overlay(
     job_plan = plan(job)
     if job_plan.main.role != "coordinator":
         raise ValueError(
-            f"a {job_plan.main.role} job (preference.data is set) runs with deploy/launch.sh; "
+            f"a {job_plan.main.role} job ({ONE_PROCESS_JOBS[job_plan.main.role]} is set) runs "
+            "with deploy/launch.sh; "
             "the Kubernetes base runs RL jobs"
         )
     cluster = load_job_config(config, [*overrides, *cluster_overrides(job_plan)])

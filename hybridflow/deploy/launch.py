@@ -258,8 +258,8 @@ class _Run:
 
 def main(argv: list[str] | None = None) -> int:
     """deploy/launch.sh: settles and claims the launch (exit 2 for anything refused, before
-    any process starts), then runs it: the learner-only preference job, or the services and
-    the coordinator under supervision. Returns the exit code."""
+    any process starts), then runs it: the learner-only preference job or the Tinker-compatible
+    service (one process each), or the services and the coordinator under supervision. Returns the exit code."""
     launch_time = time.time()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launch %(levelname)s: %(message)s")
@@ -269,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in done.lines:
             print(line, file=sys.stderr)
         return done.code
-    if launch.job.preference.data:  # learner-only offline job (hybridflow/preference)
-        from hybridflow.deploy.preference_job import run_preference_job
+    if launch.job.preference.data or launch.job.tinker.enabled:  # one process: no services
+        from hybridflow.deploy.one_process_job import run_one_process_job
 
-        return run_preference_job(
+        return run_one_process_job(
             launch.job, launch.config_path, launch.overrides, launch.run_dir, launch.env
         )
     return _run_services(launch, launch_time)

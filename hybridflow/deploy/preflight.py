@@ -67,6 +67,7 @@ def check_job(
         *_sandbox_problems(job),
         *_tls_problems(job),
         *_exposure_problems(job),
+        *_tinker_problems(job),
         *(dataset_problems(job) if dataset else []),
         *eval_problems(job),
     ]
@@ -331,6 +332,32 @@ def _exposure_problems(job: JobConfig) -> list[str]:
         problem = remote_exposure_problem(server, token="launcher", key=key)
         if problem:
             found.append(f"config error: {problem}")
+    return found
+
+
+def _tinker_problems(job: JobConfig) -> list[str]:
+    """The Tinker-compatible service's port, exposure and files (``tinker.enabled`` only)."""
+    from hybridflow.rpc.config import is_loopback_host
+
+    cfg = job.tinker
+    if not cfg.enabled:
+        return []
+    found = []
+    if cfg.port:
+        reason = _bind_fails(cfg.host, cfg.port)
+        if reason:
+            found.append(
+                f"config error: tinker.port: cannot listen on {cfg.host}:{cfg.port}: {reason}"
+            )
+    if not is_loopback_host(cfg.host) and not (cfg.tls_cert and cfg.tls_key):
+        found.append(
+            f"config error: tinker.host {cfg.host} is off loopback: set tinker.tls_cert and "
+            "tinker.tls_key"
+        )
+    for key in ("keys_file", "tls_cert", "tls_key"):
+        value = getattr(cfg, key)
+        if value and not Path(value).expanduser().is_file():
+            found.append(f"config error: tinker.{key}: no such file {value!r}")
     return found
 
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hybridflow.deploy.slurm_plan import Step, format_plan
-from hybridflow.job.plan import Process, plan, python_command
+from hybridflow.job.plan import ONE_PROCESS_JOBS, Process, plan, python_command
 from hybridflow.job_config import JobConfig, load_job_config
 
 RENDEZVOUS_PORT = 29500
@@ -119,7 +119,8 @@ def plan_job(
     job_plan = plan(job)
     if job_plan.main.role != "coordinator":
         raise ValueError(
-            f"a {job_plan.main.role} job (preference.data is set) runs with deploy/launch.sh; "
+            f"a {job_plan.main.role} job ({ONE_PROCESS_JOBS[job_plan.main.role]} is set) runs "
+            "with deploy/launch.sh; "
             "the Slurm launcher runs RL jobs only"
         )
     addr = {node: node for node in nodes} if addresses is None else dict(addresses)

@@ -44,6 +44,10 @@ ADDRESS_KEYS = {
 }
 """Where the coordinator is told each role's address (the rollout one takes a list)."""
 
+ONE_PROCESS_JOBS = {"preference": "preference.data", "tinker": "tinker.enabled"}
+"""Jobs that are one process of their own (no services, no coordinator), by role, with the
+key that makes a job one: deploy/launch.sh runs them; the cluster launchers refuse them."""
+
 RESTARTABLE = frozenset({"rollout", "reward", "environment"})
 """Roles a supervisor starts again on their address when they die: their state is the
 coordinator's to resend. A dead learner or coordinator stops the job."""
@@ -55,10 +59,10 @@ class Process:
 
     name: str
     """Unique in the job: ``learner``, ``reward``, ``environment``, ``rollout<i>``,
-    ``coordinator``, ``preference``. Logs, port files and Slurm steps are named by it."""
+    ``coordinator``, ``preference``, ``tinker``. Logs, port files and Slurm steps are named by it."""
     role: str
     """What it is: ``learner``, ``reward``, ``environment``, ``rollout``, ``coordinator``,
-    ``preference``."""
+    ``preference``, ``tinker``."""
     module: str
     """What ``python -m`` runs (under torchrun when ``num_ranks`` or ``num_nodes`` > 1)."""
     args: tuple[str, ...] = ()
@@ -149,9 +153,12 @@ class JobPlan:
 def plan(job: JobConfig) -> JobPlan:
     """The processes ``job`` runs: for an RL job the reward service, the environment
     service when ``environment.envs`` lists a class, the learner, one rollout process per
-    replica, then the coordinator; for an offline preference job, that job alone."""
+    replica, then the coordinator; for an offline preference job or a Tinker-compatible
+    service (``tinker.enabled``), that process alone."""
     topology = job.learner.topology
     ranks = topology.nproc_per_node + topology.critic_nproc_per_node
+    if job.tinker.enabled:  # the user's own loop drives: the service is the whole job
+        return JobPlan((), Process("tinker", "tinker", "hybridflow.main.tinker"))
     if job.preference.data:
         preference = Process(
             "preference",

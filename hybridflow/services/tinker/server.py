@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=65536, help="per forward_backward")
     parser.add_argument("--num-threads", type=int, default=1, help="torch threads")
     parser.add_argument("--poll-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--address-file", default="", help="where to write host:port once it listens"
+    )
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
     return parser.parse_args(argv)
@@ -109,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     sock.listen(128)  # connections wait in the backlog from the moment the address is told
     host, port = sock.getsockname()[:2]
     scheme = "https" if args.tls_cert else "http"
+    if args.address_file:
+        tmp = Path(args.address_file + ".tmp")
+        tmp.write_text(f"{host}:{port}\n")
+        tmp.replace(args.address_file)
     print(f"tinker service listening on {scheme}://{host}:{port}", flush=True)
     try:
         server.run(sockets=[sock])

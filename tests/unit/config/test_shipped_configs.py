@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[3]
 SHIPPED = sorted(
     p
     for p in REPO.glob("**/*.yaml")
-    if ".venv" not in p.parts
+    if not any(part.startswith(".venv") for part in p.parts)  # .venv, .venv-cookbook
     and "runs" not in p.parts
     and "results" not in p.parts
     and not p.name.startswith(".")  # tool configs (.pre-commit-config.yaml), not jobs

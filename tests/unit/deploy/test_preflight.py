@@ -336,3 +336,20 @@ def test_a_code_job_needs_its_sandbox_here(monkeypatch):
     found = problems(QUICKSTART, [*tool, "coordinator.data=builtin:code"])
     assert len(found) == 1 and "environment.sandbox" in found[0]
     assert problems(QUICKSTART) == []  # a job without code never asks
+
+
+def test_a_tinker_job_is_refused_off_loopback_without_tls_or_on_a_busy_port(tmp_path):
+    tinker = REPO / "deploy" / "configs" / "tinker.yaml"
+    assert problems(tinker, ["tinker.port=0"]) == []
+    off = problems(tinker, ["tinker.port=0", "tinker.host=0.0.0.0"])
+    assert off == [
+        "config error: tinker.host 0.0.0.0 is off loopback: set tinker.tls_cert and tinker.tls_key"
+    ]
+    missing = problems(tinker, ["tinker.port=0", f"tinker.keys_file={tmp_path / 'nope'}"])
+    assert missing == [f"config error: tinker.keys_file: no such file '{tmp_path / 'nope'}'"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        found = problems(tinker, [f"tinker.port={port}"])
+    assert len(found) == 1 and found[0].startswith("config error: tinker.port: cannot listen")

@@ -26,7 +26,7 @@ from hybridflow.deploy.k8s import render_overlay
 from hybridflow.deploy.launch import coordinator_command
 from hybridflow.deploy.launcher import ServiceGroup
 from hybridflow.deploy.slurm import plan_job
-from hybridflow.job.plan import JobPlan, plan
+from hybridflow.job.plan import ONE_PROCESS_JOBS, JobPlan, plan
 from hybridflow.job_config import JobConfig, load_job_config
 from tests.unit.deploy.test_k8s_manifests import (
     LEARNER_NODES,
@@ -40,7 +40,12 @@ from tests.unit.deploy.test_k8s_manifests import (
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((REPO / "deploy" / "configs").glob("*.yaml"))
-RL_CONFIGS = [path for path in SHIPPED if not load_job_config(path).preference.data]
+ONE_PROCESS = {  # shipped configs of one-process jobs -> the module they run
+    path: plan(load_job_config(path)).main.module
+    for path in SHIPPED
+    if plan(load_job_config(path)).main.role in ONE_PROCESS_JOBS
+}
+RL_CONFIGS = [path for path in SHIPPED if path not in ONE_PROCESS]
 NODES = ["n0", "n1", "n2"]
 JOB_FLAGS = ("--resume", "--addresses-from-stdin")
 JOB_ARGS = ("--config", "--set", "--port-file", "--run-dir", *JOB_FLAGS)
@@ -173,13 +178,14 @@ def test_every_shipped_multi_turn_config_plans_its_environment_service():
         assert "environment" in plan(load_job_config(config)).names()
 
 
-def test_a_preference_job_is_its_one_process_and_slurm_refuses_it():
-    (config,) = [c for c in SHIPPED if c not in RL_CONFIGS]
-    job = load_job_config(config)
-    job_plan = plan(job)
-    assert job_plan.services == () and job_plan.main.module == "hybridflow.preference"
-    with pytest.raises(ValueError, match="deploy/launch.sh"):
-        plan_job(NODES, job, [])
+def test_one_process_jobs_are_their_one_process_and_slurm_refuses_them():
+    assert sorted(ONE_PROCESS.values()) == ["hybridflow.main.tinker", "hybridflow.preference"]
+    for config, module in ONE_PROCESS.items():
+        job = load_job_config(config)
+        job_plan = plan(job)
+        assert job_plan.services == () and job_plan.main.module == module
+        with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
+            plan_job(NODES, job, [])
 
 
 def k8s_started(objects: list[dict[str, Any]]) -> set[Started]:
@@ -275,7 +281,7 @@ def test_every_shipped_config_renders_as_a_kubernetes_overlay_of_its_plan(
         assert ours == theirs, section
 
 
-def test_a_preference_job_has_no_kubernetes_overlay(tmp_path):
-    (config,) = [c for c in SHIPPED if c not in RL_CONFIGS]
-    with pytest.raises(ValueError, match="deploy/launch.sh"):
-        render_overlay(config, (), tmp_path / "overlay")
+def test_one_process_jobs_have_no_kubernetes_overlay(tmp_path):
+    for config in ONE_PROCESS:
+        with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
+            render_overlay(config, (), tmp_path / "overlay")
