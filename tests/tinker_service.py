@@ -42,7 +42,7 @@ def running(
             ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
             assert ready and proc.poll() is None, "the tinker service did not come up"
             line = proc.stdout.readline()
-        match = re.search(r"(http://\S+)", line)
+        match = re.search(r"(https?://\S+)", line)
         assert match is not None
         yield match.group(1), proc
     finally:

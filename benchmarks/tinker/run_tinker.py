@@ -1,5 +1,6 @@
 """The Tinker-compatible service against the learner's own gRPC ``TrainStep``, one run, one
-model (``builtin:tiny-qwen3`` by default), one LoRA rank, one thread per process:
+model (``builtin:tiny-qwen3`` by default), one LoRA rank on the same layers (the attention and
+MLP projections, not the output head), one thread per process:
 
 * ``train step s``: one RL step on a fixed batch (``--datums`` sequences of ``--prompt`` +
   ``--response`` tokens). Through the API: the SDK's ``forward_backward``
@@ -100,8 +101,8 @@ def _tinker_steps(url: str, owner: str, args: argparse.Namespace, seed: int) -> 
     adam = types.AdamParams(learning_rate=1e-4)
     data = _datums(_batch(args, seed))
     with tinker.ServiceClient(base_url=url, api_key=KEYS[owner]) as service:
-        client = service.create_lora_training_client(
-            base_model=args.model, rank=args.rank, seed=seed
+        client = service.create_lora_training_client(  # the learner's targets: no output head
+            base_model=args.model, rank=args.rank, seed=seed, train_unembed=False
         ).result()
         steps, latencies = [], []
         for i in range(args.warmup + args.steps):
@@ -130,7 +131,9 @@ def _tinker_calls(url: str, args: argparse.Namespace) -> float:
         loss_fn_inputs={"target_tokens": [6, 7, 8, 9], "weights": [1.0] * 4},
     )
     with tinker.ServiceClient(base_url=url, api_key=KEYS["alice"]) as service:
-        client = service.create_lora_training_client(base_model=args.model, rank=args.rank).result()
+        client = service.create_lora_training_client(
+            base_model=args.model, rank=args.rank, train_unembed=False
+        ).result()
         for _ in range(5):
             client.forward([datum], "cross_entropy").result()
         start = time.perf_counter()

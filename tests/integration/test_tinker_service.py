@@ -6,8 +6,11 @@ blind to the other; a retried call is applied once; a call without a known key i
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import ssl
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -288,3 +291,60 @@ def test_an_rl_loop_samples_its_own_adapter_and_learns(server: str) -> None:
             client.optim_step(types.AdamParams(learning_rate=5e-2)).result()
     print("reward rate per step:", rates)
     assert rates[0] < 0.6 and np.mean(rates[-2:]) > 0.9, rates
+
+
+def test_a_custom_loss_runs_through_forward_and_weighted_cross_entropy(server: str) -> None:
+    """The SDK's ``forward_backward_custom`` (a ``forward``, the user's loss on the client,
+    then ``cross_entropy`` with its gradient as weights): with the loss ``-sum(logprobs)`` it
+    steps exactly as ``cross_entropy`` with weights 1 does."""
+    import torch
+
+    batch = _batch(12)
+    adam = types.AdamParams(learning_rate=2e-2)
+    with tinker.ServiceClient(base_url=server, api_key=KEYS["alice"]) as service:
+        custom = service.create_lora_training_client(base_model=BASE, rank=4, seed=5).result()
+        plain = service.create_lora_training_client(base_model=BASE, rank=4, seed=5).result()
+
+        def loss_fn(
+            data: list[types.Datum], logprobs: list[torch.Tensor]
+        ) -> tuple[torch.Tensor, dict[str, float]]:
+            loss = -sum(lp.sum() for lp in logprobs)
+            return loss, {"custom:sum": float(loss.detach())}
+
+        out = custom.forward_backward_custom(batch, loss_fn).result()
+        custom.optim_step(adam).result()
+        plain.forward_backward(batch, "cross_entropy").result()
+        plain.optim_step(adam).result()
+        after = [
+            c.forward(batch, "cross_entropy").result().metrics["loss:sum"] for c in (custom, plain)
+        ]
+    assert out.metrics["custom:sum"] > 0
+    assert after[0] == pytest.approx(after[1], rel=1e-5)
+
+
+def test_tls_off_loopback_rule_and_https(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    refused = subprocess.run(
+        [sys.executable, "-m", "hybridflow.services.tinker", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HYBRIDFLOW_TOKEN": "t"},
+    )
+    assert refused.returncode != 0 and "off loopback" in refused.stderr
+    with running(tmp_path, KEYS, "--tls-cert", str(cert), "--tls-key", str(key)) as (url, _):
+        assert url.startswith("https://")
+        trusted = ssl.create_default_context(cafile=str(cert))
+        assert httpx.get(f"{url}/api/v1/healthz", verify=trusted).json() == {"status": "ok"}
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        with tinker.ServiceClient(base_url=url, api_key=KEYS["alice"]) as service:
+            client = service.create_lora_training_client(base_model=BASE, rank=4).result()
+            assert client.get_info().lora_rank == 4
