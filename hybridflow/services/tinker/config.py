@@ -39,6 +39,9 @@ class TinkerConfig:
     poll_seconds: float = knob(15.0, gt=0, lt=45)
     """How long a retrieve_future waits before it answers try_again (the SDK's own timeout
     is 45 s)."""
+    session_timeout_s: float = knob(600.0, gt=0)
+    """Seconds without a call or heartbeat before a session is finished and its models leave
+    the base (their state and checkpoints stay; the SDK heartbeats every 10 s)."""
     tls_cert: str = knob("", free="a file path, read when the server starts")
     """PEM certificate; with tls_key, HTTPS."""
     tls_key: str = knob("", free="a file path, read when the server starts")
@@ -60,6 +63,7 @@ class TinkerConfig:
         args += ["--state-dir", self.state_dir or f"{run_dir}/tinker"]
         args += ["--max-tenants", str(self.max_tenants), "--max-tokens", str(self.max_tokens)]
         args += ["--num-threads", str(self.num_threads), "--poll-seconds", str(self.poll_seconds)]
+        args += ["--session-timeout", str(self.session_timeout_s)]
         for flag, value in (
             ("--keys-file", self.keys_file),
             ("--served-name", self.served_name),

@@ -53,6 +53,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-threads", type=int, default=1, help="torch threads")
     parser.add_argument("--poll-seconds", type=float, default=15.0)
     parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=600.0,
+        help="seconds without a call or heartbeat before a session is finished",
+    )
+    parser.add_argument(
         "--address-file", default="", help="where to write host:port once it listens"
     )
     parser.add_argument("--tls-cert", default="")
@@ -145,7 +151,13 @@ def build_service(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
     log.info("serving %s (%s) for up to %d tenants", base.name, path, args.max_tenants)
     store = Store(args.state_dir) if args.state_dir else None
-    return TinkerService(trainer, base, store, tokens=_tokens(path, model))
+    return TinkerService(
+        trainer,
+        base,
+        store,
+        tokens=_tokens(path, model),
+        session_timeout_s=args.session_timeout,
+    )
 
 
 def _tokens(path: Path, model: Any) -> Tokens:

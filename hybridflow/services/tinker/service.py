@@ -10,8 +10,11 @@ to it (never "forbidden": their existence is not told). Model ids are
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -33,6 +36,8 @@ from hybridflow.services.tinker.work import (
 
 __all__ = ["NotFound", "ServedBase", "TinkerService", "Tokens"]
 
+log = logging.getLogger("hybridflow.tinker")
+
 
 class TinkerService:
     """The service's state and calls. ``trainer`` holds every tenant's adapter on the base;
@@ -46,12 +51,20 @@ class TinkerService:
         max_sessions: int = 256,
         max_queued_per_model: int = 64,
         tokens: Tokens | None = None,
+        session_timeout_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """A session with no call and no heartbeat for ``session_timeout_s`` (on ``clock``)
+        is finished as if its client had closed it (the SDK heartbeats every 10 s while it
+        lives): a client that dies never holds tenant places for good."""
         self.base = base
         self.store = store
         self.max_sessions = max_sessions
+        self.session_timeout_s = session_timeout_s
+        self._clock = clock
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}
+        self._seen: dict[str, float] = {}
         self._models: dict[str, Model] = {}
         self.work = Work(trainer, store, self._models, tokens)
         self.operations = Operations(
@@ -65,6 +78,8 @@ class TinkerService:
             from hybridflow.services.tinker.recovery import recover
 
             recover(store, self.work, self.operations, self._sessions)
+        now = clock()
+        self._seen = dict.fromkeys(self._sessions, now)  # a restart gives clients time back
         self.operations.start()
 
     def close(self) -> None:
@@ -84,6 +99,7 @@ class TinkerService:
         }
 
     def create_session(self, owner: str) -> str:
+        self.expire_idle()
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise UserError(f"at most {self.max_sessions} sessions on this service")
@@ -91,20 +107,38 @@ class TinkerService:
             if self.store is not None:
                 self.store.append({"t": "session", "id": session_id, "owner": owner})
             self._sessions[session_id] = owner
+            self._seen[session_id] = self._clock()
             return session_id
 
     def heartbeat(self, owner: str, session_id: str) -> None:
         self._session(owner, session_id)
 
-    def finish_session(self, owner: str, session_id: str) -> None:
-        """The session is over (the SDK's ``ServiceClient.close``): its models leave the
-        learner, freeing their tenant places; their checkpoints stay. Later calls on them
-        answer "not found"."""
+    def expire_idle(self) -> list[str]:
+        """Finishes the sessions idle past ``session_timeout_s``; their ids."""
+        now = self._clock()
+        with self._lock:
+            idle = [
+                (sid, self._sessions[sid])
+                for sid, seen in self._seen.items()
+                if now - seen > self.session_timeout_s and sid in self._sessions
+            ]
+        for session_id, owner in idle:
+            log.info(
+                "session %s idle for over %.0f s: finished", session_id, self.session_timeout_s
+            )
+            self.finish_session(owner, session_id, reason="expired")
+        return [sid for sid, _ in idle]
+
+    def finish_session(self, owner: str, session_id: str, reason: str = "finished") -> None:
+        """The session is over (the SDK's ``ServiceClient.close``, or idle too long): its
+        models leave the learner, freeing their tenant places; their state files and
+        checkpoints stay. Later calls on them answer "not found"."""
         self._session(owner, session_id)
         with self._lock:
             if self.store is not None:
-                self.store.append({"t": "finish", "id": session_id})
+                self.store.append({"t": "finish", "id": session_id, "reason": reason})
             del self._sessions[session_id]
+            self._seen.pop(session_id, None)
             gone = [m for m, model in self._models.items() if model.session_id == session_id]
             for model_id in gone:
                 del self._models[model_id]
@@ -252,6 +286,7 @@ class TinkerService:
     def _new_model(
         self, owner: str, body: dict[str, Any], how: dict[str, Any], idempotency_key: str | None
     ) -> str:
+        self.expire_idle()
         session_id = str(body.get("session_id", ""))
         self._session(owner, session_id)
         model_id = f"{session_id}:train:{_int(body.get('model_seq_id', 0), 'model_seq_id')}"
@@ -300,9 +335,11 @@ class TinkerService:
         self.store.append(record)
 
     def _session(self, owner: str, session_id: str) -> None:
+        """Checks the session is the owner's, and counts the call as its activity."""
         with self._lock:
             if self._sessions.get(session_id) != owner:
                 raise NotFound(f"no session {session_id!r}")
+            self._seen[session_id] = self._clock()
 
     def _sampler(self, owner: str, sampler_id: str) -> SamplerSession:
         session = self.work.samplers.get(sampler_id)
@@ -315,6 +352,9 @@ class TinkerService:
             model = self._models.get(model_id)
         if model is None or model.owner != owner:
             raise NotFound(f"no model {model_id!r}")
+        with self._lock:
+            if model.session_id in self._seen:
+                self._seen[model.session_id] = self._clock()
         return model
 
 

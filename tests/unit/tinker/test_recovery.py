@@ -7,6 +7,7 @@ model load) on the same folder."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,10 +24,10 @@ BASE = "builtin:tiny-qwen3"
 ADAM = {"learning_rate": 2e-2}
 
 
-def _service(folder: Path) -> TinkerService:
+def _service(folder: Path, **options: Any) -> TinkerService:
     path = resolve_model_path(BASE)
     trainer = TenantTrainer(AutoModelForCausalLM.from_pretrained(path).eval())
-    return TinkerService(trainer, ServedBase(BASE, str(path)), Store(folder))
+    return TinkerService(trainer, ServedBase(BASE, str(path)), Store(folder), **options)
 
 
 def _body(model_id: str, seq_id: int) -> bytes:
@@ -180,3 +181,30 @@ def test_a_finished_sessions_models_free_their_places_and_stay_gone_after_a_rest
     assert restarted.work.trainer.names == [second.model_id]
     with pytest.raises(KeyError, match="no model"):
         restarted.get_info("u", first.model_id)
+
+
+class Clock:
+    """Time that moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_idle_session_is_finished_and_an_active_one_is_kept(tmp_path: Path) -> None:
+    clock = Clock()
+    service = _service(tmp_path, session_timeout_s=100.0, clock=clock)
+    idle, busy, beating = Client(service), Client(service), Client(service)
+    clock.now += 60
+    busy.step_count(busy.optim(1))  # a call counts as activity
+    service.heartbeat("u", beating.model_id.split(":")[0])  # so does a heartbeat
+    clock.now += 60  # idle: 120 s without either; the others 60 s
+    assert service.expire_idle() == [idle.model_id.split(":")[0]]
+    with pytest.raises(KeyError, match="no model"):
+        service.get_info("u", idle.model_id)
+    assert busy.step_count(busy.optim(2)) == 2
+    assert sorted(service.work.trainer.names) == sorted([busy.model_id, beating.model_id])
+    restarted = _service(tmp_path, session_timeout_s=100.0, clock=clock)
+    assert idle.model_id not in restarted.work.trainer.names  # finished for good
