@@ -78,6 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="after each planner/shm/naive variant, the same with the delivery check off",
     )  # fmt: skip
     parser.add_argument(
+        "--check-samples", type=int, default=0,
+        help="elements a sampled check reads per slice (default: weight_sync's CHECK_SAMPLES)",
+    )  # fmt: skip
+    parser.add_argument(
         "--parity-syncs", type=int, default=0, help="TP-1 log-prob parity syncs after timing"
     )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="deadline per variant")
@@ -183,7 +187,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     specs = [spec(kind, tp, c, n) for tp in args.tp_sizes for kind in kinds for c, n in checks]
     if args.check_cost:
         specs += [
-            spec(kind, tp, True, CHECK_SAMPLES, alternate)
+            spec(kind, tp, True, args.check_samples or CHECK_SAMPLES, alternate)
             for tp in args.tp_sizes
             for kind in kinds
             if kind in ("planner", "shm")

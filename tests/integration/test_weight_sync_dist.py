@@ -7,7 +7,7 @@ import pytest
 from hybridflow.services.learner.client import GrpcLearnerClient
 from hybridflow.services.rollout.client import GrpcRolloutClient
 from hybridflow.types import SamplingParams, TrainSample
-from hybridflow.weights.config import WeightSyncConfig
+from hybridflow.weights.config import CHECK_SAMPLES, WeightSyncConfig
 from tests.helpers import start_learner_server, start_rollout_server
 
 PROBE = [[ord(c) - 31 + 3 for c in text] for text in ("1+2=", "7+8=", "4+4=", "9+0=")]
@@ -305,7 +305,7 @@ def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(
     tiny_model_path, monkeypatch, shared_memory
 ):
     """``weight_sync.check: sampled`` (the default on gloo): a group's first sync is checked
-    byte by byte, the later ones on 1024 elements of each slice. A slice the learner skips at
+    byte by byte, the later ones on CHECK_SAMPLES elements of each slice. A slice the learner skips at
     the second sync, after a train step moved its elements, is caught all the same, named, and
     the replica keeps the weights of the first; over sockets and through shared memory (where
     the learner samples its slices while the replica copies them out)."""
@@ -327,7 +327,7 @@ def test_the_sampled_check_catches_a_slice_skipped_at_a_later_sync(
         assert learner.publish_weights([server.address]).policy_version == 1  # checked whole
         train_once(rollout, learner, 1)
         written_without = skip_slices(monkeypatch, skipped, lambda: True)
-        with pytest.raises(DeliveryFailed, match="1024 sampled elements") as err:
+        with pytest.raises(DeliveryFailed, match=f"{CHECK_SAMPLES} sampled elements") as err:
             learner.publish_weights([server.address])
         assert skipped in str(err.value)
         assert bool(written_without) == (shared_memory == "auto")  # the path under test
