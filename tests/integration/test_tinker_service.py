@@ -348,3 +348,34 @@ def test_tls_off_loopback_rule_and_https(tmp_path: Path, monkeypatch: pytest.Mon
         with tinker.ServiceClient(base_url=url, api_key=KEYS["alice"]) as service:
             client = service.create_lora_training_client(base_model=BASE, rank=4).result()
             assert client.get_info().lora_rank == 4
+
+
+def test_checkpoints_are_listed_deleted_and_outlive_their_session(server: str) -> None:
+    """What the cookbook does around checkpoints: list them, read the run's metadata, resume
+    from one after its session ended, and delete one (rolling checkpoints)."""
+    with tinker.ServiceClient(base_url=server, api_key=KEYS["bob"]) as service:
+        client = service.create_lora_training_client(
+            base_model=BASE, rank=4, user_metadata={"renderer_name": "qwen3"}
+        ).result()
+        model_id = client.model_id
+        first = client.forward_backward(_batch(1), "cross_entropy").result()
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        state = client.save_state("s1").result().path
+        client.save_weights_for_sampler("w1").result()
+        rest = tinker.RestClient(base_url=server, api_key=KEYS["bob"])
+        run = rest.get_training_run(model_id).result()
+        assert (run.user_metadata, run.lora_rank) == ({"renderer_name": "qwen3"}, 4)
+        listed = rest.list_checkpoints(model_id).result().checkpoints
+        assert sorted(c.checkpoint_id for c in listed) == ["sampler_weights/w1", "weights/s1"]
+        assert {c.checkpoint_type for c in listed} == {"training", "sampler"}
+    assert first.metrics["loss:sum"] > 0
+    with tinker.ServiceClient(base_url=server, api_key=KEYS["bob"]) as later:  # a new session
+        resumed = later.create_training_client_from_state_with_optimizer(state).result()
+        assert resumed.get_info().lora_rank == 4
+        rest = tinker.RestClient(base_url=server, api_key=KEYS["bob"])
+        rest.delete_checkpoint(model_id, "sampler_weights/w1").result()
+        listed = rest.list_checkpoints(model_id).result().checkpoints
+        assert [c.checkpoint_id for c in listed] == ["weights/s1"]
+    other = tinker.RestClient(base_url=server, api_key=KEYS["alice"])
+    with pytest.raises(tinker.NotFoundError):
+        other.list_checkpoints(model_id).result()

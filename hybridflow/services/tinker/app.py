@@ -164,6 +164,21 @@ def build_app(service: TinkerService, keys: dict[str, str], poll_seconds: float 
         body = await json_body(request)
         return {"request_id": service.load_weights(owner, body, _idempotency(request))}
 
+    @app.get("/api/v1/training_runs/{model_id}")
+    async def training_run(model_id: str, request: Request) -> dict[str, Any]:
+        return service.training_run(owner_of(request), model_id)
+
+    @app.get("/api/v1/training_runs/{model_id}/checkpoints")
+    async def checkpoints(model_id: str, request: Request) -> dict[str, Any]:
+        return service.checkpoints(owner_of(request), model_id)
+
+    @app.delete("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}")
+    async def delete_checkpoint(
+        model_id: str, checkpoint_id: str, request: Request
+    ) -> dict[str, Any]:
+        service.delete_checkpoint(owner_of(request), model_id, checkpoint_id)
+        return {}
+
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request) -> dict[str, Any]:
         owner = owner_of(request)

@@ -22,10 +22,22 @@ from hybridflow.services.tinker.work import Model, Work, journaled_payload
 log = logging.getLogger("hybridflow.tinker")
 
 
-def recover(store: Store, work: Work, operations: Operations, sessions: dict[str, str]) -> None:
+def recover(
+    store: Store,
+    work: Work,
+    operations: Operations,
+    sessions: dict[str, str],
+    owners: dict[str, str],
+) -> None:
+    """Fills ``sessions`` (the live ones) and ``owners`` (every model ever made, finished
+    ones too: their checkpoints stay theirs) and restores ``work``'s models and
+    ``operations``' calls."""
     records = store.records()
     done: dict[str, dict[str, Any]] = {r["rid"]: r for r in records if r["t"] == "done"}
     submits = [r for r in records if r["t"] == "submit"]
+    for record in submits:
+        if record["kind"] == "create_model":
+            owners[record["payload"]["model_id"]] = record["owner"]
     finished = {r["id"] for r in records if r["t"] == "finish"}
     for record in records:
         if record["t"] == "session" and record["id"] not in finished:

@@ -66,6 +66,9 @@ class TinkerService:
         self._sessions: dict[str, str] = {}
         self._seen: dict[str, float] = {}
         self._models: dict[str, Model] = {}
+        self._owners: dict[str, str] = {}
+        """Every model ever made, by id: its owner (a finished model's checkpoints stay its
+        owner's)."""
         self.work = Work(trainer, store, self._models, tokens)
         self.operations = Operations(
             self.work.run,
@@ -77,7 +80,7 @@ class TinkerService:
         if store is not None:
             from hybridflow.services.tinker.recovery import recover
 
-            recover(store, self.work, self.operations, self._sessions)
+            recover(store, self.work, self.operations, self._sessions, self._owners)
         now = clock()
         self._seen = dict.fromkeys(self._sessions, now)  # a restart gives clients time back
         self.operations.start()
@@ -173,7 +176,7 @@ class TinkerService:
             raise UserError(f"base_model {base_model!r} is not served here ({self.base.name!r})")
         path = str(body.get("path", ""))
         source, _, _ = parse_path(path)
-        self._model(owner, source)  # only one's own checkpoints
+        self._own_checkpoints(owner, source)
         load = {"path": path, "optimizer": bool(body.get("optimizer", False))}
         if body.get("session_id") is None:
             model_id = str(body.get("model_id", ""))
@@ -237,7 +240,7 @@ class TinkerService:
         path = body.get("model_path")
         if path is not None:
             source, _, _ = parse_path(str(path))
-            self._model(owner, source)
+            self._own_checkpoints(owner, source)
             self.work.check_checkpoint(str(path))
             return self.work.new_sampler(SamplerSession(owner, model_path=str(path)))
         base_model = str(body.get("base_model", ""))
@@ -295,6 +298,7 @@ class TinkerService:
         with self._lock:
             if model_id not in self._models:
                 self._models[model_id] = Model.from_payload(owner, payload)
+                self._owners[model_id] = owner
         self.operations.open_model(model_id)
         return self.operations.submit(
             owner, "create_model", payload, idempotency_key=idempotency_key or f"new:{model_id}"
@@ -341,6 +345,62 @@ class TinkerService:
                 raise NotFound(f"no session {session_id!r}")
             self._seen[session_id] = self._clock()
 
+    def training_run(self, owner: str, model_id: str) -> dict[str, Any]:
+        """The SDK's ``TrainingRun`` of a live model (the cookbook reads its
+        ``user_metadata``, e.g. the renderer, when it resumes)."""
+        model = self._model(owner, model_id)
+        listed = self.checkpoints(owner, model_id)["checkpoints"]
+        newest = {kind: None for kind in ("training", "sampler")}
+        for entry in listed:
+            newest[entry["checkpoint_type"]] = entry  # listed oldest first
+        return {
+            "training_run_id": model_id,
+            "base_model": self.base.name,
+            "model_owner": owner,
+            "is_lora": True,
+            "lora_rank": model.spec.rank if model.spec else None,
+            "last_request_time": _iso(time.time()),
+            "last_checkpoint": newest["training"],
+            "last_sampler_checkpoint": newest["sampler"],
+            "user_metadata": {k: str(v) for k, v in model.user_metadata.items()},
+        }
+
+    def checkpoints(self, owner: str, model_id: str) -> dict[str, Any]:
+        """A model's checkpoints, oldest first (finished models' too)."""
+        self._own_checkpoints(owner, model_id)
+        entries = []
+        if self.store is not None:
+            for kind, label in (("weights", "training"), ("sampler_weights", "sampler")):
+                folder = self.store.checkpoint_path(model_id, kind, "x").parent
+                for file in folder.glob("*.pt") if folder.is_dir() else []:
+                    info = file.stat()
+                    name = f"{kind}/{file.stem}"
+                    entries.append(
+                        {
+                            "checkpoint_id": name,
+                            "checkpoint_type": label,
+                            "time": _iso(info.st_mtime),
+                            "tinker_path": f"tinker://{model_id}/{name}",
+                            "size_bytes": info.st_size,
+                        }
+                    )
+        return {"checkpoints": sorted(entries, key=lambda e: e["time"])}
+
+    def delete_checkpoint(self, owner: str, model_id: str, checkpoint_id: str) -> None:
+        self._own_checkpoints(owner, model_id)
+        kind, _, name = checkpoint_id.partition("/")
+        try:
+            file = self.work.check_checkpoint(f"tinker://{model_id}/{kind}/{name}")
+        except UserError:
+            raise NotFound(f"no checkpoint {checkpoint_id!r} of {model_id!r}") from None
+        file.unlink()
+
+    def _own_checkpoints(self, owner: str, model_id: str) -> None:
+        """Only a model's owner reads or deletes its checkpoints, after its session too."""
+        with self._lock:
+            if self._owners.get(model_id) != owner:
+                raise NotFound(f"no model {model_id!r}")
+
     def _sampler(self, owner: str, sampler_id: str) -> SamplerSession:
         session = self.work.samplers.get(sampler_id)
         if session is None or session.owner != owner:
@@ -356,6 +416,12 @@ class TinkerService:
             if model.session_id in self._seen:
                 self._seen[model.session_id] = self._clock()
         return model
+
+
+def _iso(epoch: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def _int(value: Any, what: str) -> int:
