@@ -176,3 +176,17 @@ def small_tmpfs(directory: Path, size: str) -> Iterator[Path]:
         yield directory
     finally:
         subprocess.run(["umount", str(directory)], check=False, timeout=30)
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A certificate and its key for 127.0.0.1 and localhost, valid a day (openssl)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key

@@ -9,7 +9,6 @@ becomes healthy through it.
 from __future__ import annotations
 
 import stat
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -27,6 +26,7 @@ from hybridflow.services.reward.servicer import RewardServicer
 from hybridflow.v1 import common_pb2, reward_pb2, reward_pb2_grpc, weight_sync_pb2_grpc
 from hybridflow.weights.servicer import SERVICE_NAME as WEIGHT_SYNC_SERVICE
 from hybridflow.weights.servicer import WeightSyncServicer
+from tests.helpers import self_signed_cert
 
 
 def _start_weight_sync_server(rollout: object, config: ServerConfig):  # noqa: ANN202
@@ -126,16 +126,7 @@ def test_token_file_is_private_exclusive_and_authenticates(rollout, tmp_path, mo
 
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
-        + ["-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
+    return self_signed_cert(tmp_path)
 
 
 def test_wait_healthy_and_calls_over_tls(tmp_path):

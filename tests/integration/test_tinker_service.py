@@ -23,6 +23,7 @@ import tinker
 from tinker import types
 from tinker.proto import request_conv, response_conv
 
+from tests.helpers import self_signed_cert
 from tests.tinker_service import BASE, running
 
 KEYS = {"alice": "tml-alice-key", "bob": "tml-bob-key"}
@@ -323,15 +324,7 @@ def test_a_custom_loss_runs_through_forward_and_weighted_cross_entropy(server: s
 
 
 def test_tls_off_loopback_rule_and_https(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
-        + ["-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cert, key = self_signed_cert(tmp_path)
     refused = subprocess.run(
         [sys.executable, "-m", "hybridflow.services.tinker", "--host", "0.0.0.0", "--port", "0"],
         capture_output=True,

@@ -91,7 +91,9 @@ def test_prompt_logprobs_are_nan_then_each_tokens_own(model: torch.nn.Module) ->
     got = prompt_logprobs(model, PROMPT)
     assert np.isnan(got[0]) and len(got) == len(PROMPT)
     with torch.no_grad():
-        lp = torch.log_softmax(model(input_ids=torch.from_numpy(PROMPT)[None]).logits[0].float(), -1)
+        lp = torch.log_softmax(
+            model(input_ids=torch.from_numpy(PROMPT)[None]).logits[0].float(), -1
+        )
     expected = [float(lp[i - 1, PROMPT[i]]) for i in range(1, len(PROMPT))]
     np.testing.assert_allclose(got[1:], expected, atol=1e-5)
 
