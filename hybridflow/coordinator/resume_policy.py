@@ -238,6 +238,11 @@ RULES: dict[str, Rule] = {
     "weight_sync.*": _PROCESS,
     "deploy.*": _apply("launcher settings"),
     "preference.*": _refuse("an offline preference job is another kind of job"),
+    "tinker.enabled": _refuse("a Tinker-compatible service job is another kind of job"),
+    "tinker.*": _apply(
+        "a setting of the Tinker-compatible service, read when it starts; its models and "
+        "their steps live in its own state folder"
+    ),
 }
 """Exact dotted keys, or ``section.*`` for every key under a section."""
 
