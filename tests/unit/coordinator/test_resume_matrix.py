@@ -21,7 +21,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,7 @@ from hybridflow.coordinator.job import TrainingJob
 from hybridflow.coordinator.resume_policy import Change, Policy, compare, flatten, rule_for
 from hybridflow.coordinator.services import Services
 from hybridflow.job_config import JobConfig, load_job_config
+from hybridflow.services.tinker.config import TinkerConfig
 from hybridflow.types import SamplingParams
 from tests.fault.harness import audit
 from tests.fault.test_resume_matrix_twins import OBSERVERS as TWIN_OBSERVERS
@@ -464,6 +465,14 @@ NOT_OBSERVED: dict[str, str] = {
     "environment.*": "the environment service's process settings, read when it starts",
     "weight_sync.*": "the transport between learner and rollout processes",
     "deploy.*": "the launcher's settings",
+    **{  # every tinker key but the refused tinker.enabled
+        f"tinker.{f.name}": (
+            "a setting of the Tinker-compatible service, read when it starts; an RL job never "
+            "starts it (tests/e2e/test_tinker_launch.py resumes one)"
+        )
+        for f in fields(TinkerConfig)
+        if f.name != "enabled"
+    },
 }
 """Accepted keys whose effect no in-process resume shows, each with why (``section.*``: every
 key under it; the sections the matrix leaves out are the stateless services' settings)."""
