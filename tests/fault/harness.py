@@ -65,11 +65,16 @@ class Trial:
     output: str = ""
     extra: tuple[str, ...] = ()
     """Overrides after the harness's own (``--set`` values)."""
+    hold_dir: Path | None = None
+    """With ``tests/fault/multi_turn_env.py``: once the step is reached, hold the episodes'
+    steps and kill only when one is held (mid-episode for certain), then let them go."""
 
 
-def launch(run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
+def launch(run_dir: Path, *extra: str, hold_dir: Path | None = None) -> subprocess.Popen[bytes]:
     args = [str(LAUNCH), *extra]
     env = dict(os.environ, PYTHON=sys.executable)
+    if hold_dir is not None:
+        env["HYBRIDFLOW_TEST_HOLD_DIR"] = str(hold_dir)
     env.pop("HYBRIDFLOW_TOKEN", None)  # the launcher makes a per-run token, as for a user
     return subprocess.Popen(
         args,
@@ -124,7 +129,11 @@ def trained_steps(run_dir: Path) -> int:
 def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
     """Launch, kill the victim once ``kill_after_step`` steps are trained, finish the run."""
     deadline = time.monotonic() + timeout_s
-    proc = launch(trial.run_dir, "--run-dir", str(trial.run_dir), *_sets(trial.extra))
+    if trial.hold_dir is not None:
+        trial.hold_dir.mkdir(parents=True, exist_ok=True)
+    proc = launch(
+        trial.run_dir, "--run-dir", str(trial.run_dir), *_sets(trial.extra), hold_dir=trial.hold_dir
+    )
     victim_pid = None
     while victim_pid is None:
         if proc.poll() is not None:
@@ -143,7 +152,7 @@ def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
                 ),
                 None,
             )
-            if victim_pid is not None:
+            if victim_pid is not None and _held(trial.hold_dir, proc, deadline):
                 break  # kill at once
         time.sleep(0.05)  # polling another process's files: nothing to wait on locally
     try:
@@ -153,12 +162,27 @@ def run_trial(trial: Trial, timeout_s: float = 300.0) -> None:
             f"{trial.victim} (pid {victim_pid}) ended before the kill at step "
             f"{trial.kill_after_step}:\n{_read(proc)}"
         ) from None
+    finally:
+        if trial.hold_dir is not None:
+            (trial.hold_dir / "hold").unlink(missing_ok=True)  # the episodes go on
     trial.exit_codes.append(_wait(proc, deadline, trial))
     if trial.victim in RESUMED:
         _wait_gone(trial.pids, deadline)  # nothing of the first attempt may linger
         proc = launch(trial.run_dir, "--resume", str(trial.run_dir))
         trial.exit_codes.append(_wait(proc, deadline, trial))
     _wait_gone(trial.pids, deadline)
+
+
+def _held(hold_dir: Path | None, proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    """True once an episode's step is held (at once without a ``hold_dir``)."""
+    if hold_dir is None:
+        return True
+    (hold_dir / "hold").touch()
+    while not any(hold_dir.glob("held-*")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no episode step was held before the kill:\n{_read(proc)}")
+        time.sleep(0.01)  # another process's files: nothing to wait on locally
+    return True
 
 
 def audit(

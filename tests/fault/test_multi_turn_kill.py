@@ -37,7 +37,7 @@ MULTI_TURN = (
     ],
 )
 def test_kill_mid_episode_loses_nothing(victim: str, tmp_path: Path) -> None:
-    trial = Trial(victim, 3, tmp_path / victim, extra=MULTI_TURN)
+    trial = Trial(victim, 3, tmp_path / victim, extra=MULTI_TURN, hold_dir=tmp_path / "hold")
     run_trial(trial)
     resumed = victim == "learner"
     assert trial.exit_codes[-1] == 0 and len(trial.exit_codes) == 1 + resumed, trial.output
