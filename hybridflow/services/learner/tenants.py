@@ -8,6 +8,10 @@ call only, so a ``forward_backward`` accumulates gradients in that adapter alone
 order and each tenant's curve is its solo curve. The base stays frozen. Calls run one at a
 time (the caller serialises them: one device).
 
+One file because the tenants, the frozen sampling adapters and the losses all act on the
+same peft layers of one model (which adapter is active, which parameters train); split, each
+part would reach into the others' state.
+
 Losses are Tinker's: sums over tokens, not means. Position ``i`` of a datum's tokens predicts
 ``target_tokens[i]``. Transport-free and one rank: knows nothing of HTTP or gRPC.
 """

@@ -31,7 +31,11 @@ class _Refused(Exception):
 
 
 def build_app(service: TinkerService, keys: dict[str, str], poll_seconds: float = 15.0) -> FastAPI:
-    """``keys``: API key -> owner name. ``poll_seconds``: how long a ``retrieve_future`` waits."""
+    """``keys``: API key -> owner name. ``poll_seconds``: how long a ``retrieve_future`` waits.
+
+    One function on purpose: every route is a few lines that translate HTTP into one
+    ``TinkerService`` call, and they share the key check and the body reader by closure; the
+    routes read top to bottom as the SDK's API (docs/tinker-wire.md §2)."""
     if not keys or any(not k.startswith("tml-") for k in keys):
         raise ValueError("the Tinker service needs API keys, each starting with 'tml-'")
     app = FastAPI(title="hybridflow Tinker-compatible service", docs_url=None, redoc_url=None)
