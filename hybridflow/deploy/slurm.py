@@ -5,7 +5,8 @@ The placement: the learner's nodes on the allocation's first ``--learner-nodes``
 ``srun`` step per node; more than one rank or node runs torchrun, rendezvous at the first
 node), the rollout replicas round-robin on the next nodes, the reward service (and the
 environment service, when the plan has one) on the last node, the coordinator in the batch
-step (the first node) pointed at them all with ``--set`` overrides. Services bind 0.0.0.0 on
+step (the first node) pointed at them all with ``--set`` overrides (a Tinker-compatible
+service's plan is that one process, in the batch step: ``_tinker_step``). Services bind 0.0.0.0 on
 fixed ports (a port the config leaves at 0 gets the plan's ``CLUSTER_PORTS``) and are
 dialled at their node's ``NodeAddr`` (``slurm_allocation``); TLS comes from the config, the
 token from ``HYBRIDFLOW_TOKEN`` or the run dir's token file (srun passes the environment
@@ -117,11 +118,13 @@ def plan_job(
     if not 1 <= learner_nodes <= len(nodes):
         raise ValueError(f"--learner-nodes must be in [1, {len(nodes)}], got {learner_nodes}")
     job_plan = plan(job)
+    if job_plan.main.role == "tinker":
+        return [_tinker_step(nodes[0], job, config_args, python, addresses, run_dir)]
     if job_plan.main.role != "coordinator":
         raise ValueError(
             f"a {job_plan.main.role} job ({ONE_PROCESS_JOBS[job_plan.main.role]} is set) runs "
             "with deploy/launch.sh; "
-            "the Slurm launcher runs RL jobs only"
+            "the Slurm launcher runs RL jobs and the Tinker-compatible service"
         )
     addr = {node: node for node in nodes} if addresses is None else dict(addresses)
     placed = _place(list(nodes), learner_nodes, job_plan.services)
@@ -173,6 +176,31 @@ def plan_job(
         coordinator += ["--set", override]
     steps.append(Step(job_plan.main.name, nodes[0], coordinator))
     return steps
+
+
+def _tinker_step(
+    node: str,
+    job: JobConfig,
+    config_args: Sequence[str],
+    python: str,
+    addresses: Mapping[str, str] | None,
+    run_dir: Path,
+) -> Step:
+    """The Tinker-compatible service alone, in the batch step on ``node``: the user's loop
+    runs elsewhere (a login node, a laptop), so it binds every interface on its port (the
+    config's, 8000 by default), and that needs TLS. Its state (``<run dir>/tinker``) is what
+    a requeued or resubmitted job serves on from where it was: no ``--resume`` to pass."""
+    cfg = job.tinker
+    if not (cfg.tls_cert and cfg.tls_key):
+        raise ValueError(
+            "the Tinker-compatible service on Slurm serves off its node: set tinker.tls_cert "
+            "and tinker.tls_key (a certificate naming the node's address, docs/tinker.md)"
+        )
+    if cfg.port == 0:
+        raise ValueError("tinker.port is 0: on Slurm the service needs a fixed port to be found")
+    address = f"{(addresses or {}).get(node, node)}:{cfg.port}"
+    command = [python, "-m", "hybridflow.main.tinker", "--run-dir", str(run_dir), *config_args]
+    return Step("tinker", node, [*command, "--set", "tinker.host=0.0.0.0"], address)
 
 
 def _place(
@@ -301,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     print(format_plan(steps), flush=True)
+    if steps[-1].name == "tinker" and len(nodes) > 1:
+        print(f"slurm: the Tinker-compatible service runs on {nodes[0]}; "
+              f"{len(nodes) - 1} more node(s) stay idle (sbatch --nodes=1)", file=sys.stderr)  # fmt: skip
     if args.dry_run:
         return 0
     return _run(steps, job, run_dir)

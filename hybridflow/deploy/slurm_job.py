@@ -10,6 +10,10 @@ ends the job it signals every process of the batch step, and only this process m
 that into the request. When the coordinator exits this process writes
 ``slurm/coordinator.exit``; the shims see it and stop their services, and the steps end.
 
+A Tinker-compatible service's plan is that one process, run here as the coordinator is, and
+stopped the same way: SIGINT once it has written ``tinker.addr`` (it stops serving; what it
+acknowledged is on disk already).
+
 Files under ``<run dir>/slurm/``: ``plan.txt`` (the plan this start runs, as the dry run
 prints it), ``coordinator.exit`` (its exit code), ``stop`` (a stop request).
 """
@@ -83,7 +87,7 @@ def run_plan(steps: Sequence[Step], run_dir: Path) -> int:
     coordinator's exit code."""
     exit_file, stop_file = control_files(run_dir)
     exit_file.parent.mkdir(parents=True, exist_ok=True)
-    ready_file = run_dir / "coordinator.addr"
+    ready_file = run_dir / f"{steps[-1].name}.addr"  # the coordinator's, or the tinker service's
     for stale in (exit_file, stop_file, ready_file):  # an earlier start's (a requeued job)
         stale.unlink(missing_ok=True)
     (exit_file.parent / PLAN_FILE).write_text(format_plan(steps) + "\n")

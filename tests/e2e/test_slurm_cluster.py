@@ -328,3 +328,68 @@ def _wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_the_tinker_service_serves_from_a_node_and_a_new_job_serves_its_state(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """deploy/configs/tinker.yaml through the sbatch script: the service alone on the first
+    node, on its address with TLS; the SDK, here outside the node, trains a LoRA model there
+    and saves its state. scancel --batch --signal=TERM stops it cleanly; a new job on the run dir
+    serves that state: the model it loads answers as it did before the stop."""
+    import tinker
+    from tinker import types
+
+    cluster = slurm_cluster
+    run_dir = tmp_path / "run"
+    cert, key = _certificate(tmp_path, list(cluster.nodes.values()))
+    (tmp_path / "keys").write_text("alice tml-alice-key\n")
+    args = ["--config", "deploy/configs/tinker.yaml", "--run-dir", str(run_dir)]
+    for override in (f"tinker.tls_cert={cert}", f"tinker.tls_key={key}"):
+        args += ["--set", override]
+    args += ["--set", f"tinker.keys_file={tmp_path / 'keys'}"]
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the SDK (httpx) trusts the test's CA
+    batch = [
+        types.Datum(
+            model_input=types.ModelInput.from_ints([5, 6, 7, 8, 9, 10]),
+            loss_fn_inputs={"target_tokens": [6, 7, 8, 9, 10, 11], "weights": [1.0] * 6},
+        )
+    ]
+
+    def served() -> str:
+        _wait_for_file(run_dir / "tinker.addr", 300, "the service's address")
+        plan = (run_dir / "slurm" / "plan.txt").read_text().splitlines()
+        assert len(plan) == 1 and plan[0].startswith("tinker on node1 -> "), plan
+        return "https://" + plan[0].split(" -> ")[1].split(":")[0] + ":8000"
+
+    first = _submit(cluster, tmp_path, args)
+    url = served()
+    assert url == f"https://{cluster.nodes['node1']}:8000"
+    with tinker.ServiceClient(base_url=url, api_key="tml-alice-key") as service:
+        client = service.create_lora_training_client(base_model="builtin:tiny-qwen3", rank=4)
+        client = client.result()
+        for _ in range(2):
+            client.forward_backward(batch, "cross_entropy").result()
+            client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        before = client.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+        state = client.save_state("stopped").result().path
+    # No srun step to signal: the service runs in the batch step, which --batch signals.
+    cluster.run(["scancel", "--batch", "--signal=TERM", first])
+    state_name = cluster.wait_job(first, DONE, 120)
+    assert state_name == "COMPLETED", f"job {first} {state_name}" + _diagnostics(tmp_path, run_dir)
+    assert (run_dir / "slurm" / "coordinator.exit").read_text().strip() == "0"
+    assert "Traceback" not in (tmp_path / f"job-{first}.out").read_text()
+
+    (run_dir / "tinker.addr").unlink()
+    second = _submit(cluster, tmp_path, args)
+    url = served()
+    try:
+        with tinker.ServiceClient(base_url=url, api_key="tml-alice-key") as service:
+            loaded = service.create_training_client_from_state(state).result()
+            after = loaded.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+    finally:
+        cluster.run(["scancel", "--batch", "--signal=TERM", second])
+        cluster.wait_job(second, DONE, 120)
+    print(f"\ntinker on Slurm: loss {before:.4f} before the stop, {after:.4f} from its state")
+    assert after == pytest.approx(before, rel=1e-5)

@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tinker service listening on {scheme}://{host}:{port}", flush=True)
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it stopped on: a clean stop
+        log.info("stopped by SIGINT")
     finally:
         service.close()
     return 0

@@ -178,14 +178,30 @@ def test_every_shipped_multi_turn_config_plans_its_environment_service():
         assert "environment" in plan(load_job_config(config)).names()
 
 
-def test_one_process_jobs_are_their_one_process_and_slurm_refuses_them():
+def test_one_process_jobs_are_their_one_process_on_slurm_or_refused_by_name():
+    """The preference job runs with deploy/launch.sh only; the Tinker-compatible service is
+    the Slurm plan's one step, on every interface of the first node with TLS (the user's loop
+    dials it from elsewhere), refused without TLS or a fixed port."""
     assert sorted(ONE_PROCESS.values()) == ["hybridflow.main.tinker", "hybridflow.preference"]
     for config, module in ONE_PROCESS.items():
         job = load_job_config(config)
         job_plan = plan(job)
         assert job_plan.services == () and job_plan.main.module == module
-        with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
+        if job_plan.main.role == "preference":
+            with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
+                plan_job(NODES, job, [])
+            continue
+        with pytest.raises(ValueError, match="set tinker.tls_cert and tinker.tls_key"):
             plan_job(NODES, job, [])
+        tls = ["tinker.tls_cert=/c.pem", "tinker.tls_key=/k.pem"]
+        with pytest.raises(ValueError, match="needs a fixed port"):
+            plan_job(NODES, load_job_config(config, [*tls, "tinker.port=0"]), [])
+        args = ["--config", str(config), "--set", tls[0], "--set", tls[1]]
+        (step,) = plan_job(NODES, load_job_config(config, tls), args, run_dir=Path("/r"))
+        assert (step.name, step.node, step.address) == ("tinker", "n0", "n0:8000")
+        assert step.command == [
+            "python", "-m", module, "--run-dir", "/r", *args, "--set", "tinker.host=0.0.0.0"
+        ]  # fmt: skip
 
 
 def k8s_started(objects: list[dict[str, Any]]) -> set[Started]:
