@@ -1,4 +1,5 @@
-"""Renders a job's plan (``hybridflow.job.plan``) as a kustomize overlay of ``deploy/k8s/base``.
+"""Renders a job's plan (``hybridflow.job.plan``) as a kustomize overlay of ``deploy/k8s/base``
+(of ``deploy/k8s/tinker`` for a Tinker-compatible service: its one pod, ``_tinker_overlay``).
 
     python -m hybridflow.deploy.k8s --config my-job.yaml [--set KEY=VALUE ...] --out DIR
     kubectl apply -k DIR
@@ -40,6 +41,19 @@ PORTS = {"rollout": 50051, "reward": 50052, "learner": 50053, "environment": 500
 port plus its index."""
 TLS_DIR = "/etc/hybridflow/tls"
 RUNS = "/runs"
+TINKER_BASE = BASE.parent / "tinker"
+TINKER_PORT = 8000
+TINKER_CLUSTER = (
+    "tinker.host=0.0.0.0",
+    f"tinker.port={TINKER_PORT}",
+    f"tinker.tls_cert={TLS_DIR}/tls.crt",
+    f"tinker.tls_key={TLS_DIR}/tls.key",
+    "tinker.keys_file=/etc/hybridflow/tinker-keys/keys",
+    "tinker.state_dir=",
+    f"deploy.run_root={RUNS}",
+)
+"""A Tinker-compatible service's cluster settings, as ``deploy/k8s/tinker``'s pod has them
+(its port, the Secrets' mounts; its state under the run directory on the state volume)."""
 LEARNER_POD0 = "hybridflow-learner-0.hybridflow-learner"
 
 
@@ -85,11 +99,13 @@ def render_overlay(
     cannot run (an offline preference job)."""
     job = load_job_config(config, overrides)
     job_plan = plan(job)
+    if job_plan.main.role == "tinker":
+        return _tinker_overlay(config, overrides, out_dir, name)
     if job_plan.main.role != "coordinator":
         raise ValueError(
             f"a {job_plan.main.role} job ({ONE_PROCESS_JOBS[job_plan.main.role]} is set) runs "
             "with deploy/launch.sh; "
-            "the Kubernetes base runs RL jobs"
+            "the Kubernetes bases run RL jobs and the Tinker-compatible service"
         )
     cluster = load_job_config(config, [*overrides, *cluster_overrides(job_plan)])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -124,6 +140,35 @@ def render_overlay(
             )
         )
         kustomization["patches"].append({"path": "rollout-gpus.yaml"})
+    header = (
+        f"# Rendered by python -m hybridflow.deploy.k8s from {config}; kubectl apply -k {out_dir}\n"
+    )
+    (out_dir / "kustomization.yaml").write_text(
+        header + yaml.safe_dump(kustomization, sort_keys=False)
+    )
+    return cluster
+
+
+def _tinker_overlay(
+    config: str | Path, overrides: Sequence[str], out_dir: Path, name: str
+) -> JobConfig:
+    """A Tinker-compatible service's overlay: ``deploy/k8s/tinker`` (its one pod) with the
+    job's config in cluster settings (``TINKER_CLUSTER``: every interface, the pod's port,
+    TLS and the keys from their Secrets)."""
+    cluster = load_job_config(config, [*overrides, *TINKER_CLUSTER])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from hybridflow.config.loader import dump_yaml
+
+    dump_yaml(cluster, out_dir / "job.yaml")
+    kustomization: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(TINKER_BASE, out_dir)],
+        "labels": [{"pairs": {"hybridflow/overlay": name or out_dir.name}}],
+        "configMapGenerator": [
+            {"name": "hybridflow-tinker-job", "behavior": "replace", "files": ["job.yaml"]}
+        ],
+    }
     header = (
         f"# Rendered by python -m hybridflow.deploy.k8s from {config}; kubectl apply -k {out_dir}\n"
     )

@@ -178,10 +178,11 @@ def test_every_shipped_multi_turn_config_plans_its_environment_service():
         assert "environment" in plan(load_job_config(config)).names()
 
 
-def test_one_process_jobs_are_their_one_process_on_slurm_or_refused_by_name():
+def test_one_process_jobs_are_their_one_process_on_slurm_or_refused_by_name(tmp_path):
     """The preference job runs with deploy/launch.sh only; the Tinker-compatible service is
     the Slurm plan's one step, on every interface of the first node with TLS (the user's loop
-    dials it from elsewhere), refused without TLS or a fixed port."""
+    dials it from elsewhere), refused without TLS or a fixed port; on Kubernetes its overlay
+    (tests/unit/deploy/test_k8s_tinker.py)."""
     assert sorted(ONE_PROCESS.values()) == ["hybridflow.main.tinker", "hybridflow.preference"]
     for config, module in ONE_PROCESS.items():
         job = load_job_config(config)
@@ -190,7 +191,10 @@ def test_one_process_jobs_are_their_one_process_on_slurm_or_refused_by_name():
         if job_plan.main.role == "preference":
             with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
                 plan_job(NODES, job, [])
+            with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
+                render_overlay(config, [], tmp_path / "preference")
             continue
+        assert plan(render_overlay(config, [], tmp_path / "tinker")).main.module == module
         with pytest.raises(ValueError, match="set tinker.tls_cert and tinker.tls_key"):
             plan_job(NODES, job, [])
         tls = ["tinker.tls_cert=/c.pem", "tinker.tls_key=/k.pem"]
@@ -295,9 +299,3 @@ def test_every_shipped_config_renders_as_a_kubernetes_overlay_of_its_plan(
             if hasattr(theirs, name):
                 setattr(ours, name, getattr(theirs, name))
         assert ours == theirs, section
-
-
-def test_one_process_jobs_have_no_kubernetes_overlay(tmp_path):
-    for config in ONE_PROCESS:
-        with pytest.raises(ValueError, match="runs with deploy/launch.sh"):
-            render_overlay(config, (), tmp_path / "overlay")
