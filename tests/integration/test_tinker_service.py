@@ -294,6 +294,42 @@ def test_an_rl_loop_samples_its_own_adapter_and_learns(server: str) -> None:
     assert rates[0] < 0.6 and np.mean(rates[-2:]) > 0.9, rates
 
 
+def test_cispo_and_dro_through_the_sdk_are_their_formulas_and_a_bad_config_is_refused(
+    server: str,
+) -> None:
+    """``cispo`` and ``dro`` on the wire: each call's ``loss:sum`` is its formula over the
+    log-probs the same call returns; ``dro`` without ``beta`` fails the call by name."""
+    rng = np.random.default_rng(3)
+    data, sampled, advantages = [], [], []
+    for datum in _batch(5):
+        n = len(datum.loss_fn_inputs["target_tokens"].tolist())
+        sampled.append(rng.uniform(-6, -1, n))
+        advantages.append(rng.normal(size=n))
+        data.append(
+            types.Datum(
+                model_input=datum.model_input,
+                loss_fn_inputs={
+                    "target_tokens": datum.loss_fn_inputs["target_tokens"],
+                    "logprobs": sampled[-1].tolist(),
+                    "advantages": advantages[-1].tolist(),
+                },
+            )
+        )
+    with tinker.ServiceClient(base_url=server, api_key=KEYS["bob"]) as service:
+        client = service.create_lora_training_client(base_model=BASE, rank=4).result()
+        cispo = client.forward_backward(data, "cispo").result()
+        dro = client.forward_backward(data, "dro", {"beta": 0.1}).result()
+        with pytest.raises(tinker.TinkerError, match="dro needs loss_fn_config\\['beta'\\]"):
+            client.forward_backward(data, "dro").result()
+    expected_cispo = expected_dro = 0.0
+    for out, q, a in zip(cispo.loss_fn_outputs, sampled, advantages, strict=True):
+        p = np.asarray(out["logprobs"].tolist(), dtype=np.float64)
+        expected_cispo -= float((np.clip(np.exp(p - q), 0.0, 4.0) * p * a).sum())
+        expected_dro -= float((p * a - 0.05 * (p - q) ** 2).sum())
+    assert cispo.metrics["loss:sum"] == pytest.approx(expected_cispo, rel=1e-4)
+    assert dro.metrics["loss:sum"] == pytest.approx(expected_dro, rel=1e-4)
+
+
 def test_a_custom_loss_runs_through_forward_and_weighted_cross_entropy(server: str) -> None:
     """The SDK's ``forward_backward_custom`` (a ``forward``, the user's loss on the client,
     then ``cross_entropy`` with its gradient as weights): with the loss ``-sum(logprobs)`` it

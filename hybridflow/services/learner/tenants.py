@@ -8,11 +8,11 @@ call only, so a ``forward_backward`` accumulates gradients in that adapter alone
 order and each tenant's curve is its solo curve. The base stays frozen. Calls run one at a
 time (the caller serialises them: one device).
 
-One file because the tenants, the frozen sampling adapters and the losses all act on the
-same peft layers of one model (which adapter is active, which parameters train); split, each
-part would reach into the others' state.
+One file because the tenants and the frozen sampling adapters act on the same peft layers of
+one model (which adapter is active, which parameters train); split, each part would reach
+into the other's state.
 
-Losses are Tinker's: sums over tokens, not means. Position ``i`` of a datum's tokens predicts
+Losses are Tinker's (``tenant_losses``): sums over tokens, not means. Position ``i`` of a datum's tokens predicts
 ``target_tokens[i]``. Transport-free and one rank: knows nothing of HTTP or gRPC.
 """
 
@@ -26,19 +26,12 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hybridflow.errors import BadRequest
+from hybridflow.services.learner.tenant_losses import INPUTS as LOSS_INPUTS
+from hybridflow.services.learner.tenant_losses import LOSSES, loss, resolve_config
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-LOSSES = ("cross_entropy", "importance_sampling", "ppo")
-"""The built-in losses a tenant's ``forward_backward`` computes."""
-
-_LOSS_INPUTS = {
-    "cross_entropy": ("target_tokens", "weights"),
-    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
-    "ppo": ("target_tokens", "logprobs", "advantages"),
-}
 
 LORA_ALPHA = 32.0
 """The adapters' scale numerator (``alpha / rank``), for every tenant: the SDK's
@@ -230,6 +223,7 @@ class TenantTrainer:
 
         tenant = self._tenant(name)
         self._check(datums, loss_fn)
+        resolved = resolve_config(loss_fn, config or {})
         batch = _pad(datums)
         with self._active(name), torch.set_grad_enabled(not forward_only):
             logits = self.model(
@@ -237,14 +231,14 @@ class TenantTrainer:
             ).logits.float()
             logprobs = torch.log_softmax(logits, dim=-1)
             target_lp = logprobs.gather(-1, batch["target_tokens"].unsqueeze(-1)).squeeze(-1)
-            loss = _loss(loss_fn, target_lp, batch, config or {})
+            total = loss(loss_fn, target_lp, batch, resolved)
             if not forward_only:
-                loss.backward()
+                total.backward()
                 tenant.pending_datums += len(datums)
         out = target_lp.detach()
         lengths = [len(d.tokens) for d in datums]
         per_datum = [out[i, :n].numpy().astype(np.float32) for i, n in enumerate(lengths)]
-        return per_datum, {"loss:sum": float(loss.detach())}
+        return per_datum, {"loss:sum": float(total.detach())}
 
     def optim_step(self, name: str, adam: AdamParams) -> dict[str, float]:
         """One AdamW step of tenant ``name`` on the gradients its ``forward_backward`` calls
@@ -367,7 +361,7 @@ class TenantTrainer:
         return [p for n, p in self.model.named_parameters() if _mine(n, name)]
 
     def _check(self, datums: list[Datum], loss_fn: str) -> None:
-        if loss_fn not in _LOSS_INPUTS:
+        if loss_fn not in LOSS_INPUTS:
             raise TenantError(f"loss_fn {loss_fn!r} is not served; the built-in ones: {LOSSES}")
         if not datums:
             raise TenantError("forward_backward with no datums")
@@ -379,7 +373,7 @@ class TenantTrainer:
             n = len(datum.tokens)
             if n == 0:
                 raise TenantError(f"datum {i} has no tokens")
-            for key in _LOSS_INPUTS[loss_fn]:
+            for key in LOSS_INPUTS[loss_fn]:
                 if key == "weights" and key not in datum.inputs:
                     continue
                 if key not in datum.inputs:
@@ -452,22 +446,3 @@ def _pad(datums: list[Datum]) -> dict[str, torch.Tensor]:
     if "weights" not in inputs:
         inputs["weights"] = mask.float()
     return {"tokens": tokens, "mask": mask, **inputs}
-
-
-def _loss(
-    loss_fn: str, target_lp: torch.Tensor, batch: dict[str, torch.Tensor], config: dict[str, float]
-) -> torch.Tensor:
-    """Tinker's built-in losses, summed over every real token."""
-    import torch
-
-    mask = batch["mask"].float()
-    if loss_fn == "cross_entropy":
-        return -(target_lp * batch["weights"] * mask).sum()
-    ratio = torch.exp(target_lp - batch["logprobs"])
-    advantages = batch["advantages"]
-    if loss_fn == "importance_sampling":
-        return -(ratio * advantages * mask).sum()
-    low = config.get("clip_low_threshold", 0.8)
-    high = config.get("clip_high_threshold", 1.2)
-    clipped = torch.clamp(ratio, low, high)
-    return -(torch.minimum(ratio * advantages, clipped * advantages) * mask).sum()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from hybridflow.errors import BadRequest
 from hybridflow.models import resolve_model_path
 from hybridflow.services.learner.tenants import (
     AdamParams,
@@ -158,8 +159,8 @@ def test_bad_calls_are_refused_by_name_and_change_nothing(qwen3_path: Path) -> N
         trainer.create("a", AdapterSpec(rank=4))
     with pytest.raises(TenantError, match="no tenant 'zz'"):
         trainer.forward_backward("zz", _datums(0), "cross_entropy")
-    with pytest.raises(TenantError, match="loss_fn 'dro' is not served"):
-        trainer.forward_backward("a", _datums(0), "dro")
+    with pytest.raises(TenantError, match="loss_fn 'gspo' is not served"):
+        trainer.forward_backward("a", _datums(0), "gspo")
     (good,) = _datums(3, (4,))
     short = Datum(good.tokens, {"target_tokens": good.inputs["target_tokens"][:3]})
     with pytest.raises(TenantError, match="has shape \\(3,\\), the tokens' is \\(4,\\)"):
@@ -170,6 +171,9 @@ def test_bad_calls_are_refused_by_name_and_change_nothing(qwen3_path: Path) -> N
     no_adv = Datum(good.tokens, {"target_tokens": good.inputs["target_tokens"]})
     with pytest.raises(TenantError, match="needs loss_fn_inputs\\['logprobs'\\]"):
         trainer.forward_backward("a", [no_adv], "ppo")
+    with pytest.raises(BadRequest, match="dro needs loss_fn_config\\['beta'\\]"):
+        rl = {"logprobs": np.zeros(4, np.float32), "advantages": np.ones(4, np.float32)}
+        trainer.forward_backward("a", [Datum(good.tokens, {**no_adv.inputs, **rl})], "dro")
     with pytest.raises(TenantError, match="beta2 must be in"):
         trainer.optim_step("a", AdamParams(beta2=1.0))
     assert trainer.steps("a") == 0
