@@ -42,6 +42,10 @@ class TinkerConfig:
     session_timeout_s: float = knob(600.0, gt=0)
     """Seconds without a call or heartbeat before a session is finished and its models leave
     the base (their state and checkpoints stay; the SDK heartbeats every 10 s)."""
+    journal_compact_mb: int = knob(256, ge=1, le=1 << 20)
+    """The journal (<state dir>/journal.jsonl) is compacted when it grows this much past
+    what it last kept: the bodies of calls a saved state holds and the calls no longer
+    answered go."""
     tls_cert: str = knob("", free="a file path, read when the server starts")
     """PEM certificate; with tls_key, HTTPS."""
     tls_key: str = knob("", free="a file path, read when the server starts")
@@ -64,6 +68,7 @@ class TinkerConfig:
         args += ["--max-tenants", str(self.max_tenants), "--max-tokens", str(self.max_tokens)]
         args += ["--num-threads", str(self.num_threads), "--poll-seconds", str(self.poll_seconds)]
         args += ["--session-timeout", str(self.session_timeout_s)]
+        args += ["--journal-compact-mb", str(self.journal_compact_mb)]
         for flag, value in (
             ("--keys-file", self.keys_file),
             ("--served-name", self.served_name),

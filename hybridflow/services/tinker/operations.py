@@ -112,6 +112,12 @@ class Operations:
                 self._waiting.setdefault(op.model_id, {})[op.seq_id] = op
             self._lock.notify_all()
 
+    def holding(self, fn: Callable[[set[str]], Any]) -> Any:
+        """``fn(request ids still answered)``, with no operation submitted meanwhile (the
+        journal's compaction: a submit journals its call under this lock)."""
+        with self._lock:
+            return fn(set(self._ops))
+
     def set_next_seq(self, model_id: str, next_seq: int) -> None:
         with self._lock:
             self._next_seq[model_id] = next_seq

@@ -8,11 +8,16 @@ of the call that wrote it). Its calls up to that ``seq_id`` keep their journaled
 ones after it run again, in order (a ``forward_backward`` whose gradients the crash lost is
 computed again; an ``optim_step`` that never reached the state file runs now, for the first
 time). So no acknowledged step is lost and none is applied twice.
+
+``needed`` is the journal's compaction rule, what such a restart reads: every session, every
+model made or dropped; a call still answered (its result retried for) or not yet held by its
+model's saved state (it runs again); and a call's body only in the second case.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hybridflow.services.tinker.operations import Operation, Operations, Result
@@ -133,3 +138,34 @@ def _result(
         error=f"{record['kind']} seq_id {record['seq']} of {model_id} has no result after a restart",
         category="server",
     )
+
+
+def needed(
+    answered: set[str], saved: Mapping[str, int]
+) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """The compaction rule for the journal's records, in order: ``answered`` the request ids
+    the service still answers, ``saved`` each live model's last saved ``seq_id``. A call is
+    kept while answered or while its model's state does not hold it (and then whole: it runs
+    again after a restart); the body of a held one goes. A result is kept with its call."""
+    kept: set[str] = set()
+
+    def keep(record: dict[str, Any]) -> dict[str, Any] | None:
+        kind = record["t"]
+        if kind in ("session", "finish"):
+            return record
+        if kind == "done":
+            return record if record["rid"] in kept else None
+        if record["kind"] in ("create_model", "drop_model") or record["seq"] is None:
+            kept.add(record["rid"])
+            return record
+        model = record["model"]
+        held = model not in saved or record["seq"] <= saved[model]
+        if not held:
+            kept.add(record["rid"])
+            return record
+        if record["rid"] not in answered:
+            return None
+        kept.add(record["rid"])
+        return {**record, "payload": None}
+
+    return keep

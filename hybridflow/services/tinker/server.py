@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds without a call or heartbeat before a session is finished",
     )
     parser.add_argument(
+        "--journal-compact-mb",
+        type=int,
+        default=256,
+        help="compact the journal when it grows this much (MiB) past what it last kept",
+    )
+    parser.add_argument(
         "--address-file", default="", help="where to write host:port once it listens"
     )
     parser.add_argument("--tls-cert", default="")
@@ -159,6 +165,7 @@ def build_service(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         store,
         tokens=_tokens(path, model),
         session_timeout_s=args.session_timeout,
+        compact_journal_bytes=args.journal_compact_mb << 20,
     )
 
 

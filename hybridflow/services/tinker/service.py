@@ -53,6 +53,7 @@ class TinkerService:
         tokens: Tokens | None = None,
         session_timeout_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        compact_journal_bytes: int = 256 << 20,
     ) -> None:
         """A session with no call and no heartbeat for ``session_timeout_s`` (on ``clock``)
         is finished as if its client had closed it (the SDK heartbeats every 10 s while it
@@ -61,6 +62,11 @@ class TinkerService:
         self.store = store
         self.max_sessions = max_sessions
         self.session_timeout_s = session_timeout_s
+        self.compact_journal_bytes = compact_journal_bytes
+        """The journal is compacted when a result's record takes it this far past what the
+        last compaction left (what that keeps, the results still answered, may alone pass the
+        bound: no compaction after every call then)."""
+        self._compact_at = compact_journal_bytes
         self._clock = clock
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}
@@ -337,6 +343,23 @@ class TinkerService:
         else:
             record["json"] = result.json
         self.store.append(record)
+        if self.store.journal_bytes() > self._compact_at:
+            self._compact_journal()
+
+    def _compact_journal(self) -> None:
+        """Drops from the journal what a restart no longer reads (``recovery.needed``). Runs
+        on the operations' worker, between two operations, with submits held off."""
+        from hybridflow.services.tinker.recovery import needed
+
+        assert self.store is not None
+        store = self.store
+        with self._lock:  # a create_model may add one meanwhile
+            saved = {m: model.last_saved_seq for m, model in self._models.items()}
+        before, after = self.operations.holding(
+            lambda answered: store.rewrite(needed(answered, saved))
+        )
+        self._compact_at = after + self.compact_journal_bytes
+        log.info("journal compacted: %d -> %d bytes", before, after)
 
     def _session(self, owner: str, session_id: str) -> None:
         """Checks the session is the owner's, and counts the call as its activity."""

@@ -11,6 +11,10 @@ acknowledged call: an append-only journal and each model's state at its last ``o
 * ``checkpoints/<model_id>/{weights,sampler_weights}/<name>.pt``: what ``save_weights`` and
   ``save_weights_for_sampler`` wrote (``tinker://<model_id>/weights/<name>``).
 
+The journal is compacted (``rewrite``) once it passes a size: what a restart no longer needs
+goes (the calls whose results the service forgot, the bodies of calls a saved state holds);
+``service.py`` decides what stays.
+
 Recovery (``service.py``): each model's state file, then its calls after that state's
 ``seq_id`` run again in order, which rebuilds the gradients a crash lost; a call up to it keeps
 its journaled result. Nothing is applied twice: the state file says which ``optim_step`` it
@@ -23,6 +27,8 @@ import base64
 import json
 import os
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +43,44 @@ class Store:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.root / "models").mkdir(exist_ok=True)
+        self._lock = threading.Lock()
         self._journal = open(self.root / JOURNAL, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
-        self._journal.close()
+        with self._lock:
+            self._journal.close()
 
     def append(self, record: dict[str, Any]) -> None:
         """One record, durable when this returns."""
-        self._journal.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._journal.flush()
-        os.fsync(self._journal.fileno())
+        with self._lock:
+            self._journal.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    def journal_bytes(self) -> int:
+        with self._lock:
+            return os.fstat(self._journal.fileno()).st_size
+
+    def rewrite(self, keep: Callable[[dict[str, Any]], dict[str, Any] | None]) -> tuple[int, int]:
+        """The journal as ``keep`` has each record, in order (None drops it), in place of the
+        old one whole or not at all (a new file, fsync'd, renamed over it); no record is
+        appended meanwhile. Its sizes before and after."""
+        path = self.root / JOURNAL
+        with self._lock:
+            before = os.fstat(self._journal.fileno()).st_size
+            tmp = path.with_name(JOURNAL + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as out:
+                for record in self.records():
+                    kept = keep(record)
+                    if kept is not None:
+                        out.write(json.dumps(kept, separators=(",", ":")) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            self._journal.close()
+            os.replace(tmp, path)
+            _fsync_folder(self.root)
+            self._journal = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            return before, os.fstat(self._journal.fileno()).st_size
 
     def records(self) -> list[dict[str, Any]]:
         """Every whole record, in order (a torn last line left out)."""
@@ -88,11 +122,7 @@ class Store:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_folder(path.parent)
 
     @staticmethod
     def read(path: Path) -> dict[str, Any]:
@@ -114,3 +144,12 @@ def _safe(model_id: str) -> str:
     if "/" in model_id or model_id in ("", ".", ".."):
         raise ValueError(f"model id {model_id!r} cannot name a file")
     return model_id
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Makes a rename in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

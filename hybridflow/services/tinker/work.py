@@ -274,7 +274,8 @@ class Work:
 
 
 def journaled_payload(kind: str, payload: Any) -> Any:
-    """A journal record's payload as ``run`` takes it (a forward_backward body is base64)."""
-    if kind == "forward_backward":
+    """A journal record's payload as ``run`` takes it (a forward_backward body is base64;
+    None where compaction dropped it: the call is done and never runs again)."""
+    if kind == "forward_backward" and payload is not None:
         return decode_bytes(payload["body"])
     return payload

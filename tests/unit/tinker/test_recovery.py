@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from hybridflow.models import resolve_model_path
 from hybridflow.services.learner.tenants import TenantTrainer
+from hybridflow.services.tinker.operations import UserError
 from hybridflow.services.tinker.service import ServedBase, TinkerService
 from hybridflow.services.tinker.store import JOURNAL, Store
 
@@ -208,3 +209,37 @@ def test_an_idle_session_is_finished_and_an_active_one_is_kept(tmp_path: Path) -
     assert sorted(service.work.trainer.names) == sorted([busy.model_id, beating.model_id])
     restarted = _service(tmp_path, session_timeout_s=100.0, clock=clock)
     assert idle.model_id not in restarted.work.trainer.names  # finished for good
+
+
+def test_a_compacted_journal_keeps_what_a_restart_needs_and_nothing_runs_twice(
+    tmp_path: Path, reference: list[float]
+) -> None:
+    """Compacted after every result (a 1-byte bound), answering only its newest four calls:
+    the journal keeps those four (bodies dropped where the saved state holds the call) and the
+    acknowledged forward_backward after the last step whole; a restart from it replays that
+    one, answers a kept call's retry with its first id and refuses a dropped one's."""
+    service = _service(tmp_path, compact_journal_bytes=1)
+    service.operations.max_results = 4
+    client = Client(service)
+    first = client.fwdbwd(1)
+    client.loss(first)
+    client.step_count(client.optim(2))
+    client.loss(client.fwdbwd(3))
+    optim = client.optim(4)
+    client.step_count(optim)
+    pending = client.fwdbwd(5)  # acknowledged, its gradients not yet in a saved state
+    client.loss(pending)
+    calls = [
+        (r["seq"], r["payload"] is not None)
+        for r in Store(tmp_path).records()
+        if r["t"] == "submit" and r["kind"] != "create_model"
+    ]
+    assert calls == [(2, False), (3, False), (4, False), (5, True)]
+
+    restarted = Client(_service(tmp_path), client.model_id)  # the crash: the first is dropped
+    assert restarted.loss(pending) == pytest.approx(reference[2], rel=1e-6)
+    assert restarted.optim(4) == optim and restarted.step_count(optim) == 2
+    with pytest.raises(UserError, match="seq_id 1 .* already ran"):
+        restarted.fwdbwd(1)
+    assert restarted.step_count(restarted.optim(6)) == 3
+    assert restarted.loss(restarted.fwdbwd(7)) == pytest.approx(reference[3], rel=1e-6)
