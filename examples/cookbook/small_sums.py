@@ -130,7 +130,7 @@ def main() -> None:
     rl.add_argument("--steps", type=int, default=30)
     rl.add_argument("--groups", type=int, default=16, help="problems per step")
     rl.add_argument("--group-size", type=int, default=8, help="samples per problem")
-    rl.add_argument("--lr", type=float, default=2e-3)
+    rl.add_argument("--lr", type=float, default=1e-3)
     rl.add_argument("--lora-rank", type=int, default=32)
     rl.add_argument("--max-operand", type=int, default=9)
     rl.add_argument("--seed", type=int, default=0)

@@ -112,10 +112,11 @@ def test_two_cookbook_tenants_at_once_sft_and_warm_start_then_rl_learn(
     assert len(chat_nll) == 24 and chat_nll[-1] < 0.5 * chat_nll[0]
     assert len(warm_nll) == 64 and warm_nll[-1] < 0.5 * warm_nll[0]
     assert len(correct) == 30
-    # Sampled accuracy, a fraction of 128 samples a step, is noisy step to step: the first
-    # ten steps averaged 0.32-0.40 and the last ten 0.56-0.73 in two runs (2026-12-07); the
-    # margin leaves room for one run's noise and for another CPU's floats.
-    assert mean(correct[-10:]) >= mean(correct[:10]) + 0.15
+    # Sampled accuracy, a fraction of 128 samples a step, is noisy step to step. At lr 1e-3
+    # the mean of the last ten steps was 0.21-0.24 above the first ten's in two runs
+    # (2026-12-07; at 2e-3 one run of four fell apart); the margin leaves room for one run's
+    # noise and for another CPU's floats.
+    assert mean(correct[-10:]) >= mean(correct[:10]) + 0.1
 
 
 def test_the_cookbook_math_rl_recipe_runs(cookbook_python: Path, tmp_path: Path) -> None:

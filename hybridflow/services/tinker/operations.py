@@ -8,7 +8,7 @@ order), so an operation waits until every lower ``seq_id`` of its model ran. Bet
 round-robin, one operation at a time, over the models whose next operation is there.
 Operations of no model (``create_model``) run in arrival order, before the others; operations
 of a key without ``seq_id``s (a sampling session's samples) run in arrival order, in the
-round-robin like a model.
+round-robin like a model; samples queued one after another there run as one batch.
 
 Exactly once: an operation is keyed by its owner and ``(model_id, seq_id)`` and by the SDK's
 ``X-Idempotency-Key``; a retried POST gets the first request id back and runs nothing again.
@@ -71,11 +71,20 @@ class Operations:
         on_submit: Callable[[Operation], None] | None = None,
         on_done: Callable[[Operation], None] | None = None,
         start: bool = True,
+        run_batch: Callable[[list[Operation]], list[Result]] | None = None,
+        batch_kinds: frozenset[str] = frozenset(),
+        max_batch: int = 64,
     ) -> None:
         """``on_submit(op)`` runs before a new operation is queued (its failure refuses the
         submit) and ``on_done(op)`` before its result is told: the journal's hooks. With
-        ``start`` False the worker waits for ``start()`` (recovery restores first)."""
+        ``start`` False the worker waits for ``start()`` (recovery restores first).
+        ``run_batch(ops)``: the results of operations of a kind in ``batch_kinds`` queued one
+        after another under one key (a sampling session's samples), up to ``max_batch`` run
+        together."""
         self._run = run
+        self._run_batch = run_batch
+        self.batch_kinds = batch_kinds
+        self.max_batch = max_batch
         self._on_submit = on_submit
         self._on_done = on_done
         self.max_queued_per_model = max_queued_per_model
@@ -198,50 +207,65 @@ class Operations:
             self._lock.notify_all()
         self._worker.join(timeout=30)
 
-    def _next_op(self) -> Operation | None:
+    def _next_ops(self) -> list[Operation]:
+        """The next operation, with the ones of its kind queued right behind it under its key
+        when its kind runs in batches; none when nothing is ready."""
         if self._unordered:
-            return self._unordered.popleft()
+            return [self._unordered.popleft()]
         ready = [m for m, w in self._waiting.items() if self._next_seq[m] in w]
         ready += [k for k, q in self._fifo.items() if q]
         if not ready:
-            return None
+            return []
         keys = sorted(ready)
         key = keys[next(self._turn) % len(keys)]
         if key in self._fifo and self._fifo[key]:
-            op = self._fifo[key].popleft()
-            if not self._fifo[key]:
+            queue = self._fifo[key]
+            ops = [queue.popleft()]
+            if self._run_batch is not None and ops[0].kind in self.batch_kinds:
+                while queue and queue[0].kind == ops[0].kind and len(ops) < self.max_batch:
+                    ops.append(queue.popleft())
+            if not queue:
                 del self._fifo[key]
-            return op
+            return ops
         op = self._waiting[key].pop(self._next_seq[key])
         self._next_seq[key] += 1
-        return op
+        return [op]
 
     def _work(self) -> None:
         while True:
             with self._lock:
-                op = self._next_op()
-                while op is None and not self._closed:
+                ops = self._next_ops()
+                while not ops and not self._closed:
                     self._lock.wait()
-                    op = self._next_op()
-                if op is None:
+                    ops = self._next_ops()
+                if not ops:
                     return
-            try:
-                result = self._run(op)
-            except UserError as exc:
-                result = Result(error=str(exc), category="user")
-            except BadRequest as exc:
-                result = Result(error=str(exc), category="user")
-            except Exception as exc:  # the worker must outlive one failed operation
-                result = Result(error=f"{type(exc).__name__}: {exc}", category="server")
-            op.result = result
-            if self._on_done is not None:
-                try:
-                    self._on_done(op)
-                except OSError as exc:
-                    op.result = Result(
-                        error=f"the result was not journaled: {exc}", category="server"
-                    )
-            op.done.set()
+            if len(ops) == 1:
+                results = [self._result(self._run, ops[0])]
+            else:
+                batch = self._result(self._run_batch, ops)
+                results = [batch] * len(ops) if isinstance(batch, Result) else batch
+            for op, result in zip(ops, results, strict=True):
+                op.result = result
+                if self._on_done is not None:
+                    try:
+                        self._on_done(op)
+                    except OSError as exc:
+                        op.result = Result(
+                            error=f"the result was not journaled: {exc}", category="server"
+                        )
+                op.done.set()
+
+    @staticmethod
+    def _result(run: Callable[[Any], Any] | None, arg: Any) -> Any:
+        """``run(arg)``, or the error result of what it raised (the worker outlives it)."""
+        assert run is not None
+        try:
+            return run(arg)
+        except BadRequest as exc:  # UserError among them
+            return Result(error=str(exc), category="user")
+        except Exception as exc:
+            return Result(error=f"{type(exc).__name__}: {exc}", category="server")
 
     @staticmethod
     def _keys(op: Operation, idempotency_key: str | None) -> list[tuple[str, str]]:

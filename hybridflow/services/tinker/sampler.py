@@ -3,7 +3,8 @@ with one adapter (or none: the base) active, with the log-prob of each sampled t
 log-probs of a prompt's own tokens (the SDK's ``compute_logprobs``).
 
 All ``num_samples`` rows share the prompt, so they run as one batch with no padding and one
-KV cache. A token's log-prob is under the distribution it was drawn from before top-k/top-p
+KV cache; queued calls of one sampling session run together (``sample_many``: their prompts
+left-padded, each call with its own parameters and seed). A token's log-prob is under the distribution it was drawn from before top-k/top-p
 (the model's own at temperature 1, which is what the RL losses' ratio needs). Stops: token ids
 (the stop token is kept, as the SDK expects) or strings (checked on the decoded completion; the
 token that completes one is kept), each besides the model's EOS ids as vLLM does; none at all
@@ -86,6 +87,28 @@ class Completion:
     stopped: bool
 
 
+@dataclass(frozen=True)
+class SampleRequest:
+    """One sample call: ``num_samples`` completions of ``prompt`` (token ids) under
+    ``params``."""
+
+    prompt: np.ndarray
+    num_samples: int
+    params: SampleParams
+
+
+def check(model: nn.Module, request: SampleRequest) -> None:
+    """BadRequest for a request the model cannot serve: too many samples, past its context."""
+    if not 1 <= request.num_samples <= MAX_SAMPLES:
+        raise BadRequest(f"num_samples must be in [1, {MAX_SAMPLES}], got {request.num_samples}")
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if limit is not None and len(request.prompt) + request.params.max_tokens > limit:
+        raise BadRequest(
+            f"prompt of {len(request.prompt)} tokens + max_tokens {request.params.max_tokens} "
+            f"is over the model's context of {limit}"
+        )
+
+
 def sample(
     model: nn.Module,
     prompt: np.ndarray,
@@ -95,42 +118,76 @@ def sample(
     decode: Callable[[list[int]], str],
 ) -> list[Completion]:
     """``num_samples`` completions of ``prompt`` (token ids) with ``model`` as it is."""
+    request = SampleRequest(prompt, num_samples, params)
+    check(model, request)
+    return sample_many(model, [request], eos_ids, decode)[0]
+
+
+def sample_many(
+    model: nn.Module,
+    requests: list[SampleRequest],
+    eos_ids: set[int],
+    decode: Callable[[list[int]], str],
+) -> list[list[Completion]]:
+    """Each request's completions, all in one batch with one KV cache (``check`` them
+    first): prompts left-padded, each row's positions its own, each request drawing with its
+    own parameters, stops and seed, until every row stopped or reached its ``max_tokens``.
+    One request alone has no padding."""
     import torch
 
-    if not 1 <= num_samples <= MAX_SAMPLES:
-        raise BadRequest(f"num_samples must be in [1, {MAX_SAMPLES}], got {num_samples}")
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if limit is not None and len(prompt) + params.max_tokens > limit:
-        raise BadRequest(
-            f"prompt of {len(prompt)} tokens + max_tokens {params.max_tokens} is over the "
-            f"model's context of {limit}"
-        )
-    stop_ids = set(params.stop_ids) | (eos_ids if params.eos else set())
-    generator = torch.Generator().manual_seed(
-        params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
-    )
-    ids = torch.from_numpy(prompt.astype(np.int64)).unsqueeze(0).repeat(num_samples, 1)
-    done = [False] * num_samples
-    out = [Completion([], [], False) for _ in range(num_samples)]
+    rows = [(r, i) for r in requests for i in range(r.num_samples)]
+    width = max(len(r.prompt) for r in requests)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for row, (request, _) in enumerate(rows):
+        n = len(request.prompt)
+        ids[row, width - n :] = torch.from_numpy(request.prompt.astype(np.int64))
+        mask[row, width - n :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    groups, start = [], 0
+    for request in requests:
+        params = request.params
+        seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+        stops = set(params.stop_ids) | (eos_ids if params.eos else set())
+        groups.append((slice(start, start + request.num_samples), params, stops, seed))
+        start += request.num_samples
+    generators = [torch.Generator().manual_seed(seed) for *_, seed in groups]
+    out = [Completion([], [], False) for _ in rows]
+    done = [False] * len(rows)
     with torch.no_grad():
-        result = model(input_ids=ids, use_cache=True)
-        for _ in range(params.max_tokens):
+        result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        for step in range(max(r.params.max_tokens for r in requests)):
             logits = result.logits[:, -1].float()
-            token, logprob = _draw(logits, params, generator)
-            for row in range(num_samples):
-                if done[row]:
-                    continue
-                tok = int(token[row])
-                out[row].tokens.append(tok)
-                out[row].logprobs.append(float(logprob[row]))
-                if tok in stop_ids or _ends_with_stop(out[row].tokens, params, decode):
-                    out[row].stopped = done[row] = True
+            token = torch.zeros(len(rows), dtype=torch.long)
+            for (rows_of, params, stops, _), generator in zip(groups, generators, strict=True):
+                drawn, logprob = _draw(logits[rows_of], params, generator)
+                token[rows_of] = drawn
+                for offset, row in enumerate(range(rows_of.start, rows_of.stop)):
+                    if done[row]:
+                        continue
+                    tok = int(drawn[offset])
+                    out[row].tokens.append(tok)
+                    out[row].logprobs.append(float(logprob[offset]))
+                    if tok in stops or _ends_with_stop(out[row].tokens, params, decode):
+                        out[row].stopped = done[row] = True
+                    elif step + 1 >= params.max_tokens:
+                        done[row] = True
             if all(done):
                 break
+            mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+            positions = positions[:, -1:] + 1
             result = model(
-                input_ids=token.unsqueeze(1), past_key_values=result.past_key_values, use_cache=True
+                input_ids=token.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=result.past_key_values,
+                use_cache=True,
             )
-    return out
+    completions, start = [], 0
+    for request in requests:
+        completions.append(out[start : start + request.num_samples])
+        start += request.num_samples
+    return completions
 
 
 def _draw(

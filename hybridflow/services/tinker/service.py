@@ -82,6 +82,8 @@ class TinkerService:
             on_submit=self._journal_submit if store else None,
             on_done=self._journal_done if store else None,
             start=False,
+            run_batch=self.work.run_batch,
+            batch_kinds=frozenset({"sample"}),
         )
         if store is not None:
             from hybridflow.services.tinker.recovery import recover

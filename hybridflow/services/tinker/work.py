@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridflow.errors import BadRequest
 from hybridflow.services.learner.tenants import AdamParams, AdapterSpec, TenantTrainer
 from hybridflow.services.tinker.convert import (
     decode_forward_backward,
@@ -24,7 +25,13 @@ from hybridflow.services.tinker.convert import (
     encode_sample,
 )
 from hybridflow.services.tinker.operations import Operation, Result, UserError
-from hybridflow.services.tinker.sampler import SampleParams, prompt_logprobs, sample
+from hybridflow.services.tinker.sampler import (
+    SampleParams,
+    SampleRequest,
+    check,
+    prompt_logprobs,
+    sample_many,
+)
 from hybridflow.services.tinker.store import Store, decode_bytes
 
 CHECKPOINT_KINDS = {"save_weights": "weights", "save_weights_for_sampler": "sampler_weights"}
@@ -137,7 +144,7 @@ class Work:
         if op.kind == "create_model":
             return self._create(op.payload)
         if op.kind == "sample":
-            return self._sample(op.payload)
+            return self.run_batch([op])[0]
         if op.kind == "drop_model":
             if op.payload in self.trainer.names:
                 self.trainer.drop(op.payload)
@@ -236,9 +243,47 @@ class Work:
         assert self.store is not None
         return self.store.read(self.check_checkpoint(path))
 
-    def _sample(self, payload: dict[str, Any]) -> Result:
-        session = self.samplers[payload["sampler"]]
-        adapter = f"sampler-{payload['sampler']}" if session.adapter else None
+    def run_batch(self, ops: list[Operation]) -> list[Result]:
+        """Samples of one sampling session, queued together, as one batch (``sample_many``);
+        a call the model cannot serve fails alone."""
+        results: list[Result | None] = [None] * len(ops)
+        requests: list[tuple[int, SampleRequest]] = []
+        for i, op in enumerate(ops):
+            assert op.kind == "sample", op.kind
+            payload = op.payload
+            request = SampleRequest(
+                np.asarray(payload["prompt"], dtype=np.int64),
+                payload["num_samples"],
+                SampleParams.from_json(payload["params"]),
+            )
+            try:
+                check(self.trainer.model, request)
+            except BadRequest as exc:
+                results[i] = Result(error=str(exc), category="user")
+                continue
+            requests.append((i, request))
+        if requests:
+            adapter = self._sampling_adapter(ops[0].payload["sampler"])
+            with self.trainer.using(adapter):
+                batched = sample_many(
+                    self.trainer.model,
+                    [r for _, r in requests],
+                    self.tokens.eos_ids,
+                    self.tokens.decode,
+                )
+                for (i, request), completions in zip(requests, batched, strict=True):
+                    lps = None
+                    if ops[i].payload["prompt_logprobs"]:
+                        lps = prompt_logprobs(self.trainer.model, request.prompt)
+                    sequences = [(c.tokens, c.logprobs, c.stopped) for c in completions]
+                    results[i] = Result(proto=encode_sample(sequences, lps))
+        return [r for r in results if r is not None]
+
+    def _sampling_adapter(self, sampler_id: str) -> str | None:
+        """The frozen adapter sampler ``sampler_id`` samples with (None: the base), made
+        from its snapshot or checkpoint if it is not resident (the oldest one leaves)."""
+        session = self.samplers[sampler_id]
+        adapter = f"sampler-{sampler_id}" if session.adapter else None
         if adapter is not None and adapter not in self.trainer.frozen:
             if len(self.trainer.frozen) >= self.trainer.max_frozen:
                 self.trainer.remove_frozen(self.trainer.frozen[0])  # the oldest goes
@@ -248,22 +293,7 @@ class Work:
                 assert session.model_path is not None
                 state = self._read_checkpoint(session.model_path)
             self.trainer.add_frozen(adapter, state)
-        prompt = np.asarray(payload["prompt"], dtype=np.int64)
-        params = SampleParams.from_json(payload["params"])
-        with self.trainer.using(adapter):
-            completions = sample(
-                self.trainer.model,
-                prompt,
-                payload["num_samples"],
-                params,
-                self.tokens.eos_ids,
-                self.tokens.decode,
-            )
-            lps = (
-                prompt_logprobs(self.trainer.model, prompt) if payload["prompt_logprobs"] else None
-            )
-        sequences = [(c.tokens, c.logprobs, c.stopped) for c in completions]
-        return Result(proto=encode_sample(sequences, lps))
+        return adapter
 
     def _need_store(self, what: str) -> Store:
         if self.store is None:

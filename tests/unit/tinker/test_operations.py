@@ -129,3 +129,37 @@ def test_a_seq_id_that_ran_under_a_forgotten_request_is_refused() -> None:
             ops.submit("u", "op", None, "m", 1)
     finally:
         ops.close()
+
+
+def test_samples_queued_under_one_key_run_as_one_batch_of_at_most_max_batch() -> None:
+    """Five samples of one sampler and one of another, queued before the worker starts: the
+    first sampler's run as batches of at most three (in arrival order, each with its own
+    result); a lone sample and a different kind behind them run alone; a failed batch fails
+    each of its calls."""
+    batches: list[list[str]] = []
+
+    def run_batch(batch: list[Operation]) -> list[Result]:
+        batches.append([op.payload for op in batch])
+        if any(op.payload == "bad" for op in batch):
+            raise RuntimeError("the batch broke")
+        return [Result(json={"payload": op.payload}) for op in batch]
+
+    recorder = Recorder()
+    ops = Operations(
+        recorder, run_batch=run_batch, batch_kinds=frozenset({"sample"}), max_batch=3, start=False
+    )
+    ids = [ops.submit("u", "sample", f"s{i}", "sampler:a") for i in range(5)]
+    other = ops.submit("u", "sample", "t0", "sampler:b")
+    lone = ops.submit("u", "other", "x", "sampler:a")
+    behind = [ops.submit("u", "sample", p, "sampler:a") for p in ("bad", "s6")]
+    ops.start()
+    try:
+        results = [_result(ops, "u", rid) for rid in [*ids, other, lone, *behind]]
+    finally:
+        ops.close()
+    assert [r.json for r in results[:5]] == [{"payload": f"s{i}"} for i in range(5)]
+    assert results[6].json == {"kind": "other", "seq": None}  # run alone, by ``run``
+    assert sorted(recorder.ran) == [("sampler:a", None, "other"), ("sampler:b", None, "sample")]
+    assert sorted(batches) == sorted([["s0", "s1", "s2"], ["s3", "s4"], ["bad", "s6"]])
+    assert batches.index(["s0", "s1", "s2"]) < batches.index(["s3", "s4"])
+    assert all("RuntimeError: the batch broke" in str(r.error) for r in results[7:])

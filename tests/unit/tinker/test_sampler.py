@@ -1,6 +1,7 @@
 """Sampling from the tenant model: each sampled token's log-prob is the model's own (what the
 RL losses' ratio compares against), a seed repeats a sample, stops end where the SDK says, and
-out-of-bounds requests are refused by name."""
+out-of-bounds requests are refused by name; calls batched together (prompts of other lengths,
+other parameters) each get what they would get alone."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hybridflow.errors import BadRequest
 from hybridflow.models import resolve_model_path
-from hybridflow.services.tinker.sampler import SampleParams, prompt_logprobs, sample
+from hybridflow.services.tinker.sampler import (
+    SampleParams,
+    SampleRequest,
+    prompt_logprobs,
+    sample,
+    sample_many,
+)
 
 PROMPT = np.array([5, 17, 9, 30, 2], dtype=np.int64)
 
@@ -117,3 +124,25 @@ def test_too_many_samples_or_too_long_are_refused(model: torch.nn.Module) -> Non
         sample(model, PROMPT, 65, SampleParams(max_tokens=1), set(), str)
     with pytest.raises(BadRequest, match="over the model's context"):
         sample(model, PROMPT, 1, SampleParams(max_tokens=4096), set(), str)
+
+
+def test_calls_batched_together_each_get_what_they_get_alone(model: torch.nn.Module) -> None:
+    """Three calls in one batch: prompts of 5, 2 and 8 tokens (left-padded), greedy, seeded
+    sampling and a stop token, 6, 3 and 6 tokens at most: each call's tokens are those it
+    gets alone, its log-probs the model's own within float noise."""
+    eos = {0}
+    requests = [
+        SampleRequest(PROMPT, 2, SampleParams(max_tokens=6, temperature=0, eos=False)),
+        SampleRequest(PROMPT[:2], 3, SampleParams(max_tokens=3, seed=11, eos=False)),
+        SampleRequest(np.array([9, 8, 7, 6, 5, 4, 3, 2]), 2, SampleParams(max_tokens=6, seed=5)),
+    ]
+    batched = sample_many(model, requests, eos, str)
+    for request, together in zip(requests, batched, strict=True):
+        alone = sample(model, request.prompt, request.num_samples, request.params, eos, str)
+        assert [c.tokens for c in together] == [c.tokens for c in alone]
+        assert [c.stopped for c in together] == [c.stopped for c in alone]
+        for a, b in zip(together, alone, strict=True):
+            assert len(a.tokens) <= request.params.max_tokens
+            np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    assert [len(c.tokens) for c in batched[0]] == [6, 6]
+    assert [len(c.tokens) for c in batched[1]] == [3, 3, 3]
