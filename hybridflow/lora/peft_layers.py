@@ -6,7 +6,8 @@ the model stays the transformers class, each target becomes a LoRA layer around 
 changes nothing) and freezes everything but the adapters. ``AdapterParams`` lists the
 adapter parameters under their wire names (``names``): what the optimizer, the weight sync
 and checkpoints see. ``adapters_off`` runs a forward with every adapter switched off: the
-base model, i.e. the KL reference, without a second copy.
+base model, i.e. the KL reference, without a second copy; ``adapters_by_row`` a batch whose
+rows each run with an adapter of their own (the Tinker service's samples of many tenants).
 """
 
 from __future__ import annotations
@@ -124,6 +125,30 @@ def adapters_off(model: nn.Module) -> Iterator[None]:
     finally:
         for layer in layers:
             layer.enable_adapters(True)
+
+
+BASE_ROW = "__base__"
+"""peft's name for a row that runs with no adapter in a mixed batch."""
+
+
+@contextmanager
+def adapters_by_row(model: nn.Module, names: list[str]) -> Iterator[None]:
+    """Inside the block, row ``i`` of every batch through ``model`` runs with adapter
+    ``names[i]`` alone (``BASE_ROW``: none), several adapters in one batch: peft's mixed
+    batch, its ``adapter_names`` given to every LoRA layer's forward. Inference only; a
+    layer without row ``i``'s adapter leaves that row as the base computes it."""
+    handles = [
+        layer.register_forward_pre_hook(
+            lambda _module, args, kwargs: (args, {**kwargs, "adapter_names": names}),
+            with_kwargs=True,
+        )
+        for layer in tuner_layers(model)
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @torch.no_grad()

@@ -199,6 +199,16 @@ class TenantTrainer:
             raise TenantError(f"no adapter {name!r} on this model")
         return _ActiveAdapter(self.model, name)
 
+    def using_by_row(self, names: list[str | None]) -> Any:
+        """A context in which row ``i`` of a batch runs with adapter ``names[i]`` (a tenant's
+        or a frozen one; None: the base), several in one batch (inference only)."""
+        from hybridflow.lora.peft_layers import BASE_ROW, adapters_by_row
+
+        for name in set(names) - {None}:
+            if name not in self._tenants and name not in self._frozen:
+                raise TenantError(f"no adapter {name!r} on this model")
+        return adapters_by_row(self.model, [BASE_ROW if n is None else n for n in names])
+
     def _delete_adapter(self, name: str) -> None:
         from peft.tuners.tuners_utils import BaseTunerLayer
 

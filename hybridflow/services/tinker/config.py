@@ -42,6 +42,9 @@ class TinkerConfig:
     session_timeout_s: float = knob(600.0, gt=0)
     """Seconds without a call or heartbeat before a session is finished and its models leave
     the base (their state and checkpoints stay; the SDK heartbeats every 10 s)."""
+    max_sample_batch: int = knob(64, ge=1, le=1024)
+    """Sample calls run as one batch at most (queued calls of every sampling session, each row
+    with its session's adapter); 1: one call at a time."""
     journal_compact_mb: int = knob(256, ge=1, le=1 << 20)
     """The journal (<state dir>/journal.jsonl) is compacted when it grows this much past
     what it last kept: the bodies of calls a saved state holds and the calls no longer
@@ -69,6 +72,7 @@ class TinkerConfig:
         args += ["--num-threads", str(self.num_threads), "--poll-seconds", str(self.poll_seconds)]
         args += ["--session-timeout", str(self.session_timeout_s)]
         args += ["--journal-compact-mb", str(self.journal_compact_mb)]
+        args += ["--max-sample-batch", str(self.max_sample_batch)]
         for flag, value in (
             ("--keys-file", self.keys_file),
             ("--served-name", self.served_name),

@@ -8,7 +8,9 @@ order), so an operation waits until every lower ``seq_id`` of its model ran. Bet
 round-robin, one operation at a time, over the models whose next operation is there.
 Operations of no model (``create_model``) run in arrival order, before the others; operations
 of a key without ``seq_id``s (a sampling session's samples) run in arrival order, in the
-round-robin like a model; samples queued one after another there run as one batch.
+round-robin like a model; when a sample's turn comes, the samples queued behind it and at the
+head of the other sampling sessions' queues run with it as one batch (many tenants' samples
+at once: each row with its own adapter).
 
 Exactly once: an operation is keyed by its owner and ``(model_id, seq_id)`` and by the SDK's
 ``X-Idempotency-Key``; a retried POST gets the first request id back and runs nothing again.
@@ -78,9 +80,9 @@ class Operations:
         """``on_submit(op)`` runs before a new operation is queued (its failure refuses the
         submit) and ``on_done(op)`` before its result is told: the journal's hooks. With
         ``start`` False the worker waits for ``start()`` (recovery restores first).
-        ``run_batch(ops)``: the results of operations of a kind in ``batch_kinds`` queued one
-        after another under one key (a sampling session's samples), up to ``max_batch`` run
-        together."""
+        ``run_batch(ops)``: the results of operations of a kind in ``batch_kinds`` run
+        together, up to ``max_batch``: those queued behind the one whose turn it is, under its
+        key and then the other keys (the sampling sessions' samples)."""
         self._run = run
         self._run_batch = run_batch
         self.batch_kinds = batch_kinds
@@ -219,13 +221,17 @@ class Operations:
         keys = sorted(ready)
         key = keys[next(self._turn) % len(keys)]
         if key in self._fifo and self._fifo[key]:
-            queue = self._fifo[key]
-            ops = [queue.popleft()]
+            ops = [self._fifo[key].popleft()]
             if self._run_batch is not None and ops[0].kind in self.batch_kinds:
-                while queue and queue[0].kind == ops[0].kind and len(ops) < self.max_batch:
-                    ops.append(queue.popleft())
-            if not queue:
-                del self._fifo[key]
+                # this key's queue first, then the others' in turn: many samplers, one batch
+                fifo = sorted(self._fifo)
+                start = fifo.index(key)
+                for other in fifo[start:] + fifo[:start]:
+                    queue = self._fifo[other]
+                    while queue and queue[0].kind == ops[0].kind and len(ops) < self.max_batch:
+                        ops.append(queue.popleft())
+            for emptied in [k for k, q in self._fifo.items() if not q]:
+                del self._fifo[emptied]
             return ops
         op = self._waiting[key].pop(self._next_seq[key])
         self._next_seq[key] += 1

@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds without a call or heartbeat before a session is finished",
     )
     parser.add_argument(
+        "--max-sample-batch",
+        type=int,
+        default=64,
+        help="sample calls run as one batch at most (1: one at a time)",
+    )
+    parser.add_argument(
         "--journal-compact-mb",
         type=int,
         default=256,
@@ -166,6 +172,7 @@ def build_service(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         tokens=_tokens(path, model),
         session_timeout_s=args.session_timeout,
         compact_journal_bytes=args.journal_compact_mb << 20,
+        max_sample_batch=args.max_sample_batch,
     )
 
 

@@ -54,6 +54,7 @@ class TinkerService:
         session_timeout_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         compact_journal_bytes: int = 256 << 20,
+        max_sample_batch: int = 64,
     ) -> None:
         """A session with no call and no heartbeat for ``session_timeout_s`` (on ``clock``)
         is finished as if its client had closed it (the SDK heartbeats every 10 s while it
@@ -84,6 +85,7 @@ class TinkerService:
             start=False,
             run_batch=self.work.run_batch,
             batch_kinds=frozenset({"sample"}),
+            max_batch=max_sample_batch,
         )
         if store is not None:
             from hybridflow.services.tinker.recovery import recover

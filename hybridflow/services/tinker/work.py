@@ -244,10 +244,11 @@ class Work:
         return self.store.read(self.check_checkpoint(path))
 
     def run_batch(self, ops: list[Operation]) -> list[Result]:
-        """Samples of one sampling session, queued together, as one batch (``sample_many``);
-        a call the model cannot serve fails alone."""
+        """Samples, of one sampling session or several (many tenants'), as one batch
+        (``sample_many``), each row with its session's adapter; a call the model cannot serve
+        fails alone. More sessions with adapters than the model holds at once: in turns."""
         results: list[Result | None] = [None] * len(ops)
-        requests: list[tuple[int, SampleRequest]] = []
+        pending: list[tuple[int, SampleRequest]] = []
         for i, op in enumerate(ops):
             assert op.kind == "sample", op.kind
             payload = op.payload
@@ -261,32 +262,44 @@ class Work:
             except BadRequest as exc:
                 results[i] = Result(error=str(exc), category="user")
                 continue
-            requests.append((i, request))
-        if requests:
-            adapter = self._sampling_adapter(ops[0].payload["sampler"])
-            with self.trainer.using(adapter):
+            pending.append((i, request))
+        while pending:
+            turn: list[tuple[int, SampleRequest]] = []
+            adapters: set[str] = set()
+            for i, request in pending:
+                sampler = ops[i].payload["sampler"]
+                if sampler in adapters or len(adapters) < self.trainer.max_frozen:
+                    adapters.add(sampler)
+                    turn.append((i, request))
+            pending = [p for p in pending if p not in turn]
+            names = {s: self._sampling_adapter(s, keep=adapters) for s in adapters}
+            rows = [names[ops[i].payload["sampler"]] for i, r in turn for _ in range(r.num_samples)]
+            with self.trainer.using_by_row(rows):
                 batched = sample_many(
                     self.trainer.model,
-                    [r for _, r in requests],
+                    [r for _, r in turn],
                     self.tokens.eos_ids,
                     self.tokens.decode,
                 )
-                for (i, request), completions in zip(requests, batched, strict=True):
-                    lps = None
-                    if ops[i].payload["prompt_logprobs"]:
+            for (i, request), completions in zip(turn, batched, strict=True):
+                lps = None
+                if ops[i].payload["prompt_logprobs"]:
+                    with self.trainer.using(names[ops[i].payload["sampler"]]):
                         lps = prompt_logprobs(self.trainer.model, request.prompt)
-                    sequences = [(c.tokens, c.logprobs, c.stopped) for c in completions]
-                    results[i] = Result(proto=encode_sample(sequences, lps))
+                sequences = [(c.tokens, c.logprobs, c.stopped) for c in completions]
+                results[i] = Result(proto=encode_sample(sequences, lps))
         return [r for r in results if r is not None]
 
-    def _sampling_adapter(self, sampler_id: str) -> str | None:
+    def _sampling_adapter(self, sampler_id: str, keep: set[str]) -> str | None:
         """The frozen adapter sampler ``sampler_id`` samples with (None: the base), made
-        from its snapshot or checkpoint if it is not resident (the oldest one leaves)."""
+        from its snapshot or checkpoint if it is not resident (the oldest one not of a
+        sampler in ``keep`` leaves)."""
         session = self.samplers[sampler_id]
         adapter = f"sampler-{sampler_id}" if session.adapter else None
         if adapter is not None and adapter not in self.trainer.frozen:
             if len(self.trainer.frozen) >= self.trainer.max_frozen:
-                self.trainer.remove_frozen(self.trainer.frozen[0])  # the oldest goes
+                kept = {f"sampler-{s}" for s in keep}
+                self.trainer.remove_frozen(next(a for a in self.trainer.frozen if a not in kept))
             if session.snapshot is not None:
                 state = session.snapshot
             else:

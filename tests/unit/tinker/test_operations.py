@@ -131,11 +131,11 @@ def test_a_seq_id_that_ran_under_a_forgotten_request_is_refused() -> None:
         ops.close()
 
 
-def test_samples_queued_under_one_key_run_as_one_batch_of_at_most_max_batch() -> None:
-    """Five samples of one sampler and one of another, queued before the worker starts: the
-    first sampler's run as batches of at most three (in arrival order, each with its own
-    result); a lone sample and a different kind behind them run alone; a failed batch fails
-    each of its calls."""
+def test_queued_samples_run_in_batches_across_samplers_in_each_ones_order() -> None:
+    """Samples of two samplers queued before the worker starts run in batches of at most
+    three (the turn's sampler first, then the other's), each sampler's in arrival order and
+    each call with its own result; a call of another kind queued among them runs alone, in
+    its place; a failed batch fails each of its calls."""
     batches: list[list[str]] = []
 
     def run_batch(batch: list[Operation]) -> list[Result]:
@@ -148,18 +148,22 @@ def test_samples_queued_under_one_key_run_as_one_batch_of_at_most_max_batch() ->
     ops = Operations(
         recorder, run_batch=run_batch, batch_kinds=frozenset({"sample"}), max_batch=3, start=False
     )
-    ids = [ops.submit("u", "sample", f"s{i}", "sampler:a") for i in range(5)]
-    other = ops.submit("u", "sample", "t0", "sampler:b")
+    a = [ops.submit("u", "sample", f"a{i}", "sampler:a") for i in range(4)]
+    b = [ops.submit("u", "sample", f"b{i}", "sampler:b") for i in range(2)]
     lone = ops.submit("u", "other", "x", "sampler:a")
-    behind = [ops.submit("u", "sample", p, "sampler:a") for p in ("bad", "s6")]
+    behind = [ops.submit("u", "sample", p, "sampler:a") for p in ("bad", "a5")]
     ops.start()
     try:
-        results = [_result(ops, "u", rid) for rid in [*ids, other, lone, *behind]]
+        results = {rid: _result(ops, "u", rid) for rid in [*a, *b, lone, *behind]}
     finally:
         ops.close()
-    assert [r.json for r in results[:5]] == [{"payload": f"s{i}"} for i in range(5)]
-    assert results[6].json == {"kind": "other", "seq": None}  # run alone, by ``run``
-    assert sorted(recorder.ran) == [("sampler:a", None, "other"), ("sampler:b", None, "sample")]
-    assert sorted(batches) == sorted([["s0", "s1", "s2"], ["s3", "s4"], ["bad", "s6"]])
-    assert batches.index(["s0", "s1", "s2"]) < batches.index(["s3", "s4"])
-    assert all("RuntimeError: the batch broke" in str(r.error) for r in results[7:])
+    for rid, payload in [*zip(a, [f"a{i}" for i in range(4)]), *zip(b, ["b0", "b1"])]:
+        assert results[rid].json == {"payload": payload}
+    assert results[lone].json == {"kind": "other", "seq": None}  # by ``run``, alone
+    assert all("RuntimeError: the batch broke" in str(results[r].error) for r in behind)
+    assert all(len(batch) <= 3 for batch in batches)
+    assert any({"a", "b"} <= {p[0] for p in batch} for batch in batches)  # two samplers, one batch
+    order = [p for batch in batches for p in batch]
+    assert [p for p in order if p in ("b0", "b1")] == ["b0", "b1"]
+    assert [p for p in order if p[0] == "a" or p == "bad"] == ["a0", "a1", "a2", "a3", "bad", "a5"]
+    assert ["bad", "a5"] in batches  # the other kind held them back to their own batch
