@@ -76,6 +76,7 @@ class Operations:
         run_batch: Callable[[list[Operation]], list[Result]] | None = None,
         batch_kinds: frozenset[str] = frozenset(),
         max_batch: int = 64,
+        max_queued_per_key: int = 1024,
     ) -> None:
         """``on_submit(op)`` runs before a new operation is queued (its failure refuses the
         submit) and ``on_done(op)`` before its result is told: the journal's hooks. With
@@ -87,6 +88,8 @@ class Operations:
         self._run_batch = run_batch
         self.batch_kinds = batch_kinds
         self.max_batch = max_batch
+        self.max_queued_per_key = max_queued_per_key
+        """Operations waiting under a key without ``seq_id``s (a sampling session's)."""
         self._on_submit = on_submit
         self._on_done = on_done
         self.max_queued_per_model = max_queued_per_model
@@ -176,6 +179,13 @@ class Operations:
                     raise ResourceExhausted(
                         f"seq_id {seq_id} of model {model_id!r} is beyond the queue's bound of "
                         f"{self.max_queued_per_model} operations (up to seq_id {last} now)"
+                    )
+            elif model_id is not None:
+                waiting = len(self._fifo.get(model_id, ()))
+                if waiting >= self.max_queued_per_key:
+                    raise ResourceExhausted(
+                        f"{waiting} calls already wait under {model_id!r}: at most "
+                        f"{self.max_queued_per_key}; retry once some have finished"
                     )
             if self._on_submit is not None:
                 self._on_submit(op)

@@ -167,3 +167,16 @@ def test_queued_samples_run_in_batches_across_samplers_in_each_ones_order() -> N
     assert [p for p in order if p in ("b0", "b1")] == ["b0", "b1"]
     assert [p for p in order if p[0] == "a" or p == "bad"] == ["a0", "a1", "a2", "a3", "bad", "a5"]
     assert ["bad", "a5"] in batches  # the other kind held them back to their own batch
+
+
+def test_a_sampling_sessions_queue_is_bounded_and_the_refusal_names_the_bound() -> None:
+    ops = Operations(Recorder(), max_queued_per_key=2, start=False)
+    for _ in range(2):
+        ops.submit("u", "sample", {}, "sampler:a")
+    with pytest.raises(
+        ResourceExhausted, match="2 calls already wait under 'sampler:a': at most 2"
+    ):
+        ops.submit("u", "sample", {}, "sampler:a")
+    ops.submit("u", "sample", {}, "sampler:b")  # another session's queue is its own
+    ops.start()
+    ops.close()
