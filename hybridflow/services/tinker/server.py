@@ -75,7 +75,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for flag in ("max_tenants", "max_tokens", "num_threads", "max_sample_batch"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    for flag in ("poll_seconds", "session_timeout", "journal_compact_mb"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be above 0")
+    return args
 
 
 def load_keys(args: argparse.Namespace) -> dict[str, str]:
