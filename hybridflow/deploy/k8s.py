@@ -107,27 +107,14 @@ def render_overlay(
             "with deploy/launch.sh; "
             "the Kubernetes bases run RL jobs and the Tinker-compatible service"
         )
-    cluster = load_job_config(config, [*overrides, *cluster_overrides(job_plan)])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    from hybridflow.config.loader import dump_yaml
-
-    dump_yaml(cluster, out_dir / "job.yaml")
-    resources = [os.path.relpath(BASE, out_dir)]
+    cluster = _write_job(config, [*overrides, *cluster_overrides(job_plan)], out_dir)
+    kustomization = _kustomization(BASE, "hybridflow-job", out_dir, name)
     for process in job_plan.services:
         if process.role == "rollout" and process.port_offset > 0:
             path = out_dir / f"rollout-{process.port_offset}.yaml"
             path.write_text(_replica_manifest(process.port_offset))
-            resources.append(path.name)
-    kustomization: dict[str, Any] = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": resources,
-        "labels": [{"pairs": {"hybridflow/overlay": name or out_dir.name}}],
-        "configMapGenerator": [
-            {"name": "hybridflow-job", "behavior": "replace", "files": ["job.yaml"]}
-        ],
-        "patches": [{"path": "learner.yaml"}],
-    }
+            kustomization["resources"].append(path.name)
+    kustomization["patches"] = [{"path": "learner.yaml"}]
     if "environment" in job_plan.names():
         kustomization["components"] = [os.path.relpath(COMPONENTS / "environment", out_dir)]
     learner = job_plan.by_name("learner")
@@ -140,12 +127,7 @@ def render_overlay(
             )
         )
         kustomization["patches"].append({"path": "rollout-gpus.yaml"})
-    header = (
-        f"# Rendered by python -m hybridflow.deploy.k8s from {config}; kubectl apply -k {out_dir}\n"
-    )
-    (out_dir / "kustomization.yaml").write_text(
-        header + yaml.safe_dump(kustomization, sort_keys=False)
-    )
+    _write_kustomization(kustomization, config, out_dir)
     return cluster
 
 
@@ -155,27 +137,40 @@ def _tinker_overlay(
     """A Tinker-compatible service's overlay: ``deploy/k8s/tinker`` (its one pod) with the
     job's config in cluster settings (``TINKER_CLUSTER``: every interface, the pod's port,
     TLS and the keys from their Secrets)."""
-    cluster = load_job_config(config, [*overrides, *TINKER_CLUSTER])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    cluster = _write_job(config, [*overrides, *TINKER_CLUSTER], out_dir)
+    kustomization = _kustomization(TINKER_BASE, "hybridflow-tinker-job", out_dir, name)
+    _write_kustomization(kustomization, config, out_dir)
+    return cluster
+
+
+def _write_job(config: str | Path, overrides: Sequence[str], out_dir: Path) -> JobConfig:
+    """The job with the cluster's ``overrides``, written as the overlay's ``job.yaml``."""
     from hybridflow.config.loader import dump_yaml
 
+    cluster = load_job_config(config, list(overrides))
+    out_dir.mkdir(parents=True, exist_ok=True)
     dump_yaml(cluster, out_dir / "job.yaml")
-    kustomization: dict[str, Any] = {
+    return cluster
+
+
+def _kustomization(base: Path, config_map: str, out_dir: Path, name: str) -> dict[str, Any]:
+    """An overlay of ``base`` whose ``job.yaml`` replaces the ConfigMap ``config_map``."""
+    return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [os.path.relpath(TINKER_BASE, out_dir)],
+        "resources": [os.path.relpath(base, out_dir)],
         "labels": [{"pairs": {"hybridflow/overlay": name or out_dir.name}}],
-        "configMapGenerator": [
-            {"name": "hybridflow-tinker-job", "behavior": "replace", "files": ["job.yaml"]}
-        ],
+        "configMapGenerator": [{"name": config_map, "behavior": "replace", "files": ["job.yaml"]}],
     }
+
+
+def _write_kustomization(kustomization: dict[str, Any], config: str | Path, out_dir: Path) -> None:
     header = (
         f"# Rendered by python -m hybridflow.deploy.k8s from {config}; kubectl apply -k {out_dir}\n"
     )
     (out_dir / "kustomization.yaml").write_text(
         header + yaml.safe_dump(kustomization, sort_keys=False)
     )
-    return cluster
 
 
 def _replica_manifest(index: int) -> str:

@@ -220,8 +220,8 @@ class Operations:
         self._worker.join(timeout=30)
 
     def _next_ops(self) -> list[Operation]:
-        """The next operation, with the ones of its kind queued right behind it under its key
-        when its kind runs in batches; none when nothing is ready."""
+        """The next operation; when its kind runs in batches, with the ones of its kind at
+        the head of its key's queue and then of the other keys' queues. None ready: []."""
         if self._unordered:
             return [self._unordered.popleft()]
         ready = [m for m, w in self._waiting.items() if self._next_seq[m] in w]

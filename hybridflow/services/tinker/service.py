@@ -6,6 +6,12 @@ Owners: every call comes with the owner its API key names (``app.py``); a sessio
 checkpoint and a future belong to the owner that made them, and another owner's are unknown
 to it (never "forbidden": their existence is not told). Model ids are
 ``<session>:train:<n>``, the id the SDK itself assumes (docs/tinker-wire.md §2.2).
+
+One class because every call checks and changes the same tables (sessions, models, owners)
+under one lock, and its journal hooks record those changes as they happen; the work itself
+(``work.py``), the queue (``operations.py``), the disk (``store.py``) and restart
+(``recovery.py``) live apart. Its next split, along the journal hooks, comes with moving the
+tenants behind the learner service.
 """
 
 from __future__ import annotations

@@ -265,14 +265,15 @@ class Work:
             pending.append((i, request))
         while pending:
             turn: list[tuple[int, SampleRequest]] = []
-            adapters: set[str] = set()
+            samplers: set[str] = set()  # at most as many as the model holds adapters
             for i, request in pending:
                 sampler = ops[i].payload["sampler"]
-                if sampler in adapters or len(adapters) < self.trainer.max_frozen:
-                    adapters.add(sampler)
+                if sampler in samplers or len(samplers) < self.trainer.max_frozen:
+                    samplers.add(sampler)
                     turn.append((i, request))
-            pending = [p for p in pending if p not in turn]
-            names = {s: self._sampling_adapter(s, keep=adapters) for s in adapters}
+            taken = {i for i, _ in turn}
+            pending = [(i, r) for i, r in pending if i not in taken]
+            names = {s: self._sampling_adapter(s, keep=samplers) for s in samplers}
             rows = [names[ops[i].payload["sampler"]] for i, r in turn for _ in range(r.num_samples)]
             with self.trainer.using_by_row(rows):
                 batched = sample_many(
