@@ -363,33 +363,35 @@ def test_the_tinker_service_serves_from_a_node_and_a_new_job_serves_its_state(
         assert len(plan) == 1 and plan[0].startswith("tinker on node1 -> "), plan
         return "https://" + plan[0].split(" -> ")[1].split(":")[0] + ":8000"
 
-    first = _submit(cluster, tmp_path, args)
-    url = served()
-    assert url == f"https://{cluster.nodes['node1']}:8000"
-    with tinker.ServiceClient(base_url=url, api_key="tml-alice-key") as service:
-        client = service.create_lora_training_client(base_model="builtin:tiny-qwen3", rank=4)
-        client = client.result()
-        for _ in range(2):
-            client.forward_backward(batch, "cross_entropy").result()
-            client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
-        before = client.forward(batch, "cross_entropy").result().metrics["loss:sum"]
-        state = client.save_state("stopped").result().path
-    # No srun step to signal: the service runs in the batch step, which --batch signals.
-    cluster.run(["scancel", "--batch", "--signal=TERM", first])
-    state_name = cluster.wait_job(first, DONE, 120)
-    assert state_name == "COMPLETED", f"job {first} {state_name}" + _diagnostics(tmp_path, run_dir)
-    assert (run_dir / "slurm" / "coordinator.exit").read_text().strip() == "0"
-    assert "Traceback" not in (tmp_path / f"job-{first}.out").read_text()
-
-    (run_dir / "tinker.addr").unlink()
-    second = _submit(cluster, tmp_path, args)
-    url = served()
+    jobs: list[str] = []
     try:
+        jobs.append(_submit(cluster, tmp_path, args))
+        url = served()
+        assert url == f"https://{cluster.nodes['node1']}:8000"
         with tinker.ServiceClient(base_url=url, api_key="tml-alice-key") as service:
+            client = service.create_lora_training_client(base_model="builtin:tiny-qwen3", rank=4)
+            client = client.result()
+            for _ in range(2):
+                client.forward_backward(batch, "cross_entropy").result()
+                client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+            before = client.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+            state = client.save_state("stopped").result().path
+        # No srun step to signal: the service runs in the batch step, which --batch signals.
+        cluster.run(["scancel", "--batch", "--signal=TERM", jobs[0]])
+        ended = cluster.wait_job(jobs[0], DONE, 120)
+        assert ended == "COMPLETED", f"job {jobs[0]} {ended}" + _diagnostics(tmp_path, run_dir)
+        assert (run_dir / "slurm" / "coordinator.exit").read_text().strip() == "0"
+        assert "Traceback" not in (tmp_path / f"job-{jobs[0]}.out").read_text()
+
+        (run_dir / "tinker.addr").unlink()
+        jobs.append(_submit(cluster, tmp_path, args))
+        with tinker.ServiceClient(base_url=served(), api_key="tml-alice-key") as service:
             loaded = service.create_training_client_from_state(state).result()
             after = loaded.forward(batch, "cross_entropy").result().metrics["loss:sum"]
-    finally:
-        cluster.run(["scancel", "--batch", "--signal=TERM", second])
-        cluster.wait_job(second, DONE, 120)
+    finally:  # every job ends, whatever failed: the service must not outlive the test
+        for job in jobs:
+            if cluster.job_state(job) not in DONE | {""}:
+                cluster.run(["scancel", "--batch", "--signal=TERM", job], check=False)
+                cluster.wait_job(job, DONE, 120)
     print(f"\ntinker on Slurm: loss {before:.4f} before the stop, {after:.4f} from its state")
     assert after == pytest.approx(before, rel=1e-5)

@@ -45,6 +45,11 @@ def _recipe(python: Path, url: str, module: str, *args: str) -> list[str]:
     return [str(python), "-m", f"tinker_cookbook.recipes.{module}", f"base_url={url}", *args]
 
 
+def _run(owner: str, command: list[str]) -> None:
+    """``command`` to its end as ``owner`` (its API key), failing the test if it fails."""
+    subprocess.run(command, env=_env(owner), check=True, timeout=1800)
+
+
 def _metrics(log_path: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
 
@@ -82,27 +87,24 @@ def test_two_cookbook_tenants_at_once_sft_and_warm_start_then_rl_learn(
             env=_env("chat"),
         )
         try:
-            subprocess.run(
+            _run(
+                "sums",
                 _recipe(cookbook_python, url, "chat_sl.train")
                 + [f"model_name={model}", "renderer_name=qwen3_instruct", f"dataset={sums_data}"]
                 + ["batch_size=64", "num_epochs=2", "learning_rate=1e-2", "lora_rank=32"]
                 + ["max_length=128", "eval_every=0", f"log_path={tmp_path / 'warm'}"]
                 + ["behavior_if_log_dir_exists=delete"],
-                env=_env("sums"),
-                check=True,
-                timeout=1800,
             )
-            subprocess.run(
+            _run(
+                "sums",
                 [str(cookbook_python), str(SMALL_SUMS), "rl", "--base-url", url]
                 + ["--model", model, "--log-path", str(tmp_path / "rl")]
                 + ["--load", _final_state(tmp_path / "warm")],
-                env=_env("sums"),
-                check=True,
-                timeout=1800,
             )
             assert chat.wait(timeout=1800) == 0
         finally:
             chat.kill()
+            chat.wait(timeout=60)
 
     chat_nll, warm_nll = _nll(tmp_path / "chat"), _nll(tmp_path / "warm")
     correct = [m["env/all/correct"] for m in _metrics(tmp_path / "rl")]
@@ -122,15 +124,13 @@ def test_two_cookbook_tenants_at_once_sft_and_warm_start_then_rl_learn(
 def test_the_cookbook_math_rl_recipe_runs(cookbook_python: Path, tmp_path: Path) -> None:
     model = str(resolve_model_path(BASE))
     with running(tmp_path, KEYS) as (url, _):
-        subprocess.run(
+        _run(
+            "sums",
             _recipe(cookbook_python, url, "math_rl.train")
             + ["env=arithmetic", f"model_name={model}", "renderer_name=qwen3_disable_thinking"]
             + ["group_size=4", "groups_per_batch=8", "max_tokens=6", "learning_rate=1e-3"]
             + ["lora_rank=8", "max_steps=4", f"log_path={tmp_path / 'rl'}"]
             + ["behavior_if_log_dir_exists=delete"],
-            env=_env("sums"),
-            check=True,
-            timeout=1800,
         )
     steps = _metrics(tmp_path / "rl")
     assert [m["step"] for m in steps] == [0, 1, 2, 3]

@@ -46,7 +46,8 @@ def kubectl() -> str:
     return found
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
+def render(overlay: str | Path) -> list[dict[str, Any]]:
+    """A shipped overlay by name, or any kustomization directory by its absolute path."""
     out = subprocess.run(
         [kubectl(), "kustomize", str(REPO / "deploy/k8s/overlays" / overlay)],
         check=True,

@@ -7,13 +7,11 @@ the base's own job is the shipped tinker config with the renderer's cluster sett
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from hybridflow.deploy.k8s import TINKER_CLUSTER, render_overlay
 from hybridflow.job.plan import plan
@@ -23,8 +21,8 @@ from tests.unit.deploy.test_k8s_manifests import (
     by_kind,
     containers,
     job_config,
-    kubectl,
     pod_spec,
+    render,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,19 +30,12 @@ BASE = REPO / "deploy" / "k8s" / "tinker"
 CONFIG = REPO / "deploy" / "configs" / "tinker.yaml"
 
 
-def build(directory: Path) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [kubectl(), "kustomize", str(directory)], check=True, capture_output=True, text=True
-    ).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
 @pytest.fixture(params=["base", "rendered"])
 def objects(request: pytest.FixtureRequest, tmp_path: Path) -> list[dict[str, Any]]:
     if request.param == "base":
-        return build(BASE)
+        return render(BASE)
     render_overlay(CONFIG, ["tinker.max_tenants=3"], tmp_path / "overlay")
-    return build(tmp_path / "overlay")
+    return render(tmp_path / "overlay")
 
 
 def test_the_objects_validate_against_the_kubernetes_schemas(objects):
@@ -95,9 +86,9 @@ def test_the_pod_runs_the_plans_process_on_its_port_with_tls_keys_and_state(obje
 
 
 def test_the_bases_job_is_the_shipped_config_in_the_renderers_cluster_settings(tmp_path):
-    assert job_config(build(BASE), tmp_path) == load_job_config(CONFIG, list(TINKER_CLUSTER))
+    assert job_config(render(BASE), tmp_path) == load_job_config(CONFIG, list(TINKER_CLUSTER))
 
 
 def test_the_rendered_overlay_carries_the_jobs_own_settings(tmp_path):
     render_overlay(CONFIG, ["tinker.max_tenants=3"], tmp_path / "overlay")
-    assert job_config(build(tmp_path / "overlay"), tmp_path).tinker.max_tenants == 3
+    assert job_config(render(tmp_path / "overlay"), tmp_path).tinker.max_tenants == 3
