@@ -9,7 +9,10 @@ side, each repeat in a fresh process, the settings alternating. The settings:
   keeps freed memory (``hybridflow.utils.malloc``);
 - ``keep_hugepages``: ``keep_malloc`` with the heap in transparent huge pages (glibc's
   ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``), which makes growing the heap (the first steps)
-  fault once per 2 MB rather than per 4 KB page.
+  fault once per 2 MB rather than per 4 KB page;
+- ``keep_unshared``: ``keep_malloc`` with every sample in its own row
+  (``learner.memory.shared_prompts: false``, what the learner computed before
+  2026-12-07), against ``keep_malloc``'s one row per prompt (each group's prompt runs once).
 
 The workload is issue 45's: ``builtin:qwen2.5-0.5b-shape`` (Qwen2.5-0.5B's dims, random init,
 fp32), 8 ``builtin:arith`` prompts rendered by its chat template x 8 completions of 4 tokens,
@@ -50,6 +53,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "response_head": {"set": [], "env": {MALLOC_ENV: "system"}},
     # the learner service's allocator: freed memory kept (hybridflow.utils.malloc)
     "keep_malloc": {"set": [], "env": {MALLOC_ENV: "keep"}},
+    # the same, each sample's prompt run in its own row (no shared prompts)
+    "keep_unshared": {"set": ["learner.memory.shared_prompts=false"], "env": {MALLOC_ENV: "keep"}},
     # the same, the heap in transparent huge pages (glibc's tunable, read at process start)
     "keep_hugepages": {
         "set": [],
@@ -60,6 +65,7 @@ PAIRS = (
     ("full_logits", "response_head"),
     ("response_head", "keep_malloc"),
     ("keep_malloc", "keep_hugepages"),
+    ("keep_unshared", "keep_malloc"),
 )
 """(before, after) pairs whose ratio the summary gives when both ran."""
 CONFIG = REPO / "deploy" / "configs" / "qwen2.5-0.5b-shape.yaml"

@@ -20,7 +20,9 @@ The thread budget is the machine's 2 cores, shared this way:
 - ``*_async`` (``max_staleness`` 2, truncated importance sampling): rollout and learner
   1 thread each, since they run at the same time; ``hf_async_learner2`` (not run unless
   asked) gives the learner 2 threads beside the rollout's 1: 3 threads on 2 cores, the
-  learner taking both while the rollout waits for the next weights.
+  learner taking both while the rollout waits for the next weights;
+  ``vllm_async_unshared`` (not run unless asked) is ``vllm_async`` with every sample in its
+  own row (``learner.memory.shared_prompts: false``, the learner before 2026-12-07).
 
 Reports per variant (median over repeats): s/step and completions/s over the timed steps,
 the split of a step (generate / score / train / weight sync), the seconds from launch to the
@@ -67,6 +69,9 @@ VARIANTS: dict[str, list[str]] = {
                    "learner.topology.num_threads=1", *ASYNC],
     "hf_async_learner2": ["rollout.engine=hf", "rollout.num_threads=1",
                           "learner.topology.num_threads=2", *ASYNC],
+    "vllm_async_unshared": ["rollout.engine=vllm", "rollout.num_threads=1",
+                            "learner.topology.num_threads=1", *ASYNC,
+                            "learner.memory.shared_prompts=false"],
 }  # fmt: skip
 """hybridflow's variants: overrides of ``JOB``."""
 DEFAULT = ["trl", "hf_sync", "hf_async", "vllm_sync", "vllm_async"]

@@ -208,6 +208,9 @@ RULES: dict[str, Rule] = {
         "a memory tool: how a step is held, not what it computes"
     ),
     "learner.memory.packing": _apply("a memory tool: how a step is held, not what it computes"),
+    "learner.memory.shared_prompts": _apply(
+        "a memory tool: how a step is held, not what it computes"
+    ),
     "learner.memory.max_tokens_per_micro_batch": _apply(
         "a memory tool: the losses add up to the same batch loss"
     ),

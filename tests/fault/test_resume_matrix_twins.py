@@ -108,6 +108,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("learner.memory.activation_checkpointing=true",),
     ),
     "learner.memory.packing": ("ppo", ("learner.memory.packing=true",)),
+    "learner.memory.shared_prompts": ("ppo", ("learner.memory.shared_prompts=false",)),
     "learner.memory.max_tokens_per_micro_batch": (
         "ppo",
         ("learner.memory.max_tokens_per_micro_batch=256",),
@@ -317,6 +318,10 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
         lambda r: r.watch.linear_calls > r.watch.layer_calls > 0,
     ),
     "learner.memory.packing": _arg("build_batch", "packed"),
+    "learner.memory.shared_prompts": Observer(
+        "whether the train steps' build_batch calls could share prompts (`sharing` given)",
+        lambda r: r.calls.arg("build_batch", "sharing") is not None,
+    ),
     "learner.memory.max_tokens_per_micro_batch": _arg("plan_step_micro_batches", "max_tokens"),
     "learner.memory.logprob_chunk_tokens": _arg("policy_forward", "chunk_tokens"),
     "learner.memory.full_logits": Observer(

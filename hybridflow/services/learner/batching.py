@@ -47,6 +47,10 @@ class PaddedBatch:
     """The rows' sequences lie back to back in one row (``build_packed_batch``): tensors of
     the model's input are ``[1, tokens]``, ``response_index`` points into that row, and the
     model gets no attention mask (its position ids, restarting at 0, separate the sequences)."""
+    shared: bool = False
+    """Samples with one prompt share one row (``build_shared_batch``): the prompt once, then
+    each sample's response; ``attention_mask`` is ``[input rows, 1, seq, seq]`` bool (True:
+    may attend) and ``response_index`` points into the flattened input positions."""
 
     @property
     def rows(self) -> int:
@@ -55,7 +59,7 @@ class PaddedBatch:
 
     def flat_response_index(self) -> torch.Tensor:
         """``[rows, resp]`` indices into the flattened ``[input rows * seq]`` positions."""
-        if self.packed:
+        if self.packed or self.shared:
             return self.response_index
         seq = self.input_ids.shape[1]
         offsets = torch.arange(self.rows, device=self.response_index.device) * seq
@@ -188,6 +192,102 @@ def build_packed_batch(
     )
 
 
+def build_shared_batch(
+    prompts: Sequence[TokenLike],
+    responses: Sequence[TokenLike],
+    pad_id: int,
+    device: torch.device,
+    row_weights: Sequence[float] | None = None,
+    loss_masks: Sequence[MaskArray | None] | None = None,
+) -> PaddedBatch:
+    """One input row per distinct prompt: the prompt once, then the response of every sample
+    with that prompt, back to back, rows right-padded. Each response token sees the prompt
+    and its own response's earlier tokens (the 4-D ``attention_mask``), at the positions it
+    has in its own sequence, so every log-prob is the one ``build_padded_batch`` gives while a
+    GRPO group's prompt runs once instead of once per sample. Response tensors stay
+    ``[samples, resp]`` in the samples' order, as in ``build_padded_batch``."""
+    padded = build_padded_batch(prompts, responses, pad_id, device, row_weights, loss_masks)
+    prompt_arrays = [as_tokens(p) for p in prompts]
+    response_arrays = [as_tokens(r) for r in responses]
+    groups: dict[bytes, list[int]] = {}
+    for i, p in enumerate(prompt_arrays):
+        groups.setdefault(p.astype(np.int64).tobytes(), []).append(i)
+    members = list(groups.values())
+    lengths = [prompt_arrays[m[0]].size + sum(response_arrays[i].size for i in m) for m in members]
+    seq_len, resp_len = max(lengths), int(padded.response_ids.shape[1])
+    input_ids = np.full((len(members), seq_len), pad_id, dtype=np.int64)
+    position_ids = np.zeros((len(members), seq_len), dtype=np.int64)
+    segment = np.full((len(members), seq_len), -1, dtype=np.int64)  # 0 prompt, 1+ responses
+    response_index = np.zeros((len(prompt_arrays), resp_len), dtype=np.int64)
+    for row, m in enumerate(members):
+        prompt = prompt_arrays[m[0]]
+        input_ids[row, : prompt.size] = prompt
+        position_ids[row, : prompt.size] = np.arange(prompt.size)
+        segment[row, : prompt.size] = 0
+        start = prompt.size
+        for k, i in enumerate(m, start=1):
+            r = response_arrays[i]
+            end = start + r.size
+            input_ids[row, start:end] = r
+            position_ids[row, start:end] = np.arange(prompt.size, prompt.size + r.size)
+            segment[row, start:end] = k
+            # token 0 is predicted at the prompt's last position, token j at start + j - 1;
+            # padded slots point at the response's last token (any valid index would do)
+            own = np.minimum(np.arange(start - 1, start + resp_len - 1), end - 1)
+            own[0] = prompt.size - 1
+            response_index[i] = row * seq_len + own
+            start = end
+    keys, queries = segment[:, None, :], segment[:, :, None]
+    causal = np.tril(np.ones((seq_len, seq_len), dtype=bool))[None]
+    mask = causal & (keys >= 0) & (queries >= 0) & ((keys == 0) | (keys == queries))
+    mask |= np.eye(seq_len, dtype=bool)[None]  # a padding position sees itself: no empty row
+    return PaddedBatch(
+        input_ids=torch.from_numpy(input_ids).to(device),
+        attention_mask=torch.from_numpy(mask[:, None]).to(device),
+        position_ids=torch.from_numpy(position_ids).to(device),
+        response_index=torch.from_numpy(response_index).to(device),
+        response_ids=padded.response_ids,
+        response_mask=padded.response_mask,
+        shared=True,
+    )
+
+
+@dataclass(frozen=True)
+class PromptSharing:
+    """When ``build_batch`` lays a micro-batch out with shared prompts
+    (``learner.memory.shared_prompts``; the worker builds it from its models)."""
+
+    max_len: int
+    """The longest sequence a shared row may hold a sample of: the model's sliding window
+    (the 4-D mask replaces the model's own), else unbounded."""
+    hidden_size: int
+    """The model's width, which weighs its linear layers' work per position against the
+    attention's per pair of positions (``cost``)."""
+
+    def cost(self, row_lengths: Sequence[int]) -> int:
+        """A layout's work in a decoder layer, up to a constant: each position's linear
+        layers (about 10 × width multiply-adds for each of the attention's per pair,
+        counting the MLP's usual widths) plus the attention's pairs, padding included."""
+        longest = max(row_lengths)
+        return len(row_lengths) * (longest * 10 * self.hidden_size + longest * longest)
+
+    def pays(self, prompts: Sequence[TokenLike], responses: Sequence[TokenLike]) -> bool:
+        """Whether shared rows do less work than one padded row per sample: some samples
+        share a prompt, none is longer than ``max_len``, and the longer rows' attention does
+        not eat the positions saved (long responses after a short prompt)."""
+        prompt_arrays = [as_tokens(p) for p in prompts]
+        lengths = [p.size + as_tokens(r).size for p, r in zip(prompt_arrays, responses)]
+        if max(lengths) > self.max_len:
+            return False
+        shared: dict[bytes, int] = {}
+        for p, total in zip(prompt_arrays, lengths):
+            key = p.astype(np.int64).tobytes()
+            shared[key] = shared.get(key, p.size) + total - p.size
+        if len(shared) == len(lengths):
+            return False
+        return self.cost(list(shared.values())) < self.cost(lengths)
+
+
 def build_batch(
     prompts: Sequence[TokenLike],
     responses: Sequence[TokenLike],
@@ -196,10 +296,15 @@ def build_batch(
     row_weights: Sequence[float] | None = None,
     packed: bool = False,
     loss_masks: Sequence[MaskArray | None] | None = None,
+    sharing: PromptSharing | None = None,
 ) -> PaddedBatch:
-    """``build_packed_batch`` when ``packed`` (``learner.memory.packing``), else padded."""
-    build = build_packed_batch if packed else build_padded_batch
-    return build(prompts, responses, pad_id, device, row_weights, loss_masks)
+    """``build_packed_batch`` when ``packed`` (``learner.memory.packing``); else
+    ``build_shared_batch`` where ``sharing`` says it pays; else padded."""
+    if packed:
+        return build_packed_batch(prompts, responses, pad_id, device, row_weights, loss_masks)
+    if sharing is not None and sharing.pays(prompts, responses):
+        return build_shared_batch(prompts, responses, pad_id, device, row_weights, loss_masks)
+    return build_padded_batch(prompts, responses, pad_id, device, row_weights, loss_masks)
 
 
 def split_contiguous(num_items: int, num_parts: int) -> list[range]:

@@ -27,6 +27,7 @@ Two memory tools of ``learner.memory`` live here:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 from hybridflow.algorithms.entropy import entropy_from_logits
 from hybridflow.algorithms.logprobs import effective_temperature, logprobs_from_logits
 from hybridflow.models.router_replay import replay_routing
-from hybridflow.services.learner.batching import PaddedBatch
+from hybridflow.services.learner.batching import PaddedBatch, PromptSharing
 
 
 def policy_forward(
@@ -66,7 +67,7 @@ def policy_forward(
         entropy = scores[..., 1] if with_entropy else None
         return scores[..., 0], entropy
     logits = _run(model, batch).logits
-    if batch.packed:
+    if batch.packed or batch.shared:
         gathered = logits.reshape(-1, logits.shape[-1])[batch.flat_response_index()]
     else:
         index = batch.response_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
@@ -79,9 +80,8 @@ def policy_forward(
 
 def value_forward(critic: nn.Module, batch: PaddedBatch) -> torch.Tensor:
     """Critic values ``[rows, resp]``: the value of the state before each response token."""
-    mask = None if batch.packed else batch.attention_mask
-    values = critic(batch.input_ids, mask, batch.position_ids)
-    if batch.packed:
+    values = critic(batch.input_ids, model_mask(critic, batch), batch.position_ids)
+    if batch.packed or batch.shared:
         return values.reshape(-1)[batch.flat_response_index()]
     return values.gather(1, batch.response_index)
 
@@ -90,10 +90,60 @@ def _run(model: nn.Module, batch: PaddedBatch) -> Any:
     with replay_routing(model, batch.routed_experts):
         return model(
             input_ids=batch.input_ids,
-            attention_mask=None if batch.packed else batch.attention_mask,
+            attention_mask=model_mask(model, batch),
             position_ids=batch.position_ids,
             use_cache=False,
         )
+
+
+def model_mask(model: nn.Module, batch: PaddedBatch) -> torch.Tensor | None:
+    """The ``attention_mask`` the model gets: none for a packed batch; a shared-prompt batch's
+    4-D mask as sdpa takes it (bool) or as eager attention adds it (0 or the dtype's minimum);
+    else the ``[rows, seq]`` padding mask."""
+    if batch.packed:
+        return None
+    if not batch.shared:
+        return batch.attention_mask
+    if attention_implementation(model) == "sdpa":
+        return batch.attention_mask
+    first = next(iter(model.parameters()), None)
+    # AdaptersOff registers no parameters: its actor's dtype
+    dtype = first.dtype if first is not None else getattr(model, "dtype", torch.float32)
+    blocked = torch.zeros(batch.attention_mask.shape, dtype=dtype, device=batch.input_ids.device)
+    return blocked.masked_fill_(~batch.attention_mask, torch.finfo(dtype).min)
+
+
+def attention_implementation(model: nn.Module) -> str | None:
+    """The transformers attention the model runs (``"sdpa"``, ``"eager"``, a flash kernel)."""
+    for module in (model, *model.modules()):
+        config = getattr(module, "config", None)
+        impl = getattr(config, "_attn_implementation", None)
+        if isinstance(impl, str):
+            return impl
+    return None
+
+
+def prompt_sharing(model: nn.Module) -> PromptSharing | None:
+    """When this model can run shared-prompt rows (``build_batch``'s ``sharing``): None
+    where its attention takes no 4-D mask (flash kernels, flex); rows bounded by the sliding
+    window where a layer has one (the 4-D mask replaces the model's own, so sharing holds
+    only while no sequence is longer than the window)."""
+    if attention_implementation(model) not in ("sdpa", "eager"):
+        return None
+    for module in (model, *model.modules()):
+        config = getattr(module, "config", None)
+        if config is None or not hasattr(config, "get_text_config"):
+            continue
+        text = config.get_text_config()
+        window = getattr(text, "sliding_window", None)
+        layer_types = getattr(text, "layer_types", None)
+        if layer_types is not None:
+            slides = any("sliding" in str(kind) for kind in layer_types)
+        else:
+            slides = bool(getattr(text, "use_sliding_window", True))
+        max_len = int(window) if slides and window else sys.maxsize
+        return PromptSharing(max_len=max_len, hidden_size=int(text.hidden_size))
+    return None
 
 
 def has_plain_head(model: nn.Module) -> bool:

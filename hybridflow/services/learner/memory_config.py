@@ -28,6 +28,12 @@ class LearnerMemoryConfig:
     packing: bool = False
     """Concatenate a micro-batch's sequences with no padding (per-sequence positions,
     attention that does not cross sequences) instead of right-padding each row."""
+    shared_prompts: bool = True
+    """Run a prompt once for all the samples of a micro-batch that share it (a GRPO group):
+    one row holds the prompt and then each sample's response, and a 4-D attention mask keeps
+    each response to the prompt and itself (``batching.build_shared_batch``). Off with
+    ``packing``, router replay, attention kernels that take no such mask (flash), and for a
+    batch with a sequence longer than the model's sliding window."""
     max_tokens_per_micro_batch: int = knob(0, ge=0)
     """Micro-batches by token budget (prompt + response tokens): as many sequences as fit,
     at least one; 0: ``micro_batch_size`` rows each."""

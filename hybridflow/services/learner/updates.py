@@ -39,6 +39,7 @@ from hybridflow.models.router_replay import batch_routing
 from hybridflow.services.learner.batching import (
     MicroBatch,
     PaddedBatch,
+    PromptSharing,
     StepPlan,
     build_batch,
     plan_step_micro_batches,
@@ -68,6 +69,9 @@ class UpdateContext:
     metrics: StepMetrics
     policy_loss: PolicyLossFn
     """The configured policy loss (resolved from ``config.policy_loss``)."""
+    sharing: PromptSharing | None = None
+    """When micro-batches share prompts (``learner.memory.shared_prompts``; the worker's
+    ``prompt_sharing``); None: every sample in its own row."""
     _grad_norms: dict[str, list[float]] = field(default_factory=dict)
 
     def batch(self, micro: MicroBatch) -> PaddedBatch:
@@ -80,6 +84,7 @@ class UpdateContext:
             micro.weights,
             packed=self.config.memory.packing,
             loss_masks=[s.loss_mask for s in rows],
+            sharing=self.sharing,
         )
         if self.config.moe_router_replay:  # the samples' routing was checked on arrival
             if batch.packed:  # each sequence's routing at its own tokens, back to back

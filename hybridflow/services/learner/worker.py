@@ -44,6 +44,7 @@ from hybridflow.lora.export import merged_items, write_peft_dir
 from hybridflow.lora.peft_layers import AdapterParams, AdaptersOff, inject
 from hybridflow.models.router_replay import check_routing, moe_routers
 from hybridflow.services.learner.batching import (
+    PromptSharing,
     StepPlan,
     build_batch,
     plan_step_micro_batches,
@@ -53,7 +54,11 @@ from hybridflow.services.learner.batching import (
 )
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.distributed import all_gather_objects, current_dist_info
-from hybridflow.services.learner.forward import output_head, policy_forward
+from hybridflow.services.learner.forward import (
+    output_head,
+    policy_forward,
+    prompt_sharing,
+)
 from hybridflow.services.learner.fsdp import iter_full_state_dict, shard_module
 from hybridflow.services.learner.metrics import StepMetrics
 from hybridflow.services.learner.mfu import (
@@ -159,6 +164,8 @@ class LearnerWorker:
             assert self.critic is not None, "a rank holds the actor or the critic"
             model = self.critic.backbone
         self._refuse_unusable_actor(model_path)
+        self.prompt_sharing = self._prompt_sharing()
+        """``build_batch``'s ``sharing``: None where prompts are not shared."""
         embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)
@@ -199,6 +206,19 @@ class LearnerWorker:
             )
         if self.config.memory.logprob_chunk_tokens > 0:
             output_head(self._actor)  # refuses a model whose logits it cannot chunk
+
+    def _prompt_sharing(self) -> PromptSharing | None:
+        """When micro-batches share prompts (``forward.prompt_sharing`` of every model this
+        rank runs, the tighter bound); None when ``learner.memory.shared_prompts`` is off or
+        cannot apply (packing, router replay, an attention that takes no 4-D mask)."""
+        memory = self.config.memory
+        if not memory.shared_prompts or memory.packing or self.config.moe_router_replay:
+            return None
+        found = [prompt_sharing(m) for m in (self._actor, self.critic) if m is not None]
+        usable = [s for s in found if s is not None]
+        if len(usable) < len(found):
+            return None
+        return min(usable, key=lambda s: s.max_len)
 
     def _build_optimizer(
         self, params: Iterable[torch.nn.Parameter], role: str
@@ -288,6 +308,7 @@ class LearnerWorker:
             world_size=self.role.group_size,
             metrics=StepMetrics(self.device),
             policy_loss=self.policy_loss,
+            sharing=self.prompt_sharing,
         )
         for key, value in self._batch_metrics(samples).items():
             ctx.metrics.set_global(key, value)
@@ -442,6 +463,7 @@ class LearnerWorker:
                 self.device,
                 micro.weights,
                 packed=memory.packing,
+                sharing=self.prompt_sharing,
             )
             logprobs, _ = policy_forward(self._actor, batch, temperature, False, memory.head_chunk)
             for row, (i, w) in enumerate(zip(micro.indices, micro.weights, strict=True)):

@@ -190,6 +190,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "learner.memory.dtype": ("learner.memory.dtype=bfloat16",),
     "learner.memory.activation_checkpointing": ("learner.memory.activation_checkpointing=true",),
     "learner.memory.packing": ("learner.memory.packing=true",),
+    "learner.memory.shared_prompts": ("learner.memory.shared_prompts=false",),
     "learner.memory.max_tokens_per_micro_batch": ("learner.memory.max_tokens_per_micro_batch=256",),
     "learner.memory.logprob_chunk_tokens": ("learner.memory.logprob_chunk_tokens=64",),
     "learner.memory.full_logits": ("learner.memory.full_logits=true",),
