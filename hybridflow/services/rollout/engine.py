@@ -199,18 +199,19 @@ class HFEngine:
         generator: torch.Generator,
         should_stop: ShouldStop | None = None,
     ) -> tuple[list[TokenArray], list[FloatArray], list[bool], list[int]]:
-        rows = [as_tokens(p) for p in prompts for _ in range(params.n)]
-        num_rows = len(rows)
-        max_len = max(r.size for r in rows)
-        ids = np.full((num_rows, max_len), self.pad_token_id, dtype=np.int64)
-        mask = np.zeros((num_rows, max_len), dtype=np.int64)
-        for i, r in enumerate(rows):
+        # Each prompt is prefilled once; its cache, mask and last logits are then repeated for
+        # its ``n`` rows (row ``p * n + j``), as if every row had been prefilled.
+        unique = [as_tokens(p) for p in prompts]
+        num_rows = len(unique) * params.n
+        max_len = max(r.size for r in unique)
+        ids = np.full((len(unique), max_len), self.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(unique), max_len), dtype=np.int64)
+        for i, r in enumerate(unique):
             ids[i, max_len - r.size :] = r
             mask[i, max_len - r.size :] = 1
         input_ids = torch.from_numpy(ids).to(self.device)
         attention_mask = torch.from_numpy(mask).to(self.device)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        next_position = attention_mask.sum(dim=1, keepdim=True)
         stop_ids = torch.tensor(
             sorted({self.eos_token_id, *params.stop_token_ids}), device=self.device
         )
@@ -224,6 +225,11 @@ class HFEngine:
             use_cache=True,
             logits_to_keep=1,
         )
+        if params.n > 1:
+            cache.batch_repeat_interleave(params.n)
+            out.logits = out.logits.repeat_interleave(params.n, dim=0)
+            attention_mask = attention_mask.repeat_interleave(params.n, dim=0)
+        next_position = attention_mask.sum(dim=1, keepdim=True)
         # A row is finished once it drew EOS or a stop token; rows that reach max_new_tokens
         # without one stay unfinished and end with finish_reason "length".
         finished = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
