@@ -5,8 +5,11 @@ The log-prob numerics follow the contract shared with the rollout engine:
 before it. Only the response positions are gathered before the softmax (cheaper for big
 vocabularies). This module knows nothing about losses, optimizers or ranks.
 
-Two memory tools of ``learner.memory`` live here:
+Three memory tools of ``learner.memory`` live here:
 
+* a shared-prompt batch (``shared_prompts``) reaches the model with its 4-D mask in the
+  form the model's attention takes (``model_mask``); ``prompt_sharing`` says which models
+  can take one at all;
 * a packed batch (``packing``) reaches the model as one row with no attention mask: its
   position ids, restarting at 0 for each sequence, are what transformers reads to keep
   attention within each sequence (``masking_utils.find_packed_sequence_indices`` for sdpa
