@@ -134,22 +134,13 @@ def build_padded_batch(
     total = prompt_len + response_len
     seq_len, resp_len = int(total.max()), int(response_len.max())
     input_ids = np.full((rows, seq_len), pad_id, dtype=np.int64)
-    response_ids = np.full((rows, resp_len), pad_id, dtype=np.int64)
     for i, (p, r) in enumerate(zip(prompt_arrays, response_arrays)):
         input_ids[i, : p.size] = p
         input_ids[i, p.size : p.size + r.size] = r
-        response_ids[i, : r.size] = r
     attention_mask = np.arange(seq_len)[None, :] < total[:, None]
-    in_response = np.arange(resp_len)[None, :] < response_len[:, None]
-    weights = (
-        np.ones(rows, dtype=np.float32)
-        if row_weights is None
-        else np.asarray(row_weights, dtype=np.float32)
+    response_ids, response_mask = _response_tensors(
+        response_arrays, pad_id, device, row_weights, loss_masks
     )
-    response_mask = in_response * weights[:, None]
-    for i, flags in enumerate(loss_masks or ()):
-        if flags is not None:
-            response_mask[i, : flags.size] *= flags
     # Padded response slots point at the last real position (any valid index would do).
     response_index = np.minimum(
         np.arange(resp_len)[None, :] + prompt_len[:, None] - 1, (total - 2)[:, None]
@@ -160,8 +151,38 @@ def build_padded_batch(
         attention_mask=torch.from_numpy(attention_mask.astype(np.int64)).to(device),
         position_ids=torch.from_numpy(position_ids.astype(np.int64)).to(device),
         response_index=torch.from_numpy(response_index.astype(np.int64)).to(device),
-        response_ids=torch.from_numpy(response_ids).to(device),
-        response_mask=torch.from_numpy(response_mask.astype(np.float32)).to(device),
+        response_ids=response_ids,
+        response_mask=response_mask,
+    )
+
+
+def _response_tensors(
+    responses: Sequence[np.ndarray],
+    pad_id: int,
+    device: torch.device,
+    row_weights: Sequence[float] | None,
+    loss_masks: Sequence[MaskArray | None] | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(response_ids, response_mask)``, ``[rows, longest response]``: the ids right-padded
+    with ``pad_id``; the mask 1 on real tokens times the row's weight, times its loss mask."""
+    rows = len(responses)
+    lengths = np.fromiter((r.size for r in responses), np.int64, rows)
+    width = int(lengths.max())
+    response_ids = np.full((rows, width), pad_id, dtype=np.int64)
+    for i, r in enumerate(responses):
+        response_ids[i, : r.size] = r
+    weights = (
+        np.ones(rows, dtype=np.float32)
+        if row_weights is None
+        else np.asarray(row_weights, dtype=np.float32)
+    )
+    response_mask = (np.arange(width)[None, :] < lengths[:, None]) * weights[:, None]
+    for i, flags in enumerate(loss_masks or ()):
+        if flags is not None:
+            response_mask[i, : flags.size] *= flags
+    return (
+        torch.from_numpy(response_ids).to(device),
+        torch.from_numpy(response_mask.astype(np.float32)).to(device),
     )
 
 
@@ -206,15 +227,14 @@ def build_shared_batch(
     has in its own sequence, so every log-prob is the one ``build_padded_batch`` gives while a
     GRPO group's prompt runs once instead of once per sample. Response tensors stay
     ``[samples, resp]`` in the samples' order, as in ``build_padded_batch``."""
-    padded = build_padded_batch(prompts, responses, pad_id, device, row_weights, loss_masks)
     prompt_arrays = [as_tokens(p) for p in prompts]
     response_arrays = [as_tokens(r) for r in responses]
-    groups: dict[bytes, list[int]] = {}
-    for i, p in enumerate(prompt_arrays):
-        groups.setdefault(p.astype(np.int64).tobytes(), []).append(i)
-    members = list(groups.values())
-    lengths = [prompt_arrays[m[0]].size + sum(response_arrays[i].size for i in m) for m in members]
-    seq_len, resp_len = max(lengths), int(padded.response_ids.shape[1])
+    response_ids, response_mask = _response_tensors(
+        response_arrays, pad_id, device, row_weights, loss_masks
+    )
+    members = _prompt_groups(prompt_arrays)
+    lengths = _shared_row_lengths(prompt_arrays, response_arrays, members)
+    seq_len, resp_len = max(lengths), int(response_ids.shape[1])
     input_ids = np.full((len(members), seq_len), pad_id, dtype=np.int64)
     position_ids = np.zeros((len(members), seq_len), dtype=np.int64)
     segment = np.full((len(members), seq_len), -1, dtype=np.int64)  # 0 prompt, 1+ responses
@@ -246,10 +266,25 @@ def build_shared_batch(
         attention_mask=torch.from_numpy(mask[:, None]).to(device),
         position_ids=torch.from_numpy(position_ids).to(device),
         response_index=torch.from_numpy(response_index).to(device),
-        response_ids=padded.response_ids,
-        response_mask=padded.response_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
         shared=True,
     )
+
+
+def _prompt_groups(prompts: Sequence[np.ndarray]) -> list[list[int]]:
+    """Indices of the samples with each distinct prompt, in first-seen order."""
+    groups: dict[bytes, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(p.astype(np.int64).tobytes(), []).append(i)
+    return list(groups.values())
+
+
+def _shared_row_lengths(
+    prompts: Sequence[np.ndarray], responses: Sequence[np.ndarray], groups: list[list[int]]
+) -> list[int]:
+    """Each shared row's length: its prompt once plus all its samples' responses."""
+    return [prompts[g[0]].size + sum(responses[i].size for i in g) for g in groups]
 
 
 @dataclass(frozen=True)
@@ -265,9 +300,10 @@ class PromptSharing:
     attention's per pair of positions (``cost``)."""
 
     def cost(self, row_lengths: Sequence[int]) -> int:
-        """A layout's work in a decoder layer, up to a constant: each position's linear
-        layers (about 10 × width multiply-adds for each of the attention's per pair,
-        counting the MLP's usual widths) plus the attention's pairs, padding included."""
+        """A layout's work in a decoder layer, up to a constant, padding included: each
+        position's linear layers (weighed as 10 × width, for about 10 × width times the
+        attention's multiply-adds per pair, counting the MLP's usual widths) plus the
+        attention's pairs of positions."""
         longest = max(row_lengths)
         return len(row_lengths) * (longest * 10 * self.hidden_size + longest * longest)
 
@@ -276,16 +312,15 @@ class PromptSharing:
         share a prompt, none is longer than ``max_len``, and the longer rows' attention does
         not eat the positions saved (long responses after a short prompt)."""
         prompt_arrays = [as_tokens(p) for p in prompts]
-        lengths = [p.size + as_tokens(r).size for p, r in zip(prompt_arrays, responses)]
+        response_arrays = [as_tokens(r) for r in responses]
+        lengths = [p.size + r.size for p, r in zip(prompt_arrays, response_arrays)]
         if max(lengths) > self.max_len:
             return False
-        shared: dict[bytes, int] = {}
-        for p, total in zip(prompt_arrays, lengths):
-            key = p.astype(np.int64).tobytes()
-            shared[key] = shared.get(key, p.size) + total - p.size
-        if len(shared) == len(lengths):
+        groups = _prompt_groups(prompt_arrays)
+        if len(groups) == len(lengths):
             return False
-        return self.cost(list(shared.values())) < self.cost(lengths)
+        shared = _shared_row_lengths(prompt_arrays, response_arrays, groups)
+        return self.cost(shared) < self.cost(lengths)
 
 
 def build_batch(

@@ -126,11 +126,21 @@ def attention_implementation(model: nn.Module) -> str | None:
     return None
 
 
-def prompt_sharing(model: nn.Module) -> PromptSharing | None:
-    """When this model can run shared-prompt rows (``build_batch``'s ``sharing``): None
-    where its attention takes no 4-D mask (flash kernels, flex); rows bounded by the sliding
-    window where a layer has one (the 4-D mask replaces the model's own, so sharing holds
-    only while no sequence is longer than the window)."""
+def prompt_sharing(*models: nn.Module) -> PromptSharing | None:
+    """When these models (a rank's actor and critic) can all run shared-prompt rows
+    (``build_batch``'s ``sharing``), with the tightest bound: None where one's attention
+    takes no 4-D mask (flash kernels, flex); rows bounded by the sliding window where a
+    layer has one (the 4-D mask replaces the model's own, so sharing holds only while no
+    sequence is longer than the window)."""
+    found = [_model_sharing(m) for m in models]
+    usable = [s for s in found if s is not None]
+    if not usable or len(usable) < len(found):
+        return None
+    return min(usable, key=lambda s: s.max_len)
+
+
+def _model_sharing(model: nn.Module) -> PromptSharing | None:
+    """``prompt_sharing`` of one model."""
     if attention_implementation(model) not in ("sdpa", "eager"):
         return None
     for module in (model, *model.modules()):

@@ -9,6 +9,10 @@ precompute log-probs and run actor updates, the critic ranks values and critic u
 per-sample values and KL penalties are gathered over the whole world, so every rank runs the
 estimator on the same inputs.
 This module knows nothing about gRPC, checkpoints or how the models were loaded.
+
+It is one module (~470 lines) because its phases share ``UpdateContext`` and its cache; the
+two long functions (``actor_update``, ``compute_advantages``) each read as one pass over a
+mini-batch or the batch, and their parts are already the algorithm registry's functions.
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ from hybridflow.lora.export import merged_items, write_peft_dir
 from hybridflow.lora.peft_layers import AdapterParams, AdaptersOff, inject
 from hybridflow.models.router_replay import check_routing, moe_routers
 from hybridflow.services.learner.batching import (
-    PromptSharing,
     StepPlan,
     build_batch,
     plan_step_micro_batches,
@@ -99,6 +98,11 @@ _WHITENING_ESTIMATORS = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_base
 """Estimators that whiten over the batch's tokens (they need at least two)."""
 
 
+# ~500 lines in one class on purpose: it owns one rank's models, optimizers and policy
+# version, and each method is an entry point the service relays (train step, log-probs,
+# weights, train state). What a step computes lives in updates.py, the batch layout in
+# batching.py, the forwards in forward.py, the memory tools in precision.py and fsdp.py; the
+# next split would move the weights' entry points (full_state_dict_items and its kin) out.
 class LearnerWorker:
     """Actor (+ critic, reference) and their optimizers on this rank; see the module doc."""
 
@@ -164,8 +168,11 @@ class LearnerWorker:
             assert self.critic is not None, "a rank holds the actor or the critic"
             model = self.critic.backbone
         self._refuse_unusable_actor(model_path)
-        self.prompt_sharing = self._prompt_sharing()
-        """``build_batch``'s ``sharing``: None where prompts are not shared."""
+        shares = memory.shared_prompts and not memory.packing and not config.moe_router_replay
+        models = [m for m in (self._actor, self.critic) if m is not None]
+        self.prompt_sharing = prompt_sharing(*models) if shares else None
+        """``build_batch``'s ``sharing``: None where prompts are not shared (off, packing,
+        router replay: a prompt's routing is each sample's own; or a model that cannot)."""
         embeddings = model.get_input_embeddings()
         assert isinstance(embeddings, torch.nn.Embedding), "input embeddings"
         self.vocab_size = int(embeddings.num_embeddings)
@@ -206,19 +213,6 @@ class LearnerWorker:
             )
         if self.config.memory.logprob_chunk_tokens > 0:
             output_head(self._actor)  # refuses a model whose logits it cannot chunk
-
-    def _prompt_sharing(self) -> PromptSharing | None:
-        """When micro-batches share prompts (``forward.prompt_sharing`` of every model this
-        rank runs, the tighter bound); None when ``learner.memory.shared_prompts`` is off or
-        cannot apply (packing, router replay, an attention that takes no 4-D mask)."""
-        memory = self.config.memory
-        if not memory.shared_prompts or memory.packing or self.config.moe_router_replay:
-            return None
-        found = [prompt_sharing(m) for m in (self._actor, self.critic) if m is not None]
-        usable = [s for s in found if s is not None]
-        if len(usable) < len(found):
-            return None
-        return min(usable, key=lambda s: s.max_len)
 
     def _build_optimizer(
         self, params: Iterable[torch.nn.Parameter], role: str

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -199,37 +199,12 @@ class HFEngine:
         generator: torch.Generator,
         should_stop: ShouldStop | None = None,
     ) -> tuple[list[TokenArray], list[FloatArray], list[bool], list[int]]:
-        # Each prompt is prefilled once; its cache, mask and last logits are then repeated for
-        # its ``n`` rows (row ``p * n + j``), as if every row had been prefilled.
-        unique = [as_tokens(p) for p in prompts]
-        num_rows = len(unique) * params.n
-        max_len = max(r.size for r in unique)
-        ids = np.full((len(unique), max_len), self.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(unique), max_len), dtype=np.int64)
-        for i, r in enumerate(unique):
-            ids[i, max_len - r.size :] = r
-            mask[i, max_len - r.size :] = 1
-        input_ids = torch.from_numpy(ids).to(self.device)
-        attention_mask = torch.from_numpy(mask).to(self.device)
-        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        num_rows = len(prompts) * params.n
+        out, attention_mask = self._prefill(prompts, params.n)
+        next_position = attention_mask.sum(dim=1, keepdim=True)
         stop_ids = torch.tensor(
             sorted({self.eos_token_id, *params.stop_token_ids}), device=self.device
         )
-
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        if params.n > 1:
-            cache.batch_repeat_interleave(params.n)
-            out.logits = out.logits.repeat_interleave(params.n, dim=0)
-            attention_mask = attention_mask.repeat_interleave(params.n, dim=0)
-        next_position = attention_mask.sum(dim=1, keepdim=True)
         # A row is finished once it drew EOS or a stop token; rows that reach max_new_tokens
         # without one stay unfinished and end with finish_reason "length".
         finished = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
@@ -273,6 +248,33 @@ class HFEngine:
         tokens_out = [all_tokens[r, : lengths[r]] for r in range(num_rows)]
         logprobs_out = [all_logprobs[r, : lengths[r]] for r in range(num_rows)]
         return tokens_out, logprobs_out, finished.cpu().tolist(), step_versions
+
+    def _prefill(self, prompts: Sequence[TokenArray], n: int) -> tuple[Any, torch.Tensor]:
+        """Each prompt prefilled once (left-padded), then its cache (``out.past_key_values``),
+        attention mask and last logits repeated for its ``n`` rows (row ``p * n + j``), as if
+        every row had been prefilled: ``(output, attention_mask)``."""
+        unique = [as_tokens(p) for p in prompts]
+        max_len = max(r.size for r in unique)
+        ids = np.full((len(unique), max_len), self.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(unique), max_len), dtype=np.int64)
+        for i, r in enumerate(unique):
+            ids[i, max_len - r.size :] = r
+            mask[i, max_len - r.size :] = 1
+        attention_mask = torch.from_numpy(mask).to(self.device)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=torch.from_numpy(ids).to(self.device),
+            attention_mask=attention_mask,
+            position_ids=(attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            out.logits = out.logits.repeat_interleave(n, dim=0)
+            attention_mask = attention_mask.repeat_interleave(n, dim=0)
+        return out, attention_mask
 
     # ------------------------------------------------------------------ weights
 

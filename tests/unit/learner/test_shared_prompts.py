@@ -8,6 +8,8 @@ router replay) the learner keeps one row per sample.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -165,25 +167,12 @@ def test_prompt_sharing_follows_the_attention() -> None:
     assert (bound("sdpa", sliding_window=16, use_sliding_window=False) or 0) > 10**9
 
 
-def _group_samples() -> list[TrainSample]:
-    """Three groups of three: one prompt per group, uneven responses, varied rewards."""
+def _group_samples(make_samples: Callable[..., list[TrainSample]]) -> list[TrainSample]:
+    """Three groups of three (conftest's samples, each group given its first member's
+    prompt): uneven responses, varied rewards."""
     rewards = [1.0, 0.0, 0.5, 0.2, 0.9, 0.0, 1.0, 1.0, 0.3]
-    samples = []
-    for i, reward in enumerate(rewards):
-        group = i // 3
-        prompt = [10 + (7 * group + k) % 50 for k in range(3 + group)]
-        response = [20 + (5 * i + k) % 40 for k in range(2 + (i * 2) % 5)]
-        samples.append(
-            TrainSample(
-                prompt_ids=prompt,
-                response_ids=response,
-                rollout_logprobs=[-1.0] * len(response),
-                reward=reward,
-                group_id=group,
-                policy_version=0,
-            )
-        )
-    return samples
+    samples = make_samples(rewards, group_size=3)
+    return [replace(s, prompt_ids=samples[3 * s.group_id].prompt_ids) for s in samples]
 
 
 def _sequences(samples: list[TrainSample]) -> tuple[list[Any], list[Any]]:
@@ -210,10 +199,12 @@ def _count_tokens(worker: LearnerWorker) -> list[int]:
     return seen
 
 
-def test_a_ppo_step_with_shared_prompts_matches_one_row_per_sample(tiny_checkpoint: Path) -> None:
+def test_a_ppo_step_with_shared_prompts_matches_one_row_per_sample(
+    tiny_checkpoint: Path, make_samples: Callable[..., list[TrainSample]]
+) -> None:
     """PPO with a critic, a KL reference and two epochs: every metric, the weights after the
     step and the served log-probs; the shared step's actor sees each group's prompt once."""
-    samples = _group_samples()
+    samples = _group_samples(make_samples)
     plain, shared = _worker(tiny_checkpoint, False), _worker(tiny_checkpoint, True)
     assert plain.prompt_sharing is None
     assert shared.prompt_sharing is not None and shared.prompt_sharing.max_len > 64
