@@ -66,6 +66,41 @@ class PublishesInBackground(Protocol):
         ...
 
 
+class PendingTrainStep(Protocol):
+    """A train step on its way to the learner (``TrainsAhead.send_train_step``)."""
+
+    def done(self) -> bool:
+        """Whether it ended (its result, or its error, is in), without waiting."""
+        ...
+
+    def result(self) -> TrainStepResult:
+        """Waits for the step; raises what failed it (a ``ServiceError`` over gRPC)."""
+        ...
+
+    def cancel(self) -> None:
+        """Gives the step up (a job that failed meanwhile): the learner refuses it if it
+        had not started it yet."""
+        ...
+
+
+@runtime_checkable
+class TrainsAhead(Protocol):
+    """A learner that takes the next train step while the current one trains (the gRPC
+    client): each step names the policy version it must start from, so they run in order
+    whatever order they arrive in, and begins its own publish once done (one round trip,
+    not two, and no gap between the step and the publish's start)."""
+
+    def send_train_step(
+        self, samples: list[TrainSample], start_version: int, publish_to: Sequence[str]
+    ) -> PendingTrainStep:
+        """Sends a step without waiting for it. It runs once the learner holds
+        ``start_version`` (refused if the learner is past it, or if the step before it
+        failed); then, if ``publish_to`` names replicas, it starts their publish as
+        ``start_publish`` does, after the previous publish was reported
+        (``finish_publish``)."""
+        ...
+
+
 class LearnerClient(Protocol):
     """The learner (rank 0 of its group)."""
 

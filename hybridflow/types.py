@@ -248,6 +248,9 @@ class TrainStepResult:
     """Learner version after the step (rises by one per optimizer step)."""
     metrics: dict[str, float]
     """verl-style names: actor/pg_loss, actor/entropy, actor/ppo_kl, critic/vf_loss, ..."""
+    publish_started: bool = False
+    """The learner began the step's publish itself (``TrainsAhead.send_train_step`` with
+    replicas to publish to); False: the caller publishes."""
 
 
 @dataclass

@@ -105,6 +105,13 @@ class CoordinatorConfig:
     Costs the learner one copy of its parameter shards while a publish is on the wire.
     false: every publish ends before the next step starts. Synchronous runs always publish
     before the next generation."""
+    train_ahead: bool = True
+    """With overlap_publish, in asynchronous runs over a learner service: the next step is
+    sent to the learner while the current one trains, if the buffer already holds its
+    batch, and each step starts its own publish as it ends (no StartPublish round trip), so
+    the learner goes from one step to the next without waiting on the coordinator
+    (docs/async-schedule.md). Never across a checkpoint, a pause or stop request, or a due
+    evaluation. false: each step is sent once the one before it was handled."""
     overlap_scoring: bool = True
     """Each replica's completions are scored while it generates its next request (one
     request scoring beside one generating, per replica), so a slow scorer (code run in the

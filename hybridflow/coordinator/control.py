@@ -90,6 +90,11 @@ class JobControl:
         with self._cond:
             return self._stop_requested
 
+    @property
+    def pause_requested(self) -> bool:
+        with self._cond:
+            return self._pause_requested
+
     def start(self) -> None:
         with self._cond:
             self._status.state = "running"

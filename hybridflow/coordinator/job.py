@@ -15,7 +15,10 @@ Invariants (tested in tests/unit/coordinator/):
   versions and steps (``staleness.StalenessBound``), fixed at the start from the learner's
   versions per step, which every step checks.
 - ``max_staleness = 0`` with ``sync_every = 1`` is synchronous on-policy PPO on this path.
-- Pause and stop take effect between steps (``JobControl``); a step is never half-done.
+- Pause and stop take effect between steps (``JobControl``); a step is never half-done. A
+  step already sent ahead (``ahead.py``: the next step goes to a learner service while the
+  current one trains) trains and is logged first; nothing is sent ahead across a
+  checkpoint, and a step sent ahead of a failed one is cancelled, never applied.
 - Resumable: every ``checkpoint_every`` steps, on stop and at the end, the learner's train
   state and the schedule's state are saved together (``job_checkpoints.py``, over
   ``checkpoint.py`` and ``schedule_state.py``); ``resume=True`` continues from the newest one
@@ -51,6 +54,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hybridflow.clients import TrainsAhead
+from hybridflow.coordinator.ahead import AheadRule, SentStep, take_ahead
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState
 from hybridflow.coordinator.config import CoordinatorConfig
@@ -175,6 +180,18 @@ class TrainingJob:
             else None
         )
         """Held-out evaluations (``coordinator.eval``); None when it lists no set."""
+        learner = services.learner
+        self._ahead = (
+            learner
+            if config.train_ahead
+            and config.overlap_publish
+            and not config.dynamic_sampling  # its filtered groups are audited per take
+            and bound.max_steps >= 1
+            and isinstance(learner, TrainsAhead)
+            else None
+        )
+        """The learner, when steps are sent ahead (``ahead.py``); None: one at a time."""
+        self._ahead_rule = AheadRule(config, self.control, self.publisher, self._eval_due)
         self.state = self._initial_state(continue_from)
         self.last_metrics: dict[str, float] = {}
         """The metrics of the last trained step."""
@@ -358,13 +375,21 @@ class TrainingJob:
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
-        """Trains steps until ``num_steps`` or a stop; checkpoints; returns the summary."""
+        """Trains steps until ``num_steps`` or a stop; checkpoints; returns the summary.
+        With a learner that trains ahead, the next step is sent while the current one
+        trains, when ``AheadRule`` allows it."""
         run = self.open()
+        ahead: SentStep | None = None
         try:
             for step in range(run.first_step, self.config.num_steps + 1):
-                if not self.step(step, run):
+                sent = ahead or self._send(step, run)
+                ahead = None
+                if sent is None:
                     run.progress.message(f"stop requested: ending after step {step - 1}")
                     break
+                if self._ahead is not None and self._ahead_rule.may_send_after(sent):
+                    ahead = self._send_ahead(sent, run)
+                self._land(sent, run)
             self.publisher.join()
             if self.evaluations is not None:
                 self.evaluations.finish(
@@ -375,6 +400,8 @@ class TrainingJob:
             mark("coordinator", "final_checkpoint")
             self.control.finish()
         except Exception as exc:
+            if ahead is not None:
+                ahead.cancel()  # not trained unless the learner had begun it
             self.control.finish(f"{type(exc).__name__}: {exc}")
             raise
         finally:
@@ -398,6 +425,7 @@ class TrainingJob:
             progress=Progress(self.config.num_steps, self.config.progress),
             start=time.perf_counter(),
             wall_before=st.wall_s,
+            next_version=st.policy_version,
         )
         self.control.start()
         if st.step > 0:
@@ -420,26 +448,64 @@ class TrainingJob:
     def step(self, step: int, run: RunState) -> bool:
         """Train step ``step`` of the open ``run``: batch → train → publish → pace → log →
         checkpoint. False: stopped before it trained."""
-        cfg, st = self.config, self.state
+        sent = self._send(step, run)
+        if sent is None:
+            return False
+        self._land(sent, run)
+        return True
+
+    def _send(self, step: int, run: RunState) -> SentStep | None:
+        """Waits for step ``step``'s batch and hands it to the learner (None: stopped
+        first); trained at once, unless the learner trains ahead."""
         if not self.control.wait_to_continue():
-            return False
+            return None
         t0 = time.perf_counter()
-        batch = self._next_batch(st.policy_version)
+        batch = self._next_batch(run.next_version)
         if batch is None:
-            return False
+            return None
+        return self._hand_over(step, batch, t0, run)
+
+    def _send_ahead(self, current: SentStep, run: RunState) -> SentStep | None:
+        """The step after ``current``, sent while it trains, if its batch is in the buffer
+        before ``current`` ends (``ahead.take_ahead``); None otherwise."""
+        t0 = time.perf_counter()
+        batch = take_ahead(self.buffer, self.config.prompts_per_step, run.next_version, current)
+        return None if batch is None else self._hand_over(current.step + 1, batch, t0, run)
+
+    def _hand_over(self, step: int, batch: list[ScoredGroup], t0: float, run: RunState) -> SentStep:
         t1, w1 = time.perf_counter(), time.time()
-        train_batch = train_samples(batch, first_group_id=step * cfg.prompts_per_step)
-        with self.publisher.learner_lock:
-            result = self.services.learner.train_step(train_batch)
+        train_batch = train_samples(batch, first_group_id=step * self.config.prompts_per_step)
+        sent = SentStep(step, batch, train_batch, t0, t1, w1)
+        with self.publisher.learner_lock:  # the serving set read under it: see ``rejoin``
+            if self._ahead is None:
+                sent.result = self.services.learner.train_step(train_batch)
+            else:
+                if self._ahead_rule.publishes_in_step(step):
+                    sent.serving = [d for d in self.dispatchers if not d.failed]
+                targets = [self.services.weight_targets[d.index] for d in sent.serving]
+                sent.pending = self._ahead.send_train_step(train_batch, run.next_version, targets)
+        run.next_version += self.buffer.bound.versions_per_step
+        return sent
+
+    def _land(self, sent: SentStep, run: RunState) -> None:
+        """Handles a sent step once the learner trained it: publish → pace → log →
+        checkpoint. Its times count from the previous step's end (``run.landed_at``)."""
+        cfg, st, step = self.config, self.state, sent.step
+        result = sent.wait()
         t2, w2 = time.perf_counter(), time.time()
-        self.events.record("train", w1, w2, step=step, num_samples=len(train_batch))
+        t0 = max(sent.t0, run.landed_at)
+        t1 = max(sent.t1, t0)
+        train_batch, batch = sent.train_batch, sent.batch
+        self.events.record("train", sent.w1, w2, step=step, num_samples=len(train_batch))
         self._check_versions(result.policy_version - st.policy_version)
         version = result.policy_version
-        if step % cfg.sync_every == 0:
+        if sent.publishes and result.publish_started:
+            self.publisher.started(step, version, sent.serving, w2)
+        elif step % cfg.sync_every == 0:  # also when the learner could not start it
             # A failed replica leaves the set: the weight-sync group is re-planned.
             self.publisher.sync(step, version, w2)
         lead = self.buffer.pace(self.pacer, wait_s=t1 - t0)  # pacing.py
-        t3 = time.perf_counter()
+        t3 = run.landed_at = time.perf_counter()
         st.learner_busy_s += t3 - t1
         wall = run.wall_before + t3 - run.start
         gen_s = sum(d.busy_s for d in self.dispatchers)
@@ -478,7 +544,11 @@ class TrainingJob:
         run.progress.update(step, st.rewards[-1], f"v{version}")
         if self.evaluations is not None:
             self.evaluations.log_finished(run.metrics_log, run.progress)
-        return True
+
+    def _eval_due(self, step: int) -> bool:
+        """An evaluation is due after step ``step`` (``AheadRule``)."""
+        cfg = self.config
+        return self.evaluations is not None and cfg.eval.due(step, cfg.num_steps)
 
     def _check_versions(self, added: int) -> None:
         """The learner's step added the versions its info said (the staleness bound's unit);

@@ -155,16 +155,37 @@ class WeightPublisher:
                 log.warning("weight publish did not start (%s)", describe_error(exc))
                 serving = []
             if serving:
-                self._in_flight = threading.Thread(
-                    target=self._complete,
-                    args=(learner, serving, step, version, since),
-                    name="weight-publish",
-                    daemon=True,
-                )
-                self._in_flight.start()
+                self._follow(learner, serving, step, version, since)
                 return
         self.publish()
         self._published(step, version, since)
+
+    def started(
+        self, step: int, version: int, serving: Sequence[ReplicaDispatcher], since: float
+    ) -> None:
+        """Step ``step``'s publish to ``serving``, which the learner began itself as the step
+        ended (``TrainsAhead``, once the publish before it was reported): followed to its
+        end beside the next step, as ``sync`` does with the one it starts."""
+        self.join()
+        learner = self.services.learner
+        assert isinstance(learner, PublishesInBackground)
+        self._follow(learner, serving, step, version, since)
+
+    def _follow(
+        self,
+        learner: PublishesInBackground,
+        serving: Sequence[ReplicaDispatcher],
+        step: int,
+        version: int,
+        since: float,
+    ) -> None:
+        self._in_flight = threading.Thread(
+            target=self._complete,
+            args=(learner, serving, step, version, since),
+            name="weight-publish",
+            daemon=True,
+        )
+        self._in_flight.start()
 
     def join(self) -> None:
         """Waits for the background publish in flight (bounded: its learner call has a

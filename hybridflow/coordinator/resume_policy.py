@@ -103,6 +103,7 @@ RULES: dict[str, Rule] = {
     ),
     "coordinator.admission": _SCHEDULE,
     "coordinator.overlap_publish": _SCHEDULE,
+    "coordinator.train_ahead": _SCHEDULE,
     "coordinator.overlap_scoring": _SCHEDULE,
     "coordinator.dynamic_sampling": _SCHEDULE,
     "coordinator.dynamic_sampling_max_rounds": _SCHEDULE,

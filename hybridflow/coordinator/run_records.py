@@ -76,6 +76,12 @@ class RunState:
     """Generation seconds already reported (``timing_s/gen`` is per step)."""
     score_s_seen: float = 0.0
     """Scoring seconds already reported (``timing_s/score`` is per step)."""
+    next_version: int = 0
+    """The policy version the next step sent to the learner starts from (``open`` sets it;
+    ahead of the state's version while a step is in flight)."""
+    landed_at: float = 0.0
+    """perf_counter when the last step was handled: a step sent ahead counts its time from
+    there, not from when it was sent."""
     first_step_s: float | None = None
     checkpoint: str = ""
     last_checkpoint: str = ""

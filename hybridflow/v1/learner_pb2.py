@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hybridflow.v1 import common_pb2 as hybridflow_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhybridflow/v1/learner.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\x8c\x03\n\nTrainBatch\x12*\n\x07prompts\x18\x01 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12,\n\tresponses\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12/\n\x10rollout_logprobs\x18\x03 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12&\n\x07rewards\x18\x04 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x11\n\tgroup_ids\x18\x05 \x03(\x03\x12\x17\n\x0fpolicy_versions\x18\x06 \x03(\x03\x12(\n\tbaselines\x18\x07 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x34\n\x0erouted_experts\x18\x08 \x01(\x0b\x32\x1c.hybridflow.v1.RoutedExperts\x12\x12\n\nloss_masks\x18\t \x01(\x0c\x12+\n\x0cturn_rewards\x18\n \x01(\x0b\x32\x15.hybridflow.v1.Tensor\"\x9b\x01\n\x11TrainStepResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12>\n\x07metrics\x18\x02 \x03(\x0b\x32-.hybridflow.v1.TrainStepResponse.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x87\x01\n\x16\x43omputeLogProbsRequest\x12*\n\x07prompts\x18\x01 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12,\n\tresponses\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12\x13\n\x0btemperature\x18\x03 \x01(\x01\"Z\n\x17\x43omputeLogProbsResponse\x12\'\n\x08logprobs\x18\x01 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\":\n\x15PublishWeightsRequest\x12\x0f\n\x07targets\x18\x01 \x03(\t\x12\x10\n\x08\x63\x61tch_up\x18\x02 \x01(\x08\"W\n\x16PublishWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tnum_bytes\x18\x02 \x01(\x03\x12\x12\n\nduration_s\x18\x03 \x01(\x01\"%\n\x15SaveCheckpointRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\">\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\"!\n\x11TrainStateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x12TrainStateResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\"\xb3\x01\n\x0bLearnerInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x1d\n\x15needs_greedy_baseline\x18\x05 \x01(\x08\x12\x1c\n\x14needs_routed_experts\x18\x06 \x01(\x08\x12\x19\n\x11versions_per_step\x18\x07 \x01(\x05\x32\xcf\x06\n\x0eLearnerService\x12\x45\n\tTrainStep\x12\x14.hybridflow.v1.Chunk\x1a .hybridflow.v1.TrainStepResponse(\x01\x12`\n\x0f\x43omputeLogProbs\x12%.hybridflow.v1.ComputeLogProbsRequest\x1a&.hybridflow.v1.ComputeLogProbsResponse\x12]\n\x0ePublishWeights\x12$.hybridflow.v1.PublishWeightsRequest\x1a%.hybridflow.v1.PublishWeightsResponse\x12[\n\x0cStartPublish\x12$.hybridflow.v1.PublishWeightsRequest\x1a%.hybridflow.v1.PublishWeightsResponse\x12L\n\rFinishPublish\x12\x14.hybridflow.v1.Empty\x1a%.hybridflow.v1.PublishWeightsResponse\x12@\n\nGetWeights\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.WeightChunk0\x01\x12]\n\x0eSaveCheckpoint\x12$.hybridflow.v1.SaveCheckpointRequest\x1a%.hybridflow.v1.SaveCheckpointResponse\x12U\n\x0eSaveTrainState\x12 .hybridflow.v1.TrainStateRequest\x1a!.hybridflow.v1.TrainStateResponse\x12U\n\x0eLoadTrainState\x12 .hybridflow.v1.TrainStateRequest\x1a!.hybridflow.v1.TrainStateResponse\x12;\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.LearnerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhybridflow/v1/learner.proto\x12\rhybridflow.v1\x1a\x1ahybridflow/v1/common.proto\"\xce\x03\n\nTrainBatch\x12*\n\x07prompts\x18\x01 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12,\n\tresponses\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12/\n\x10rollout_logprobs\x18\x03 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12&\n\x07rewards\x18\x04 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x11\n\tgroup_ids\x18\x05 \x03(\x03\x12\x17\n\x0fpolicy_versions\x18\x06 \x03(\x03\x12(\n\tbaselines\x18\x07 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x34\n\x0erouted_experts\x18\x08 \x01(\x0b\x32\x1c.hybridflow.v1.RoutedExperts\x12\x12\n\nloss_masks\x18\t \x01(\x0c\x12+\n\x0cturn_rewards\x18\n \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x1a\n\rstart_version\x18\x0b \x01(\x03H\x00\x88\x01\x01\x12\x12\n\npublish_to\x18\x0c \x03(\tB\x10\n\x0e_start_version\"\xb4\x01\n\x11TrainStepResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12>\n\x07metrics\x18\x02 \x03(\x0b\x32-.hybridflow.v1.TrainStepResponse.MetricsEntry\x12\x17\n\x0fpublish_started\x18\x03 \x01(\x08\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x87\x01\n\x16\x43omputeLogProbsRequest\x12*\n\x07prompts\x18\x01 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12,\n\tresponses\x18\x02 \x01(\x0b\x32\x19.hybridflow.v1.TokenBatch\x12\x13\n\x0btemperature\x18\x03 \x01(\x01\"Z\n\x17\x43omputeLogProbsResponse\x12\'\n\x08logprobs\x18\x01 \x01(\x0b\x32\x15.hybridflow.v1.Tensor\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\":\n\x15PublishWeightsRequest\x12\x0f\n\x07targets\x18\x01 \x03(\t\x12\x10\n\x08\x63\x61tch_up\x18\x02 \x01(\x08\"W\n\x16PublishWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tnum_bytes\x18\x02 \x01(\x03\x12\x12\n\nduration_s\x18\x03 \x01(\x01\"%\n\x15SaveCheckpointRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\">\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\"!\n\x11TrainStateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x12TrainStateResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\"\xb3\x01\n\x0bLearnerInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x1d\n\x15needs_greedy_baseline\x18\x05 \x01(\x08\x12\x1c\n\x14needs_routed_experts\x18\x06 \x01(\x08\x12\x19\n\x11versions_per_step\x18\x07 \x01(\x05\x32\xcf\x06\n\x0eLearnerService\x12\x45\n\tTrainStep\x12\x14.hybridflow.v1.Chunk\x1a .hybridflow.v1.TrainStepResponse(\x01\x12`\n\x0f\x43omputeLogProbs\x12%.hybridflow.v1.ComputeLogProbsRequest\x1a&.hybridflow.v1.ComputeLogProbsResponse\x12]\n\x0ePublishWeights\x12$.hybridflow.v1.PublishWeightsRequest\x1a%.hybridflow.v1.PublishWeightsResponse\x12[\n\x0cStartPublish\x12$.hybridflow.v1.PublishWeightsRequest\x1a%.hybridflow.v1.PublishWeightsResponse\x12L\n\rFinishPublish\x12\x14.hybridflow.v1.Empty\x1a%.hybridflow.v1.PublishWeightsResponse\x12@\n\nGetWeights\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.WeightChunk0\x01\x12]\n\x0eSaveCheckpoint\x12$.hybridflow.v1.SaveCheckpointRequest\x1a%.hybridflow.v1.SaveCheckpointResponse\x12U\n\x0eSaveTrainState\x12 .hybridflow.v1.TrainStateRequest\x1a!.hybridflow.v1.TrainStateResponse\x12U\n\x0eLoadTrainState\x12 .hybridflow.v1.TrainStateRequest\x1a!.hybridflow.v1.TrainStateResponse\x12;\n\x07GetInfo\x12\x14.hybridflow.v1.Empty\x1a\x1a.hybridflow.v1.LearnerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,29 +35,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._loaded_options = None
   _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_TRAINBATCH']._serialized_start=75
-  _globals['_TRAINBATCH']._serialized_end=471
-  _globals['_TRAINSTEPRESPONSE']._serialized_start=474
-  _globals['_TRAINSTEPRESPONSE']._serialized_end=629
-  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_start=583
-  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_end=629
-  _globals['_COMPUTELOGPROBSREQUEST']._serialized_start=632
-  _globals['_COMPUTELOGPROBSREQUEST']._serialized_end=767
-  _globals['_COMPUTELOGPROBSRESPONSE']._serialized_start=769
-  _globals['_COMPUTELOGPROBSRESPONSE']._serialized_end=859
-  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_start=861
-  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_end=919
-  _globals['_PUBLISHWEIGHTSRESPONSE']._serialized_start=921
-  _globals['_PUBLISHWEIGHTSRESPONSE']._serialized_end=1008
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=1010
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=1047
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=1049
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=1111
-  _globals['_TRAINSTATEREQUEST']._serialized_start=1113
-  _globals['_TRAINSTATEREQUEST']._serialized_end=1146
-  _globals['_TRAINSTATERESPONSE']._serialized_start=1148
-  _globals['_TRAINSTATERESPONSE']._serialized_end=1206
-  _globals['_LEARNERINFO']._serialized_start=1209
-  _globals['_LEARNERINFO']._serialized_end=1388
-  _globals['_LEARNERSERVICE']._serialized_start=1391
-  _globals['_LEARNERSERVICE']._serialized_end=2238
+  _globals['_TRAINBATCH']._serialized_end=537
+  _globals['_TRAINSTEPRESPONSE']._serialized_start=540
+  _globals['_TRAINSTEPRESPONSE']._serialized_end=720
+  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_start=674
+  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_end=720
+  _globals['_COMPUTELOGPROBSREQUEST']._serialized_start=723
+  _globals['_COMPUTELOGPROBSREQUEST']._serialized_end=858
+  _globals['_COMPUTELOGPROBSRESPONSE']._serialized_start=860
+  _globals['_COMPUTELOGPROBSRESPONSE']._serialized_end=950
+  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_start=952
+  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_end=1010
+  _globals['_PUBLISHWEIGHTSRESPONSE']._serialized_start=1012
+  _globals['_PUBLISHWEIGHTSRESPONSE']._serialized_end=1099
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=1101
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=1138
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=1140
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=1202
+  _globals['_TRAINSTATEREQUEST']._serialized_start=1204
+  _globals['_TRAINSTATEREQUEST']._serialized_end=1237
+  _globals['_TRAINSTATERESPONSE']._serialized_start=1239
+  _globals['_TRAINSTATERESPONSE']._serialized_end=1297
+  _globals['_LEARNERINFO']._serialized_start=1300
+  _globals['_LEARNERINFO']._serialized_end=1479
+  _globals['_LEARNERSERVICE']._serialized_start=1482
+  _globals['_LEARNERSERVICE']._serialized_end=2329
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TrainBatch(_message.Message):
-    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines", "routed_experts", "loss_masks", "turn_rewards")
+    __slots__ = ("prompts", "responses", "rollout_logprobs", "rewards", "group_ids", "policy_versions", "baselines", "routed_experts", "loss_masks", "turn_rewards", "start_version", "publish_to")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,8 @@ class TrainBatch(_message.Message):
     ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     LOSS_MASKS_FIELD_NUMBER: _ClassVar[int]
     TURN_REWARDS_FIELD_NUMBER: _ClassVar[int]
+    START_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TO_FIELD_NUMBER: _ClassVar[int]
     prompts: _common_pb2.TokenBatch
     responses: _common_pb2.TokenBatch
     rollout_logprobs: _common_pb2.Tensor
@@ -29,10 +31,12 @@ class TrainBatch(_message.Message):
     routed_experts: _common_pb2.RoutedExperts
     loss_masks: bytes
     turn_rewards: _common_pb2.Tensor
-    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., routed_experts: _Optional[_Union[_common_pb2.RoutedExperts, _Mapping]] = ..., loss_masks: _Optional[bytes] = ..., turn_rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    start_version: int
+    publish_to: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, prompts: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., responses: _Optional[_Union[_common_pb2.TokenBatch, _Mapping]] = ..., rollout_logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., group_ids: _Optional[_Iterable[int]] = ..., policy_versions: _Optional[_Iterable[int]] = ..., baselines: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., routed_experts: _Optional[_Union[_common_pb2.RoutedExperts, _Mapping]] = ..., loss_masks: _Optional[bytes] = ..., turn_rewards: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., start_version: _Optional[int] = ..., publish_to: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
-    __slots__ = ("policy_version", "metrics")
+    __slots__ = ("policy_version", "metrics", "publish_started")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -42,9 +46,11 @@ class TrainStepResponse(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_STARTED_FIELD_NUMBER: _ClassVar[int]
     policy_version: int
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, policy_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    publish_started: bool
+    def __init__(self, policy_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., publish_started: _Optional[bool] = ...) -> None: ...
 
 class ComputeLogProbsRequest(_message.Message):
     __slots__ = ("prompts", "responses", "temperature")

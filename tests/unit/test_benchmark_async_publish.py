@@ -56,4 +56,14 @@ def test_figures_and_ratios(tmp_path: Path) -> None:
     assert got["overlap_step_over_learner_compute"] == pytest.approx(1.25)
     assert got["serial_step_over_learner_compute"] == pytest.approx(1.5)
     assert got["serial_over_overlap_step_s"] == pytest.approx(1.2)
-    assert ratios({"overlap": overlap}) == {"overlap_step_over_learner_compute": 1.25}
+    # The wall clock per timed step (0.1 s over 2 steps) over the learner's compute.
+    assert got["overlap_wall_over_learner_compute"] == pytest.approx(1.25)
+    assert ratios({"overlap": overlap}) == pytest.approx(
+        {"overlap_step_over_learner_compute": 1.25, "overlap_wall_over_learner_compute": 1.25}
+    )
+    _write_run(tmp_path / "ahead", [(9.0, 1.0), (0.042, 0.04), (0.042, 0.04)], [5.0, 0.02, 0.02])
+    figures["ahead"] = run_figures(tmp_path / "ahead", warmup_steps=1)
+    got = ratios(figures)
+    assert got["ahead_step_over_learner_compute"] == pytest.approx(1.05)
+    assert got["overlap_over_ahead_step_s"] == pytest.approx(0.05 / 0.042)
+    assert got["serial_over_ahead_step_s"] == pytest.approx(0.06 / 0.042)

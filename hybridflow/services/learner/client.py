@@ -3,12 +3,14 @@ in-process twin). Failed calls raise ``hybridflow.errors`` classes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import grpc
 import numpy as np
 
 from hybridflow.arrays import FloatArray, TokenLike
-from hybridflow.clients import LearnerClient
+from hybridflow.clients import LearnerClient, PendingTrainStep
+from hybridflow.errors import ServiceError
 from hybridflow.rpc.channel import make_channel
 from hybridflow.rpc.client_errors import translate_errors
 from hybridflow.rpc.codec import pack_tokens, split_by, unpack_floats
@@ -38,6 +40,28 @@ class GrpcLearnerClient:
     def train_step(self, samples: list[TrainSample]) -> TrainStepResult:
         chunks = iter_piece_chunks(convert.batch_pieces(samples), self._config.chunk_bytes)
         reply = self._stub.TrainStep(chunks, timeout=self._config.timeout_s)
+        return convert.result_from_proto(reply)
+
+    def send_train_step(
+        self, samples: list[TrainSample], start_version: int, publish_to: Sequence[str]
+    ) -> PendingTrainStep:
+        """``TrainsAhead``: the step's call is on its way when this returns (its batch was
+        serialized here, its chunks stream from gRPC's own thread)."""
+        pieces = convert.batch_pieces(samples, start_version, publish_to)
+        chunks = iter_piece_chunks(pieces, self._config.chunk_bytes)
+        future = self._stub.TrainStep.future(chunks, timeout=self._config.timeout_s)
+        return _PendingStep(future, self._landed)
+
+    @translate_errors
+    def _landed(self, future: grpc.Future) -> TrainStepResult:
+        """``send_train_step``'s reply, waited for; errors translated (the method's name in
+        their message is this one)."""
+        try:
+            reply = future.result()
+        except grpc.FutureCancelledError as exc:
+            raise ServiceError(
+                f"the train step to the learner at {self.address} was cancelled"
+            ) from exc
         return convert.result_from_proto(reply)
 
     @translate_errors
@@ -118,3 +142,22 @@ class GrpcLearnerClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+class _PendingStep:
+    """``PendingTrainStep`` over a gRPC future."""
+
+    def __init__(
+        self, future: grpc.Future, landed: Callable[[grpc.Future], TrainStepResult]
+    ) -> None:
+        self._future = future
+        self._landed = landed
+
+    def done(self) -> bool:
+        return bool(self._future.done())
+
+    def result(self) -> TrainStepResult:
+        return self._landed(self._future)
+
+    def cancel(self) -> None:
+        self._future.cancel()

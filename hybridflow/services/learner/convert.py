@@ -20,14 +20,22 @@ from hybridflow.types import LearnerInfo, TrainSample, TrainStepResult
 from hybridflow.v1 import learner_pb2
 
 
-def batch_pieces(samples: Sequence[TrainSample]) -> list[wire.Piece]:
+def batch_pieces(
+    samples: Sequence[TrainSample],
+    start_version: int | None = None,
+    publish_to: Sequence[str] = (),
+) -> list[wire.Piece]:
     """A serialized ``TrainBatch`` as pieces over the samples' own arrays (see rpc/wire.py):
-    what the client streams, with the token and log-prob bytes copied once, into chunks."""
+    what the client streams, with the token and log-prob bytes copied once, into chunks.
+    ``start_version`` and ``publish_to``: a step sent ahead (``TrainBatch``'s fields)."""
     rest = learner_pb2.TrainBatch(
         rewards=pack_floats(np.fromiter((s.reward for s in samples), np.float32, len(samples))),
         group_ids=[s.group_id for s in samples],
         policy_versions=[s.policy_version for s in samples],
+        publish_to=list(publish_to),
     )
+    if start_version is not None:
+        rest.start_version = start_version
     if any(s.baseline is not None for s in samples):
         rest.baselines.CopyFrom(pack_floats(_baselines_with_nan(samples)))
     if any(s.routed_experts is not None for s in samples):
@@ -191,12 +199,18 @@ def batch_from_proto(
 
 def result_to_proto(result: TrainStepResult) -> learner_pb2.TrainStepResponse:
     return learner_pb2.TrainStepResponse(
-        policy_version=result.policy_version, metrics=dict(result.metrics)
+        policy_version=result.policy_version,
+        metrics=dict(result.metrics),
+        publish_started=result.publish_started,
     )
 
 
 def result_from_proto(msg: learner_pb2.TrainStepResponse) -> TrainStepResult:
-    return TrainStepResult(policy_version=msg.policy_version, metrics=dict(msg.metrics))
+    return TrainStepResult(
+        policy_version=msg.policy_version,
+        metrics=dict(msg.metrics),
+        publish_started=msg.publish_started,
+    )
 
 
 def learner_info_to_proto(info: LearnerInfo) -> learner_pb2.LearnerInfo:

@@ -109,15 +109,17 @@ class LearnerCore:
             publisher.retire(targets)
         return publisher.publish(targets, self.worker.policy_version)
 
-    def start_publish(self, targets: Sequence[str]) -> int:
+    def start_publish(self, targets: Sequence[str], keep: Sequence[str] | None = None) -> int:
         """Begins a publish of the current weights (every rank, relayed like
         ``publish_weights``) and returns its version once the next ``train_step`` may run:
         each rank has copied its shards, and their send runs beside it (the ``dist``
-        transport; ``grpc`` sends at once). ``finish_publish`` reports it."""
+        transport; ``grpc`` sends at once). ``finish_publish`` reports it. ``targets`` are
+        the whole serving set, unless ``keep`` names more replicas to hold on to (ones that
+        joined after the targets were read)."""
         version = self.worker.policy_version
         if self.worker.has_actor:
             publisher = self._get_publisher()
-            publisher.retire(targets)  # the whole serving set, as for a full publish
+            publisher.retire(keep if keep is not None else targets)
             publisher.start(targets, version)
         self._started = version
         return version

@@ -11,8 +11,11 @@ probe within ``weight_sync.connect_timeout_s``.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from hybridflow.weights.client import check_targets, probe_replica
 from hybridflow.weights.config import WeightSyncConfig
 from hybridflow.weights.convert import iter_weight_chunks
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = learner_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
 
 Dispatch = Callable[[str, tuple[Any, ...]], Any]
@@ -73,6 +77,17 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         self._max_bytes = max_bytes
         self._chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
+        self._turns = threading.Condition()
+        """Notified after every train step: steps sent ahead wait on it for their turn."""
+        self._failed_from: int | None = None
+        """The policy version the last failed train step started from."""
+        self._reported = threading.Event()
+        """Set while no background publish awaits its FinishPublish."""
+        self._reported.set()
+        self._joins = 0
+        """Catch-up publishes so far (under the lock)."""
+        self._joined: dict[str, int] = {}
+        """Each replica caught up, with ``_joins`` after its last catch-up."""
         self.last_publish_s = 0.0
         """Seconds of the last PublishWeights (the Prometheus weight-sync gauge)."""
 
@@ -89,9 +104,127 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def TrainStep(
         self, request_iterator: Iterator[common_pb2.Chunk], context: grpc.ServicerContext
     ) -> learner_pb2.TrainStepResponse:
+        """One step; with ``start_version`` in its turn, with ``publish_to`` followed by the
+        start of its publish (see ``TrainBatch``). The batch is received and checked, and the
+        targets probed, before the turn: beside the step ahead of it."""
         batch = receive_message(request_iterator, learner_pb2.TrainBatch, self._max_bytes)
         samples = convert.batch_from_proto(batch, self._vocab_size)
-        return convert.result_to_proto(self._run("train_step", samples))
+        targets = list(batch.publish_to)
+        if targets:
+            check_targets(targets, self._weight_sync.allowed_hosts)  # refused before it trains
+        unreachable = self._unreachable(targets)
+        start = batch.start_version if batch.HasField("start_version") else None
+        deadline = time.monotonic() + _time_left(context)
+        joins_seen = self._joins
+        with self._turn(start, deadline, context):
+            result = self._dispatch("train_step", (samples,))
+            if targets and not unreachable:
+                keep = self._keep(targets, joins_seen)
+                result.publish_started = self._start_after_step(targets, keep, deadline)
+        return convert.result_to_proto(result)
+
+    def _unreachable(self, targets: list[str]) -> str:
+        """Why a step's publish will not start ("" when every target answers its probe):
+        the step trains all the same, and its caller publishes (and drops the dead)."""
+        for target in targets:
+            try:
+                self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
+            except Unavailable as exc:
+                log.warning("not publishing after the train step: %s", exc)
+                return str(exc)
+        return ""
+
+    def _start_after_step(self, targets: list[str], keep: list[str], deadline: float) -> bool:
+        """Starts the step's publish once the one before was reported; False (logged) when
+        it cannot: the step is applied, so its reply must not fail, and the caller
+        publishes as it would have without ``publish_to``."""
+        # Leaves the reply a second inside the call's deadline: the step's result must land.
+        wait_until = min(deadline - 1.0, time.monotonic() + self._weight_sync.timeout_s)
+        try:
+            self._wait_reported(wait_until)
+            self._dispatch("start_publish", (targets, keep))
+        except Exception as exc:  # noqa: BLE001 — reported through publish_started
+            log.warning("the train step's publish did not start: %s", exc)
+            return False
+        self._reported.clear()
+        return True
+
+    def _keep(self, targets: list[str], joins_seen: int) -> list[str]:
+        """The replicas a step's publish keeps: its targets, and those that joined (a
+        catch-up PublishWeights) since the step was sent, whose caller could not name them
+        yet (the publish would otherwise close their new groups)."""
+        joined = [t for t, n in self._joined.items() if n > joins_seen and t not in targets]
+        return [*targets, *joined]
+
+    @contextmanager
+    def _turn(
+        self, start_version: int | None, deadline: float, context: grpc.ServicerContext
+    ) -> Iterator[None]:
+        """Holds the command lock for one train step; with ``start_version``, only once the
+        learner holds that version (waiting, until ``deadline``, while it is behind)."""
+        if start_version is not None:
+            context.add_callback(self._wake_turns)  # a cancelled call stops waiting
+            with self._turns:
+                while (now := self._version()) != start_version:
+                    self._refuse_turn(start_version, now, deadline, context)
+                    self._turns.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if start_version is not None and self._version() != start_version:
+                raise FailedPrecondition(  # an unordered step ran first
+                    f"this train step starts from policy version {start_version}; the "
+                    f"learner is at {self._version()}"
+                )
+            try:
+                yield
+                self._failed_from = None
+            except BaseException:
+                self._failed_from = self._version()
+                raise
+            finally:
+                self._wake_turns()
+
+    def _wake_turns(self) -> None:
+        with self._turns:
+            self._turns.notify_all()
+
+    def _refuse_turn(
+        self, start_version: int, now: int, deadline: float, context: grpc.ServicerContext
+    ) -> None:
+        """Raises when a step waiting for ``start_version`` can no longer get it: the
+        learner is past it, the last step failed where the learner still is (nothing will
+        bring it to ``start_version`` in order), the deadline passed or the caller left (a
+        coordinator that stopped must not have its step applied under the next one)."""
+        if now > start_version:
+            raise FailedPrecondition(
+                f"this train step starts from policy version {start_version}, the learner "
+                f"is already at {now}: it is not applied (again)"
+            )
+        if self._failed_from == now:
+            raise FailedPrecondition(
+                f"the train step that should have brought the learner from policy version "
+                f"{now} failed; this one, from {start_version}, is not applied"
+            )
+        if not context.is_active():
+            raise FailedPrecondition(
+                f"the train step from policy version {start_version} was cancelled"
+            )
+        if time.monotonic() >= deadline:
+            raise FailedPrecondition(
+                f"this train step starts from policy version {start_version}; the learner "
+                f"stayed at {now} until the call's deadline"
+            )
+
+    def _version(self) -> int:
+        return int(self._info().policy_version)
+
+    def _wait_reported(self, deadline: float) -> None:
+        """Waits until the previous background publish was reported (FinishPublish): one
+        publish in flight at a time, and its check done before the next one is sent."""
+        if not self._reported.wait(max(0.0, deadline - time.monotonic())):
+            raise FailedPrecondition(
+                "the train step is done, but its publish cannot start: the previous one "
+                "was not reported (FinishPublish) in time"
+            )
 
     @handle_errors
     def ComputeLogProbs(
@@ -114,8 +247,12 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def PublishWeights(
         self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
     ) -> learner_pb2.PublishWeightsResponse:
-        targets = self._checked_targets(request, context)
-        report = self._run("publish_weights", targets, request.catch_up)
+        targets = self._checked_targets(request.targets, context)
+        with self._lock:
+            report = self._dispatch("publish_weights", (targets, request.catch_up))
+            if request.catch_up:
+                self._joins += 1
+                self._joined.update((t, self._joins) for t in targets)
         self.last_publish_s = report.duration_s
         return _report_to_proto(report)
 
@@ -123,7 +260,8 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def StartPublish(
         self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
     ) -> learner_pb2.PublishWeightsResponse:
-        version = self._run("start_publish", self._checked_targets(request, context))
+        version = self._run("start_publish", self._checked_targets(request.targets, context))
+        self._reported.clear()
         return learner_pb2.PublishWeightsResponse(policy_version=version)
 
     @handle_errors
@@ -132,15 +270,18 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     ) -> learner_pb2.PublishWeightsResponse:
         if self._finish_publish is None:
             raise FailedPrecondition("this learner cannot publish in the background")
-        report = self._finish_publish()  # rank 0 alone, outside the lock: train steps go on
+        try:  # rank 0 alone, outside the lock: train steps go on
+            report = self._finish_publish()
+        finally:
+            self._reported.set()
         self.last_publish_s = report.duration_s
         return _report_to_proto(report)
 
     def _checked_targets(
-        self, request: learner_pb2.PublishWeightsRequest, context: grpc.ServicerContext
+        self, requested: Iterable[str], context: grpc.ServicerContext
     ) -> list[str]:
-        """The request's targets, each on ``allowed_hosts`` and answering a probe."""
-        targets = list(request.targets)
+        """A request's targets, each on ``allowed_hosts`` and answering a probe."""
+        targets = list(requested)
         check_targets(targets, self._weight_sync.allowed_hosts)
         for target in targets:  # outside the lock: a dead target never blocks other calls
             try:
@@ -202,3 +343,9 @@ def _report_to_proto(report: WeightUpdateReport) -> learner_pb2.PublishWeightsRe
         num_bytes=report.num_bytes,
         duration_s=report.duration_s,
     )
+
+
+def _time_left(context: grpc.ServicerContext) -> float:
+    """Seconds to the call's deadline (a day when it has none)."""
+    left = context.time_remaining()
+    return 86_400.0 if left is None else max(0.0, float(left))

@@ -235,3 +235,128 @@ class BackgroundFakeLearner(FakeLearner):
         for r in self.rollouts:
             r.version = version
         return WeightUpdateReport(version, 8, 0.0)
+
+
+class FakePendingStep:
+    """``PendingTrainStep`` for ``AheadFakeLearner``: set once by the step's thread."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: TrainStepResult | None = None
+        self._error: BaseException | None = None
+        self.cancelled = False
+
+    def set(self, result: TrainStepResult | None, error: BaseException | None = None) -> None:
+        self._result, self._error = result, error
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self) -> TrainStepResult:
+        assert self._done.wait(60.0), "the fake's train step never ended"
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class StepRefused(errors.FailedPrecondition):
+    """What the learner service answers a step it will not run (its turn cannot come)."""
+
+
+class AheadFakeLearner(BackgroundFakeLearner):
+    """A ``BackgroundFakeLearner`` that also trains ahead (``TrainsAhead``, as the learner
+    service): every step runs on a thread of its own once the learner holds its start
+    version (refused once past it, after a failed step, or when cancelled first), and a
+    step with replicas to publish to starts that publish as it ends, after the publish
+    before it was finished."""
+
+    WAIT_S = 30.0
+
+    def __init__(self, rollouts: list[FakeRollout], root: Path | None = None) -> None:
+        super().__init__(rollouts, root)
+        self.cond = threading.Condition()
+        self.in_flight = 0
+        self.sent: list[tuple[int, int]] = []
+        """(start version, steps already in flight) for every step sent."""
+        self.in_step: list[int] = []
+        """Versions whose publish a step started itself."""
+        self.refused: list[int] = []
+        """Start versions of the steps refused."""
+        self.hold_for_next: set[int] = set()
+        """Start versions whose step trains only once the step after it was sent (tests
+        that need a step sent ahead: without it the fake fails the step)."""
+        self.no_publish_from: set[int] = set()
+        """Start versions whose step does not start its publish (as the learner when a
+        target does not answer): the job must publish it."""
+        self.on_send: Callable[[int], None] | None = None
+        """Called with each step's start version as it is sent."""
+        self.pendings: list[FakePendingStep] = []
+        self._failed_at: int | None = None
+        self._step_lock = threading.Lock()
+
+    def send_train_step(
+        self, samples: list[TrainSample], start_version: int, publish_to: Sequence[str]
+    ) -> FakePendingStep:
+        pending = FakePendingStep()
+        with self.cond:
+            self.sent.append((start_version, self.in_flight))
+            self.pendings.append(pending)
+            self.in_flight += 1
+            self.cond.notify_all()
+        if self.on_send is not None:
+            self.on_send(start_version)
+        threading.Thread(
+            target=self._run, args=(pending, samples, start_version, list(publish_to)), daemon=True
+        ).start()
+        return pending
+
+    def _run(
+        self, pending: FakePendingStep, samples: list[TrainSample], start: int, targets: list[str]
+    ) -> None:
+        try:
+            with self.cond:
+                ok = self.cond.wait_for(
+                    lambda: self.version >= start or self._failed_at is not None,
+                    self.WAIT_S,
+                )
+                if not ok or self.version != start or pending.cancelled:
+                    self.refused.append(start)
+                    raise StepRefused(f"step from v{start} refused (learner at v{self.version})")
+            if start in self.hold_for_next:
+                with self.cond:
+                    sent_next = self.cond.wait_for(
+                        lambda: any(v == start + 1 for v, _ in self.sent), self.WAIT_S
+                    )
+                assert sent_next, f"the step after the one from v{start} was not sent ahead"
+            with self._step_lock:  # the step and its publish's start, as one command
+                try:
+                    result = self.train_step(samples)
+                except BaseException:
+                    with self.cond:
+                        self._failed_at = self.version
+                    raise
+                if targets and start not in self.no_publish_from:
+                    with self.cond:
+                        assert self.cond.wait_for(lambda: self._started is None, self.WAIT_S)
+                    self.start_publish(targets)
+                    self.in_step.append(self.version)
+                    result.publish_started = True
+            pending.set(result)
+        except BaseException as exc:  # noqa: BLE001 — the caller's result() raises it
+            pending.set(None, exc)
+        finally:
+            with self.cond:
+                self.in_flight -= 1
+                self.cond.notify_all()
+
+    def finish_publish(self) -> WeightUpdateReport:
+        try:
+            return super().finish_publish()
+        finally:
+            with self.cond:
+                self.cond.notify_all()

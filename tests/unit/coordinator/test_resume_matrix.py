@@ -39,7 +39,7 @@ from tests.fault.harness import audit
 from tests.fault.test_resume_matrix_twins import OBSERVERS as TWIN_OBSERVERS
 from tests.resume_observed import NOTHING, ObservedTable, Observer, one
 
-from .fakes import BackgroundFakeLearner, FakeReward, FakeRollout, Unavailable, records
+from .fakes import AheadFakeLearner, FakeReward, FakeRollout, Unavailable, records
 
 NUM_ROWS = 12
 BASE = (
@@ -78,6 +78,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
     "coordinator.max_staleness+": ("coordinator.max_staleness=2",),
     "coordinator.admission": ("coordinator.admission=greedy",),
     "coordinator.overlap_publish": ("coordinator.overlap_publish=false",),
+    "coordinator.train_ahead": ("coordinator.train_ahead=false",),
     "coordinator.overlap_scoring": ("coordinator.overlap_scoring=false",),
     "coordinator.dynamic_sampling": ("coordinator.dynamic_sampling=true",),
     "coordinator.dynamic_sampling_max_rounds": (
@@ -207,7 +208,7 @@ class Resumed:
     """What the resumed run's running parts saw and did (the fakes record it)."""
 
     training: TrainingJob
-    learner: BackgroundFakeLearner
+    learner: AheadFakeLearner
     rollouts: list[FakeRollout]
     run_dir: Path
     stderr: str
@@ -344,6 +345,9 @@ OBSERVERS: dict[str, Observer[Resumed]] = {
     ),
     "coordinator.overlap_publish": Observer(
         "publishes run in the background", lambda r: bool(r.learner.background)
+    ),
+    "coordinator.train_ahead": Observer(
+        "the learner's steps start their own publishes", lambda r: bool(r.learner.in_step)
     ),
     "coordinator.overlap_scoring": Observer(
         "the dispatchers score on a lane",
@@ -486,9 +490,9 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedTable]:
     observed.report(tmp_path_factory.mktemp("resume_matrix") / "coordinator_keys.txt")
 
 
-def _services(root: Path) -> tuple[Services, BackgroundFakeLearner, list[FakeRollout]]:
+def _services(root: Path) -> tuple[Services, AheadFakeLearner, list[FakeRollout]]:
     rollouts = [FakeRollout() for _ in range(2)]
-    learner = BackgroundFakeLearner(rollouts, root)
+    learner = AheadFakeLearner(rollouts, root)
     svc = Services(
         rollouts, FakeReward(), learner, ["r0", "r1"], decode=lambda ids: "".join(map(str, ids))
     )
@@ -497,7 +501,7 @@ def _services(root: Path) -> tuple[Services, BackgroundFakeLearner, list[FakeRol
 
 def _job(
     job: JobConfig, run_dir: Path, resume: bool
-) -> tuple[TrainingJob, BackgroundFakeLearner, list[FakeRollout]]:
+) -> tuple[TrainingJob, AheadFakeLearner, list[FakeRollout]]:
     svc, learner, rollouts = _services(run_dir / "checkpoints")
     training = TrainingJob(
         job.coordinator,
