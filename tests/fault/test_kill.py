@@ -44,3 +44,15 @@ def test_kill_once(victim: str, tmp_path: Path) -> None:
 def test_kill_at_random_moments(victim: str, trial: int, tmp_path: Path) -> None:
     step = random.Random(f"{victim}-{trial}").randint(1, LAST_KILL_STEP)
     _check(Trial(victim, step, tmp_path / victim))
+
+
+ASYNC = ("coordinator.max_staleness=2", "learner.loss.off_policy=tis")
+"""An async run: each step goes to the learner while the one before it trains
+(``coordinator.train_ahead``), so a death can leave a step sent ahead in flight."""
+
+
+@pytest.mark.parametrize(
+    "victim", ["learner", pytest.param("coordinator", marks=pytest.mark.slow), "rollout"]
+)
+def test_kill_once_in_an_async_run(victim: str, tmp_path: Path) -> None:
+    _check(Trial(victim, 3, tmp_path / victim, extra=ASYNC))
