@@ -98,7 +98,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from hybridflow.models.shapes import QWEN25_05B
-    from hybridflow.services.learner.batching import build_batch, plan_step_micro_batches
+    from hybridflow.services.learner.batch_plans import plan_step_micro_batches
+    from hybridflow.services.learner.batching import build_batch
     from hybridflow.services.learner.forward import policy_forward
     from hybridflow.services.learner.models import decoder_layer_classes
     from hybridflow.services.learner.precision import autocast_forward, checkpoint_layers

@@ -39,14 +39,8 @@ from hybridflow.algorithms.preference import (
 )
 from hybridflow.arrays import TokenArray
 from hybridflow.data.preference import LabelledCompletion, PreferencePair
-from hybridflow.services.learner.batching import (
-    MicroBatch,
-    PaddedBatch,
-    StepPlan,
-    build_batch,
-    plan_step_micro_batches,
-    validate_sequences,
-)
+from hybridflow.services.learner.batch_plans import MicroBatch, StepPlan, plan_step_micro_batches
+from hybridflow.services.learner.batching import PaddedBatch, build_batch, validate_sequences
 from hybridflow.services.learner.distributed import all_reduce_sum
 from hybridflow.services.learner.forward import policy_forward
 from hybridflow.services.learner.fsdp import clip_grad_norm

@@ -40,14 +40,8 @@ from hybridflow.algorithms.registry import (
 )
 from hybridflow.algorithms.value_loss import compute_value_loss
 from hybridflow.models.router_replay import batch_routing
-from hybridflow.services.learner.batching import (
-    MicroBatch,
-    PaddedBatch,
-    PromptSharing,
-    StepPlan,
-    build_batch,
-    plan_step_micro_batches,
-)
+from hybridflow.services.learner.batch_plans import MicroBatch, StepPlan, plan_step_micro_batches
+from hybridflow.services.learner.batching import PaddedBatch, PromptSharing, build_batch
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.distributed import all_gather_objects
 from hybridflow.services.learner.forward import policy_forward, value_forward

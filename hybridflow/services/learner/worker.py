@@ -43,14 +43,12 @@ from hybridflow.arrays import FloatArray, TokenLike
 from hybridflow.lora.export import merged_items, write_peft_dir
 from hybridflow.lora.peft_layers import AdapterParams, AdaptersOff, inject
 from hybridflow.models.router_replay import check_routing, moe_routers
-from hybridflow.services.learner.batching import (
+from hybridflow.services.learner.batch_plans import (
     StepPlan,
-    build_batch,
     plan_step_micro_batches,
     split_contiguous,
-    validate_samples,
-    validate_sequences,
 )
+from hybridflow.services.learner.batching import build_batch, validate_samples, validate_sequences
 from hybridflow.services.learner.config import LearnerConfig
 from hybridflow.services.learner.distributed import all_gather_objects, current_dist_info
 from hybridflow.services.learner.forward import (
@@ -101,8 +99,9 @@ _WHITENING_ESTIMATORS = ("gae", "reinforce_plus_plus", "reinforce_plus_plus_base
 # ~500 lines in one class on purpose: it owns one rank's models, optimizers and policy
 # version, and each method is an entry point the service relays (train step, log-probs,
 # weights, train state). What a step computes lives in updates.py, the batch layout in
-# batching.py, the forwards in forward.py, the memory tools in precision.py and fsdp.py; the
-# next split would move the weights' entry points (full_state_dict_items and its kin) out.
+# batching.py and its split among ranks in batch_plans.py, the forwards in forward.py, the
+# memory tools in precision.py and fsdp.py; the next split would move the weights' entry
+# points (full_state_dict_items and its kin) out.
 class LearnerWorker:
     """Actor (+ critic, reference) and their optimizers on this rank; see the module doc."""
 

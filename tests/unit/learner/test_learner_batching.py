@@ -2,12 +2,8 @@
 
 import torch
 
-from hybridflow.services.learner.batching import (
-    StepPlan,
-    build_padded_batch,
-    plan_micro_batches,
-    split_contiguous,
-)
+from hybridflow.services.learner.batch_plans import StepPlan, plan_micro_batches, split_contiguous
+from hybridflow.services.learner.batching import build_padded_batch
 
 
 def test_padded_batch_layout() -> None:

@@ -20,13 +20,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from transformers import AutoModelForCausalLM
 
+from hybridflow.services.learner.batch_plans import (
+    plan_step_micro_batches,
+    plan_token_micro_batches,
+)
 from hybridflow.services.learner.batching import (
     PaddedBatch,
     build_batch,
     build_packed_batch,
     build_padded_batch,
-    plan_step_micro_batches,
-    plan_token_micro_batches,
 )
 from hybridflow.services.learner.forward import policy_forward, value_forward
 from hybridflow.services.learner.memory_config import LearnerMemoryConfig
