@@ -26,14 +26,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hybridflow.clients import PendingTrainStep
+from hybridflow.clients import PendingTrainStep, TrainsAhead
 from hybridflow.coordinator.buffer import GroupBuffer
 from hybridflow.coordinator.config import CoordinatorConfig
 from hybridflow.coordinator.control import JobControl
 from hybridflow.coordinator.dataflow import ScoredGroup
 from hybridflow.coordinator.dispatch import ReplicaDispatcher
 from hybridflow.coordinator.publish import WeightPublisher
+from hybridflow.coordinator.staleness import StalenessBound
 from hybridflow.types import TrainSample, TrainStepResult
+
+
+def ahead_learner(
+    config: CoordinatorConfig, bound: StalenessBound, learner: object
+) -> TrainsAhead | None:
+    """``learner`` when the job sends steps ahead: ``train_ahead`` with ``overlap_publish``,
+    an asynchronous bound, no dynamic sampling (its filtered groups are audited per take),
+    and a learner service that takes them; None: one step at a time."""
+    if not (config.train_ahead and config.overlap_publish and bound.max_steps >= 1):
+        return None
+    if config.dynamic_sampling or not isinstance(learner, TrainsAhead):
+        return None
+    return learner
+
 
 POLL_S = 0.01
 """How often the wait for the next batch looks whether the current step ended."""

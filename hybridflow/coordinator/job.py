@@ -37,10 +37,13 @@ Invariants (tested in tests/unit/coordinator/):
   ``replica_stall_timeout_s`` (``liveness.py``), so a hung one holds neither a batch nor a
   publish. Liveness probes never run inside the learner's critical section.
 
-This module is the step loop (build, open, step, close, summarize); saving and restoring
-checkpoints is ``job_checkpoints.JobCheckpoints``, handed the buffer, cursor and publisher the
-loop shares, and the held-out evaluations' timing is ``eval_schedule.EvalSchedule``. What needs none of the loop's state lives beside it (``buffer``, ``dispatch``,
-``publish``, ``staleness``, ``schedule_state``, ``run_records``).
+This module is the step loop (build, open, step, close, summarize), about 650 lines in one
+class because every method reads or writes the loop's own state (buffer, dispatchers,
+publisher, run records). Saving and restoring checkpoints is ``job_checkpoints.JobCheckpoints``,
+handed the buffer, cursor and publisher the loop shares; the held-out evaluations' timing is
+``eval_schedule.EvalSchedule``; when a step goes to the learner ahead is ``ahead.AheadRule``.
+What needs none of the loop's state lives beside it (``buffer``, ``dispatch``, ``publish``,
+``staleness``, ``schedule_state``, ``run_records``).
 """
 
 from __future__ import annotations
@@ -54,8 +57,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hybridflow.clients import TrainsAhead
-from hybridflow.coordinator.ahead import AheadRule, SentStep, take_ahead
+from hybridflow.coordinator.ahead import AheadRule, SentStep, ahead_learner, take_ahead
 from hybridflow.coordinator.buffer import Admission, GroupBuffer
 from hybridflow.coordinator.checkpoint import CheckpointStore, CoordinatorState
 from hybridflow.coordinator.config import CoordinatorConfig
@@ -180,16 +182,7 @@ class TrainingJob:
             else None
         )
         """Held-out evaluations (``coordinator.eval``); None when it lists no set."""
-        learner = services.learner
-        self._ahead = (
-            learner
-            if config.train_ahead
-            and config.overlap_publish
-            and not config.dynamic_sampling  # its filtered groups are audited per take
-            and bound.max_steps >= 1
-            and isinstance(learner, TrainsAhead)
-            else None
-        )
+        self._ahead = ahead_learner(config, bound, services.learner)
         """The learner, when steps are sent ahead (``ahead.py``); None: one at a time."""
         self._ahead_rule = AheadRule(config, self.control, self.publisher, self._eval_due)
         self.state = self._initial_state(continue_from)

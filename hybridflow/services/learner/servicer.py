@@ -126,12 +126,11 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
     def _unreachable(self, targets: list[str]) -> str:
         """Why a step's publish will not start ("" when every target answers its probe):
         the step trains all the same, and its caller publishes (and drops the dead)."""
-        for target in targets:
-            try:
-                self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
-            except Unavailable as exc:
-                log.warning("not publishing after the train step: %s", exc)
-                return str(exc)
+        try:
+            self._probe_each(targets)
+        except Unavailable as exc:
+            log.warning("not publishing after the train step: %s", exc)
+            return str(exc)
         return ""
 
     def _start_after_step(self, targets: list[str], keep: list[str], deadline: float) -> bool:
@@ -283,15 +282,20 @@ class LearnerServicer(learner_pb2_grpc.LearnerServiceServicer):
         """A request's targets, each on ``allowed_hosts`` and answering a probe."""
         targets = list(requested)
         check_targets(targets, self._weight_sync.allowed_hosts)
-        for target in targets:  # outside the lock: a dead target never blocks other calls
-            try:
-                self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
-            except Unavailable:
-                # Clients retry UNAVAILABLE; a negative pushback tells them not to, so a dead
-                # replica is reported once, not after every retry's probe.
-                context.set_trailing_metadata(((RETRY_PUSHBACK, "-1"),))
-                raise
+        try:
+            self._probe_each(targets)
+        except Unavailable:
+            # Clients retry UNAVAILABLE; a negative pushback tells them not to, so a dead
+            # replica is reported once, not after every retry's probe.
+            context.set_trailing_metadata(((RETRY_PUSHBACK, "-1"),))
+            raise
         return targets
+
+    def _probe_each(self, targets: Iterable[str]) -> None:
+        """Unavailable for the first target that does not answer its probe (called outside
+        the lock: a dead target never blocks other calls)."""
+        for target in targets:
+            self._probe(target, self._channel, self._weight_sync.connect_timeout_s)
 
     @handle_errors
     def GetWeights(
