@@ -30,6 +30,12 @@ two FSDP ranks beside a vLLM replica reached 10 GB each at their first step and 
 killed one on a 23 GB machine (``benchmarks/LOG.md``, 2026-12-07); with the defaults they
 fit, at 51 s a step.
 
+A process started afresh (``spawn``, ``exec``) does not inherit ``mallopt``'s settings, which
+live in its parent's memory: vLLM's CPU workers are spawned, and each weight sync's reload
+allocated and faulted in about 2 GB at the 0.5B shape (apply 4.3 s a sync against 1.2 s with
+the setting, ``benchmarks/LOG.md``, 2026-12-08). ``child_tunables`` gives the same setting as
+``GLIBC_TUNABLES``, which glibc reads before the child's first ``malloc``.
+
 The services that run torch compute call ``keep_freed_memory`` first thing in ``main``
 (``hybridflow.main.bootstrap.setup_torch_process`` calls it too, for other callers). ``HYBRIDFLOW_MALLOC=keep`` or
 ``system`` decides for every service instead. Elsewhere than glibc (macOS, musl) nothing
@@ -103,6 +109,69 @@ def keep_freed_memory() -> bool:
             ", ".join(early),
         )
     return True
+
+
+TUNABLES_ENV = "GLIBC_TUNABLES"
+TUNABLES = (
+    ("glibc.malloc.mmap_max", 0),
+    ("glibc.malloc.trim_threshold", 1 << 62),
+    ("glibc.malloc.top_pad", TOP_PAD_BYTES),
+    ("glibc.malloc.arena_max", 1),
+)
+"""``keep_freed_memory``'s four settings as glibc's tunables (the trim threshold: never, in
+practice; ``mallopt``'s -1 has no spelling there)."""
+
+
+def child_tunables(current: str | None = None) -> str | None:
+    """The ``GLIBC_TUNABLES`` value that gives a process started afresh this process's
+    setting (module doc): ``current`` (the environment's value, by default) with
+    ``TUNABLES`` added where it does not name them already (a key the user set wins).
+    None where the setting did not apply here."""
+    if not _applied:
+        return None
+    if current is None:
+        current = os.environ.get(TUNABLES_ENV, "")
+    items = [item for item in current.split(":") if item]
+    named = {item.split("=", 1)[0] for item in items}
+    items += [f"{key}={value}" for key, value in TUNABLES if key not in named]
+    return ":".join(items)
+
+
+PROBE_BYTES = 64 << 20
+"""Over glibc's largest dynamic mmap threshold (32 MB): glibc as it comes maps such a block."""
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def keeps_large_blocks() -> bool | None:
+    """Whether this process's allocator serves a large block from its heap (the setting holds,
+    from ``mallopt`` or from the tunables it started with) rather than mapping it; None where
+    the C library is not glibc (2.33+). Allocates and frees ``PROBE_BYTES``, untouched."""
+    if _glibc_mallopt() is None:
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    if not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(PROBE_BYTES)
+    if not block:
+        return None
+    try:
+        return bool(libc.mallinfo2().hblkhd - before < PROBE_BYTES)
+    finally:
+        libc.free(block)
 
 
 def _ranks_on_this_host() -> int:

@@ -137,6 +137,8 @@ class VLLMEngine:
         )
         self._engine = self._runtime.core
         """vLLM's engine core, stepped here; its workers' life is the runtime's."""
+        if self.device.type != "cuda":
+            self._runtime.check_worker_allocator()
         self.tensor_parallel_size = tensor_parallel_size
         eos = hf_config.eos_token_id
         if isinstance(eos, list):

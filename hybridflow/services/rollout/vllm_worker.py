@@ -38,6 +38,7 @@ from hybridflow.resharding.coverage import check_same_params
 from hybridflow.resharding.layout import layout_of
 from hybridflow.services.rollout.vllm_idle import shorten_idle_spin
 from hybridflow.services.rollout.vllm_routing import RoutingCaptureWorker
+from hybridflow.utils.malloc import keeps_large_blocks
 from hybridflow.weights.dist_receiver import DistReceiver
 from hybridflow.weights.spec import GroupSpec
 
@@ -100,6 +101,11 @@ class WeightSyncWorker(RoutingCaptureWorker):
         family = self._hf_family()
         layout = layout_of(family.model_type, family.sliced_topology(self._hf_dims()))
         return layout.family, [astuple(p) for p in layout.params], layout.dtype
+
+    def hf_keeps_freed_memory(self) -> bool | None:
+        """Whether this worker's allocator keeps large blocks in its heap (the tunables
+        ``vllm_runtime`` starts it with); None where that cannot be told (not glibc)."""
+        return keeps_large_blocks()
 
     # ------------------------------------------------------------------ whole checkpoints
 

@@ -46,3 +46,31 @@ def test_the_config_names_exactly_the_registered_engines(tmp_path) -> None:
         ValueError, match=r"unknown rollout.engine 'sglang'; known: \['hf', 'vllm'\]"
     ):
         build_engine(unchecked, tmp_path)
+
+
+def test_vllm_cpu_workers_get_the_allocator_setting_as_tunables(monkeypatch) -> None:
+    """vLLM spawns its CPU workers: the rollout's allocator setting reaches them only through
+    GLIBC_TUNABLES (hybridflow/utils/malloc.py); never on CUDA, never when not applied."""
+    from hybridflow.services.rollout.vllm_runtime import engine_env, engine_env_values
+    from hybridflow.utils import malloc
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setattr(malloc, "_applied", False)
+    assert "GLIBC_TUNABLES" not in engine_env_values("cpu", 1, 4, 1)
+    monkeypatch.setattr(malloc, "_applied", True)
+    assert "GLIBC_TUNABLES" not in engine_env_values("cuda:0", 1, 4, 1)
+    env = engine_env_values("cpu", 1, 4, 1)
+    assert env["GLIBC_TUNABLES"].split(":") == [f"{k}={v}" for k, v in malloc.TUNABLES]
+    # The user's own tunables stay (theirs win key by key), and the value lasts only while
+    # the engine builds.
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4:glibc.cpu.x86_avx=0")
+    merged = engine_env_values("cpu", 1, 4, 1)["GLIBC_TUNABLES"].split(":")
+    assert merged[:2] == ["glibc.malloc.arena_max=4", "glibc.cpu.x86_avx=0"]
+    assert "glibc.malloc.mmap_max=0" in merged
+    assert not any(item.startswith("glibc.malloc.arena_max=1") for item in merged)
+    import os
+
+    with engine_env({"GLIBC_TUNABLES": ":".join(merged)}):
+        assert os.environ["GLIBC_TUNABLES"] == ":".join(merged)
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=4:glibc.cpu.x86_avx=0"

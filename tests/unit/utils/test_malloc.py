@@ -37,9 +37,10 @@ CHILD = textwrap.dedent(
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
 
-    from hybridflow.utils.malloc import keep_freed_memory
+    from hybridflow.utils.malloc import keep_freed_memory, keeps_large_blocks
 
     applied = keep_freed_memory()
+    probe = keeps_large_blocks()
     before = libc.mallinfo2()
     block = libc.malloc(64 << 20)  # over glibc's largest mmap threshold (32 MB)
     held = libc.mallinfo2()
@@ -59,6 +60,7 @@ CHILD = textwrap.dedent(
     print(json.dumps({
         "mmapped_by_thread_block": in_thread["mmapped"],
         "applied": applied,
+        "probe_says_kept": probe,
         "again": keep_freed_memory(),
         "mmapped_by_block": held.hblkhd - before.hblkhd,
         "heap_while_held": held.arena,
@@ -69,10 +71,15 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(env_value: str | None, ranks: int | None = None) -> subprocess.CompletedProcess[str]:
+def run_child(
+    env_value: str | None, ranks: int | None = None, tunables: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("HYBRIDFLOW_MALLOC", None)
     env.pop("LOCAL_WORLD_SIZE", None)
+    env.pop("GLIBC_TUNABLES", None)
+    if tunables is not None:
+        env["GLIBC_TUNABLES"] = tunables
     if env_value is not None:
         env["HYBRIDFLOW_MALLOC"] = env_value
     if ranks is not None:
@@ -86,8 +93,10 @@ def run_child(env_value: str | None, ranks: int | None = None) -> subprocess.Com
     )
 
 
-def figures(env_value: str | None, ranks: int | None = None) -> dict[str, int]:
-    done = run_child(env_value, ranks)
+def figures(
+    env_value: str | None, ranks: int | None = None, tunables: str | None = None
+) -> dict[str, int]:
+    done = run_child(env_value, ranks, tunables)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -95,6 +104,7 @@ def figures(env_value: str | None, ranks: int | None = None) -> dict[str, int]:
 def test_kept_block_comes_from_the_heap_and_stays_there_freed() -> None:
     got = figures(None)
     assert got["applied"] is True and got["again"] is True
+    assert got["probe_says_kept"] is True
     assert got["mmapped_by_block"] == 0
     assert got["mmapped_by_thread_block"] == 0  # one arena: every thread's blocks in the heap
     assert got["heap_while_held"] >= 64 << 20
@@ -106,6 +116,7 @@ def test_kept_block_comes_from_the_heap_and_stays_there_freed() -> None:
 def test_system_keeps_glibc_defaults() -> None:
     got = figures("system")
     assert got["applied"] is False
+    assert got["probe_says_kept"] is False
     assert got["mmapped_by_block"] >= 64 << 20  # glibc's own mmap for a block this large
     assert got["mmapped_by_thread_block"] >= 96 << 20
     assert got["heap_after_free"] < 64 << 20
@@ -125,6 +136,30 @@ def test_ranks_sharing_a_host_keep_glibc_defaults_unless_asked() -> None:
     assert alone["applied"] is True and alone["mmapped_by_block"] == 0
     asked = figures("keep", ranks=2)
     assert asked["applied"] is True and asked["mmapped_by_block"] == 0
+
+
+def test_a_child_started_afresh_keeps_freed_memory_through_the_tunables(monkeypatch) -> None:
+    """A spawned process (vLLM's CPU workers) does not inherit mallopt's settings; the
+    tunables ``child_tunables`` gives do the same from its first malloc. The child here
+    leaves mallopt alone (``system``): what it keeps, it keeps through the tunables."""
+    from hybridflow.utils import malloc
+
+    monkeypatch.setattr(malloc, "_applied", False)
+    assert malloc.child_tunables("") is None  # nothing to pass on where it did not apply
+    monkeypatch.setattr(malloc, "_applied", True)
+    tunables = malloc.child_tunables("")
+    assert tunables is not None
+    got = figures("system", tunables=tunables)
+    assert got["applied"] is False  # mallopt not called in the child
+    assert got["probe_says_kept"] is True
+    assert got["mmapped_by_block"] == 0
+    assert got["mmapped_by_thread_block"] == 0
+    assert got["heap_after_free"] >= 64 << 20
+    assert got["free_in_heap_after_free"] >= 64 << 20
+    # Without them the same child maps and unmaps the block (the case the tunables fix).
+    plain = figures("system", tunables="")
+    assert plain["mmapped_by_block"] >= 64 << 20
+    assert plain["probe_says_kept"] is False
 
 
 def test_a_bad_value_is_refused_with_its_name() -> None:
