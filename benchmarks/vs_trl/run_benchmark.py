@@ -1,7 +1,7 @@
 """hybridflow against TRL's ``GRPOTrainer`` at the 0.5B shape, side by side (issue 45).
 
     python benchmarks/vs_trl/run_benchmark.py [--repeats 3] [--steps 5]
-        [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async,trl_keep_malloc,hf_async_learner2]
+        [--variants trl,hf_sync,hf_async,vllm_sync,vllm_async,trl_keep_malloc,vllm_sync_keep,...]
         [--workload 0.5b|quickstart] [--results results]
 
 One workload (``workload.py``; by default ``builtin:qwen2.5-0.5b-shape`` fp32, 8
@@ -22,7 +22,9 @@ The thread budget is the machine's 2 cores, shared this way:
   asked) gives the learner 2 threads beside the rollout's 1: 3 threads on 2 cores, the
   learner taking both while the rollout waits for the next weights;
   ``vllm_async_unshared`` (not run unless asked) is ``vllm_async`` with every sample in its
-  own row (``learner.memory.shared_prompts: false``, the learner before 2026-12-07).
+  own row (``learner.memory.shared_prompts: false``, the learner before 2026-12-07);
+  ``vllm_sync_keep`` (not run unless asked) is ``vllm_sync`` with ``HYBRIDFLOW_MALLOC=keep``,
+  whose vLLM workers keep freed memory too (``hybridflow/utils/malloc.py``).
 
 Reports per variant (median over repeats): s/step and completions/s over the timed steps,
 the split of a step (generate / score / train / weight sync), the seconds from launch to the
@@ -69,11 +71,15 @@ VARIANTS: dict[str, list[str]] = {
                    "learner.topology.num_threads=1", *ASYNC],
     "hf_async_learner2": ["rollout.engine=hf", "rollout.num_threads=1",
                           "learner.topology.num_threads=2", *ASYNC],
+    "vllm_sync_keep": ["rollout.engine=vllm", "rollout.num_threads=2",
+                       "learner.topology.num_threads=2"],
     "vllm_async_unshared": ["rollout.engine=vllm", "rollout.num_threads=1",
                             "learner.topology.num_threads=1", *ASYNC,
                             "learner.memory.shared_prompts=false"],
 }  # fmt: skip
 """hybridflow's variants: overrides of ``JOB``."""
+VARIANT_ENV: dict[str, dict[str, str]] = {"vllm_sync_keep": {"HYBRIDFLOW_MALLOC": "keep"}}
+"""Environment a variant launches with, beyond this process's."""
 DEFAULT = ["trl", "hf_sync", "hf_async", "vllm_sync", "vllm_async"]
 """What runs unless ``--variants`` says otherwise."""
 TRL = "trl"
@@ -116,7 +122,7 @@ def run_hybridflow(out: Path, name: str, steps: int, workload: str = "0.5b") -> 
            "--set", f"coordinator.num_steps={steps + 1}"]  # fmt: skip
     for override in (*job.job_overrides, *VARIANTS[name]):
         cmd += ["--set", override]
-    env = dict(os.environ, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=sys.executable, **VARIANT_ENV.get(name, {}))
     started = time.time()
     try:
         with (out / f"{name}.log").open("w") as log:

@@ -32,8 +32,11 @@ fit, at 51 s a step.
 
 A process started afresh (``spawn``, ``exec``) does not inherit ``mallopt``'s settings, which
 live in its parent's memory: vLLM's CPU workers are spawned, and each weight sync's reload
-allocated and faulted in about 2 GB at the 0.5B shape (apply 4.3 s a sync against 1.2 s with
-the setting, ``benchmarks/LOG.md``, 2026-12-08). ``child_tunables`` gives the same setting as
+allocates about 2 GB there at the 0.5B shape. With the setting a sync took 1.4-1.7 s against
+3.6 s, but the worker then holds its peak beside the learner's: in the 0.5B-shape async vLLM
+job the machine's available memory fell from 2.6 GB to 0.4 GB of 23 GB (``benchmarks/LOG.md``,
+2026-12-08). So, like several ranks on one host, such processes keep glibc's defaults unless
+``HYBRIDFLOW_MALLOC=keep`` asks for it; ``child_tunables`` then gives the setting as
 ``GLIBC_TUNABLES``, which glibc reads before the child's first ``malloc``.
 
 The services that run torch compute call ``keep_freed_memory`` first thing in ``main``
@@ -126,8 +129,8 @@ def child_tunables(current: str | None = None) -> str | None:
     """The ``GLIBC_TUNABLES`` value that gives a process started afresh this process's
     setting (module doc): ``current`` (the environment's value, by default) with
     ``TUNABLES`` added where it does not name them already (a key the user set wins).
-    None where the setting did not apply here."""
-    if not _applied:
+    None unless ``HYBRIDFLOW_MALLOC=keep`` asked for it and it applied here."""
+    if not _applied or os.environ.get(ENV, "").strip().lower() != "keep":
         return None
     if current is None:
         current = os.environ.get(TUNABLES_ENV, "")

@@ -38,7 +38,14 @@ PROBE_TEXTS = ("1+2=", "7+8=", "4+4=", "9+0=", "12+30=")
 class VLLMService:
     """One rollout service process with the vllm engine; ends its whole process group."""
 
-    def __init__(self, model_path: Path, tmp: Path, tp: int, *overrides: str) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        tmp: Path,
+        tp: int,
+        *overrides: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log = tmp / f"rollout-vllm-tp{tp}.log"
         port_file = tmp / f"rollout-vllm-tp{tp}.port"
         cmd = [
@@ -49,7 +56,11 @@ class VLLMService:
         ]  # fmt: skip
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=None if env is None else {**os.environ, **env},
             )
         deadline = time.monotonic() + 600
         while not port_file.exists():
@@ -95,7 +106,10 @@ def vllm_services(
 
     class Lazy(dict):  # type: ignore[type-arg]
         def __missing__(self, tp: int) -> VLLMService:
-            services[tp] = self[tp] = VLLMService(tiny_model_path, tmp, tp)
+            # The workers keep freed memory (asked for: not the default), so the parity
+            # checks below run on that allocator too.
+            keep = {"HYBRIDFLOW_MALLOC": "keep"}
+            services[tp] = self[tp] = VLLMService(tiny_model_path, tmp, tp, env=keep)
             return services[tp]
 
     try:
@@ -231,10 +245,10 @@ def test_the_engine_workers_keep_freed_memory_as_the_service_does(
     vllm_services: dict[int, VLLMService],
 ) -> None:
     """vLLM spawns its CPU workers, so mallopt's setting in the service does not reach them;
-    each starts with it as GLIBC_TUNABLES, and its allocator then serves a large block from
-    its heap (each reload allocates the whole model anew: at the 0.5B shape the apply took
-    4.3 s a sync with glibc's defaults, 1.2 s with the setting). The service asks every
-    worker at start-up and logs the answers."""
+    asked for (``HYBRIDFLOW_MALLOC=keep``, as this module's services are), each starts with
+    it as GLIBC_TUNABLES, and its allocator then serves a large block from its heap (each
+    reload allocates the whole model anew: a 0.5B-shape sync took 1.4-1.7 s with it, 3.6 s
+    with glibc's defaults). The service asks every worker at start-up and logs the answers."""
     service = vllm_services[2]
     assert "vllm engine: workers keep freed memory: [True, True]" in service.log.read_text()
 

@@ -76,9 +76,9 @@ def engine_env_values(
     if not device.startswith("cuda"):
         env["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))
         env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_thread_binding(tensor_parallel_size, num_threads)
-        # vLLM spawns its CPU workers: this process's allocator setting reaches them only
-        # as tunables. Each reload there allocates the whole model anew (hybridflow/utils/
-        # malloc.py; the 0.5B shape's apply: 4.3 s a sync without, 1.2 s with).
+        # vLLM spawns its CPU workers: the allocator setting reaches them only as tunables,
+        # and only where HYBRIDFLOW_MALLOC=keep asks (each reload there allocates the whole
+        # model anew: faster syncs, a peak held beside the learner's; utils/malloc.py).
         tunables = child_tunables()
         if tunables is not None:
             env[TUNABLES_ENV] = tunables
@@ -172,8 +172,8 @@ class VLLMRuntime:
 
     def check_worker_allocator(self) -> list[bool | None]:
         """Whether each worker keeps freed memory (CPU: each reload allocates the whole model
-        there; ``engine_env_values``), logged; a warning where this process keeps it and a
-        worker does not."""
+        there; ``engine_env_values``), logged; a warning where it was asked for
+        (``HYBRIDFLOW_MALLOC=keep``) and a worker does not."""
         kept: list[bool | None] = self.rpc("hf_keeps_freed_memory")
         if child_tunables() is not None and any(k is False for k in kept):
             log.warning(

@@ -50,12 +50,17 @@ def test_the_config_names_exactly_the_registered_engines(tmp_path) -> None:
 
 def test_vllm_cpu_workers_get_the_allocator_setting_as_tunables(monkeypatch) -> None:
     """vLLM spawns its CPU workers: the rollout's allocator setting reaches them only through
-    GLIBC_TUNABLES (hybridflow/utils/malloc.py); never on CUDA, never when not applied."""
+    GLIBC_TUNABLES (hybridflow/utils/malloc.py), and only where HYBRIDFLOW_MALLOC=keep asks
+    (they would hold their peak beside the learner's); never on CUDA, never when not applied."""
     from hybridflow.services.rollout.vllm_runtime import engine_env, engine_env_values
     from hybridflow.utils import malloc
 
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("HYBRIDFLOW_MALLOC", raising=False)
+    monkeypatch.setattr(malloc, "_applied", True)
+    assert "GLIBC_TUNABLES" not in engine_env_values("cpu", 1, 4, 1)  # unset: not for them
+    monkeypatch.setenv("HYBRIDFLOW_MALLOC", "keep")
     monkeypatch.setattr(malloc, "_applied", False)
     assert "GLIBC_TUNABLES" not in engine_env_values("cpu", 1, 4, 1)
     monkeypatch.setattr(malloc, "_applied", True)

@@ -140,13 +140,18 @@ def test_ranks_sharing_a_host_keep_glibc_defaults_unless_asked() -> None:
 
 def test_a_child_started_afresh_keeps_freed_memory_through_the_tunables(monkeypatch) -> None:
     """A spawned process (vLLM's CPU workers) does not inherit mallopt's settings; the
-    tunables ``child_tunables`` gives do the same from its first malloc. The child here
+    tunables ``child_tunables`` gives (with ``HYBRIDFLOW_MALLOC=keep``) do the same from its
+    first malloc. The child here
     leaves mallopt alone (``system``): what it keeps, it keeps through the tunables."""
     from hybridflow.utils import malloc
 
+    monkeypatch.setenv("HYBRIDFLOW_MALLOC", "keep")
     monkeypatch.setattr(malloc, "_applied", False)
     assert malloc.child_tunables("") is None  # nothing to pass on where it did not apply
     monkeypatch.setattr(malloc, "_applied", True)
+    monkeypatch.delenv("HYBRIDFLOW_MALLOC")
+    assert malloc.child_tunables("") is None  # such children hold their own peak: asked only
+    monkeypatch.setenv("HYBRIDFLOW_MALLOC", "keep")
     tunables = malloc.child_tunables("")
     assert tunables is not None
     got = figures("system", tunables=tunables)
