@@ -158,10 +158,8 @@ def keeps_large_blocks() -> bool | None:
     """Whether this process's allocator serves a large block from its heap (the setting holds,
     from ``mallopt`` or from the tunables it started with) rather than mapping it; None where
     the C library is not glibc (2.33+). Allocates and frees ``PROBE_BYTES``, untouched."""
-    if _glibc_mallopt() is None:
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if not hasattr(libc, "mallinfo2"):
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
         return None
     libc.mallinfo2.restype = _MallInfo2
     libc.malloc.restype = ctypes.c_void_p
@@ -205,8 +203,8 @@ def other_threads() -> list[str]:
     return names
 
 
-def _glibc_mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt``, or None where the C library is another one."""
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, or None where it is not glibc."""
     if not hasattr(os, "confstr"):
         return None
     try:
@@ -215,7 +213,14 @@ def _glibc_mallopt() -> Callable[[int, int], int] | None:
         return None
     if not version or not version.startswith("glibc"):
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _glibc_mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt``, or None where the C library is another one."""
+    libc = _glibc()
+    if libc is None:
+        return None
     mallopt = libc.mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int

@@ -9,8 +9,7 @@ it causes is not a death.
 
 Here also is what vLLM reads while it starts: the package for the device (``require_vllm``),
 its environment (CPU thread binding, KV-cache size and the allocator's setting, set only while
-the engine builds) and
-its engine arguments.
+the engine builds) and its engine arguments.
 
 Knows nothing of prompts, sampling, weights or versions: that is the engine contract
 (``vllm_engine``).
